@@ -1,0 +1,16 @@
+"""Architecture registry: ``build_model(name, **params)`` builds any registered network.
+
+Every model exposes the same small interface, which the training engine and the
+meta-learning code rely on:
+
+* ``forward_features(x) -> (N, feature_dim)`` -- the penultimate representation;
+* ``head`` -- the final ``nn.Linear(feature_dim, num_classes)``;
+* ``forward(x) == head(forward_features(x))``;
+* ``feature_dim`` and ``num_classes`` attributes.
+"""
+
+from calib_pipeline.models.registry import MODELS, ClassifierNet, build_model, model_names
+from calib_pipeline.models import small_cnn as _small_cnn  # noqa: F401  (registers)
+from calib_pipeline.models import resnet as _resnet  # noqa: F401  (registers)
+
+__all__ = ["MODELS", "ClassifierNet", "build_model", "model_names"]

@@ -1,0 +1,66 @@
+"""The model registry and the interface every registered network implements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from calib_pipeline.registry import Registry
+
+MODELS: Registry[nn.Module] = Registry("model")
+
+
+class ClassifierNet(nn.Module):
+    """Base class: a feature extractor followed by one linear head.
+
+    Subclasses implement ``forward_features``; the split lets γ-Net read the
+    penultimate features and lets meta-learning unroll only the last layer.
+    """
+
+    def __init__(self, feature_dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.feature_dim = feature_dim
+        self.num_classes = num_classes
+        self.head = nn.Linear(feature_dim, num_classes)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.forward_features(x))
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def build_model(
+    name: str, *, in_channels: int, num_classes: int, image_size: int, **params: Any
+) -> ClassifierNet:
+    """Build a registered architecture for inputs of ``in_channels × image_size²``.
+
+    Args:
+        name: registry name (see ``model_names()``).
+        in_channels: 1 for greyscale, 3 for colour images.
+        num_classes: number of output logits.
+        image_size: input height (= width) in pixels.
+        **params: architecture-specific options (e.g. ``width`` of the small CNN).
+
+    Returns:
+        An untrained ``ClassifierNet``.
+    """
+    _check_positive_int("in_channels", in_channels)
+    _check_positive_int("image_size", image_size)
+    if not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    return MODELS.build(
+        name, in_channels=in_channels, num_classes=num_classes, image_size=image_size, **params
+    )
+
+
+def model_names() -> list[str]:
+    return MODELS.names()

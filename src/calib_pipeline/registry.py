@@ -1,0 +1,101 @@
+"""A name -> factory registry shared by datasets, models, objectives, calibrators.
+
+Every kind of thing the pipelines build by name goes through one ``Registry``.
+An unknown name fails with the list of valid names, and factories validate
+their hyperparameters eagerly, so a bad study configuration fails when the
+pipeline is constructed -- long before any training starts.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to factories; ``build(name, **params)`` is the single entry point."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., T]] = {}
+
+    def register(self, name: str | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator registering ``factory`` under ``name`` (default: its ``__name__``)."""
+
+        def decorator(factory: Callable[..., T]) -> Callable[..., T]:
+            key = name or factory.__name__
+            if key in self._factories:
+                raise ValueError(f"{self.kind} {key!r} is registered twice")
+            self._factories[key] = factory
+            return factory
+
+        return decorator
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def factory(self, name: str) -> Callable[..., T]:
+        if name not in self._factories:
+            raise ValueError(
+                f"unknown {self.kind} {name!r}; valid {self.kind} names are: "
+                + ", ".join(self.names())
+            )
+        return self._factories[name]
+
+    def build(self, name: str, **params: Any) -> T:
+        """Build ``name`` with ``params``; unknown names and parameters raise ``ValueError``."""
+        factory = self.factory(name)
+        signature = inspect.signature(factory)
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        if not accepts_any:
+            allowed = [
+                p.name
+                for p in signature.parameters.values()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            ]
+            unknown = sorted(set(params) - set(allowed))
+            if unknown:
+                raise ValueError(
+                    f"{self.kind} {name!r} got unknown parameter(s) {unknown}; "
+                    f"it accepts: {', '.join(allowed) or 'no parameters'}"
+                )
+        return factory(**params)
+
+
+def check_range(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> float:
+    """Validate a scalar hyperparameter; the error quotes the value and the valid range."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if number != number:
+        raise ValueError(f"{name} must not be NaN")
+    ok = True
+    if low is not None:
+        ok &= number >= low if low_inclusive else number > low
+    if high is not None:
+        ok &= number <= high if high_inclusive else number < high
+    if not ok:
+        left = "[" if low_inclusive else "("
+        right = "]" if high_inclusive else ")"
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name} must be in {left}{lo}, {hi}{right}, got {value!r}")
+    return number
