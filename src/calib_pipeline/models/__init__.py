@@ -9,8 +9,14 @@ meta-learning code rely on:
 * ``feature_dim`` and ``num_classes`` attributes.
 """
 
-from calib_pipeline.models.registry import MODELS, ClassifierNet, build_model, model_names
+from calib_pipeline.models.registry import (
+    MODELS,
+    ClassifierNet,
+    build_model,
+    model_from_checkpoint,
+    model_names,
+)
 from calib_pipeline.models import small_cnn as _small_cnn  # noqa: F401  (registers)
 from calib_pipeline.models import resnet as _resnet  # noqa: F401  (registers)
 
-__all__ = ["MODELS", "ClassifierNet", "build_model", "model_names"]
+__all__ = ["MODELS", "ClassifierNet", "build_model", "model_from_checkpoint", "model_names"]

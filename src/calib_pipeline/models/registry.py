@@ -64,3 +64,17 @@ def build_model(
 
 def model_names() -> list[str]:
     return MODELS.names()
+
+
+def model_from_checkpoint(checkpoint: dict[str, Any]) -> ClassifierNet:
+    """Rebuild a trained network from a checkpoint dict (``architecture`` + ``state_dict``)."""
+    arch = checkpoint["architecture"]
+    model = build_model(
+        arch["name"],
+        in_channels=arch["in_channels"],
+        num_classes=arch["num_classes"],
+        image_size=arch["image_size"],
+        **(arch.get("params") or {}),
+    )
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval()

@@ -1,0 +1,25 @@
+"""The training engine (pure PyTorch): config, device-resident batching, loop, resume."""
+
+from calib_pipeline.training.checkpoint import CheckpointStore
+from calib_pipeline.training.config import TrainConfig
+from calib_pipeline.training.data import BatchStream, Normalizer, augment_batch
+from calib_pipeline.training.engine import (
+    Split,
+    TrainResult,
+    predict_logits,
+    resolve_device,
+    train_model,
+)
+
+__all__ = [
+    "BatchStream",
+    "CheckpointStore",
+    "Normalizer",
+    "Split",
+    "TrainConfig",
+    "TrainResult",
+    "augment_batch",
+    "predict_logits",
+    "resolve_device",
+    "train_model",
+]

@@ -1,0 +1,51 @@
+# calib-pipeline: `make run` and `make test` bootstrap .venv on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Telemetry must never block or prompt (the machines may be offline).
+export DO_NOT_TRACK := 1
+export KEDRO_DISABLE_TELEMETRY := true
+export KEDRO_LOGGING_CONFIG := $(CURDIR)/conf/logging.yml
+export PYTHONWARNINGS := ignore::DeprecationWarning
+
+ENV ?= base
+PIPELINE ?= __default__
+
+.PHONY: install run run-all test test-fast viz viz-build mlflow-ui bench clean-outputs
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade "pip>=24"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)  ## the main job on the embedded default (digits, CPU)
+	$(BIN)/kedro run --pipelines=$(PIPELINE)
+
+run-all: $(STAMP)  ## every study
+	$(BIN)/kedro run
+
+test: $(STAMP)  ## the whole test suite (unit, pipeline, end-to-end kedro run, notebook)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+viz: $(STAMP)
+	$(BIN)/kedro viz run --no-browser --host 127.0.0.1
+
+viz-build: $(STAMP)
+	$(BIN)/kedro viz build
+
+mlflow-ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1
+
+bench: $(STAMP)  ## performance ratios (see benchmarks/README.md)
+	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+clean-outputs:  ## delete generated data (keeps raw data); irreversible
+	find data/02_intermediate data/06_models data/07_model_output data/08_reporting -mindepth 1 ! -name .gitkeep -delete

@@ -1,0 +1,70 @@
+"""Seeded, stratified index splits of a dataset's training part."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+SPLIT_NAMES = ("train", "val", "meta_val")
+
+
+def check_fractions(fractions: Mapping[str, float]) -> dict[str, float]:
+    """Validate split fractions: known names, each in (0, 1], ``train`` and ``val`` present,
+    summing to 1 (±1e-6). Returns them as floats in the canonical order."""
+    unknown = sorted(set(fractions) - set(SPLIT_NAMES))
+    if unknown:
+        raise ValueError(f"unknown split name(s) {unknown}; valid names are {list(SPLIT_NAMES)}")
+    for required in ("train", "val"):
+        if required not in fractions:
+            raise ValueError(f"split fractions must include {required!r}, got {dict(fractions)}")
+    clean = {}
+    for name in SPLIT_NAMES:
+        if name in fractions:
+            value = float(fractions[name])
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"split fraction {name}={fractions[name]!r} must be in (0, 1]")
+            clean[name] = value
+    total = sum(clean.values())
+    if not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise ValueError(
+            f"split fractions must sum to 1, got {total:.6g} from {dict(fractions)} "
+            "(the official test set is separate and never part of these fractions)"
+        )
+    return clean
+
+
+def stratified_split(
+    labels: np.ndarray, fractions: Mapping[str, float], seed: int
+) -> dict[str, np.ndarray]:
+    """Split sample indices into disjoint parts with the class proportions of ``labels``.
+
+    Within each class the samples are shuffled (NumPy ``default_rng(seed)``), ranked,
+    and assigned to the part whose cumulative-fraction interval contains
+    ``(rank + 0.5) / class_size`` -- every class is split in the given proportions up
+    to rounding, without a loop over classes.
+
+    Args:
+        labels: (N,) integer class labels of the pool being split.
+        fractions: part name -> fraction (see :func:`check_fractions`).
+        seed: the same seed gives the same split.
+
+    Returns:
+        part name -> sorted int64 indices into ``labels``.
+    """
+    clean = check_fractions(fractions)
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0:
+        raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(labels.size)
+    order = order[np.argsort(labels[order], kind="stable")]
+    sorted_labels = labels[order]
+    _, first, counts = np.unique(sorted_labels, return_index=True, return_counts=True)
+    class_start = np.repeat(first, counts)
+    class_size = np.repeat(counts, counts)
+    position = (np.arange(labels.size) - class_start + 0.5) / class_size
+    bounds = np.cumsum(list(clean.values()))[:-1]
+    part = np.searchsorted(bounds, position, side="right")
+    return {name: np.sort(order[part == i]).astype(np.int64) for i, name in enumerate(clean)}

@@ -1,0 +1,235 @@
+"""The structure of the studies, read from parameters when pipelines are built.
+
+``parameters_methods.yml`` defines methods (an objective or a meta-learner with
+hyperparameters, the split it trains on, training overrides); ``parameters_studies.yml``
+lists each study's methods, seeds, calibrators and reports. This module turns them
+into :class:`RunSpec`s -- one per trained (method, seed) -- and validates every name and
+hyperparameter by building it, so a bad configuration fails before any training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    key: str
+    label: str
+    split: str
+    objective: str | None
+    meta_learner: str | None
+    params: dict[str, Any]
+    training: dict[str, Any]
+    model: dict[str, Any] | None
+    group: str
+    record_epoch_logits: bool
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    calibrators: tuple[str, ...]
+    reports: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Structure:
+    methods: dict[str, MethodSpec]
+    studies: dict[str, StudySpec]
+    splits: tuple[str, ...]
+    calibrators: dict[str, dict[str, Any]]
+
+    def runs(self, study_names: list[str] | None = None) -> list[tuple[str, int]]:
+        """(method, seed) pairs of the given studies (all by default), deduplicated, ordered."""
+        names = study_names or list(self.studies)
+        seen: dict[tuple[str, int], None] = {}
+        for name in names:
+            study = self.studies[name]
+            for method in study.methods:
+                for seed in study.seeds:
+                    seen[(method, seed)] = None
+        return list(seen)
+
+
+def _check_key(kind: str, key: str) -> None:
+    if not VALID_KEY.match(key):
+        raise ValueError(
+            f"{kind} key {key!r} must start with a letter and contain only letters, digits "
+            "and underscores (it names Kedro namespaces and catalog entries)"
+        )
+
+
+def _format_value(value: Any) -> str:
+    return str(value).replace(".", "p").replace("-", "m")
+
+
+def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Expand ``sweep: {param: [v1, v2, ...]}`` entries into one method per value.
+
+    ``ls: {objective: label_smoothing, sweep: {epsilon: [0.01, 0.03]}}`` becomes
+    ``ls_epsilon_0p01`` and ``ls_epsilon_0p03``, each with ``group: ls`` so a selection
+    step can pick one per group.
+    """
+    expanded: dict[str, dict[str, Any]] = {}
+    for key, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"method {key!r} must be a mapping, got {entry!r}")
+        sweep = entry.get("sweep")
+        if not sweep:
+            expanded[key] = {**entry, "group": entry.get("group", key)}
+            continue
+        if len(sweep) != 1:
+            raise ValueError(f"method {key!r}: sweep one hyperparameter at a time, got {list(sweep)}")
+        (param, values), = sweep.items()
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
+        for value in values:
+            name = f"{key}_{param}_{_format_value(value)}"
+            params = {**(entry.get("params") or {}), param: value}
+            label = f"{entry.get('label', key)} ({param}={value})"
+            expanded[name] = {
+                **{k: v for k, v in entry.items() if k != "sweep"},
+                "params": params,
+                "label": label,
+                "group": key,
+            }
+    return expanded
+
+
+def parse_structure(parameters: dict[str, Any]) -> Structure:
+    """Validate and parse the structural parameters (methods, studies, splits, calibrators)."""
+    for required in ("methods", "studies", "splits"):
+        if required not in parameters:
+            raise ValueError(f"parameters must define {required!r}")
+    splits = tuple(parameters["splits"])
+    calibrators = dict(parameters.get("calibrators") or {})
+    methods: dict[str, MethodSpec] = {}
+    for key, entry in expand_methods(parameters["methods"]).items():
+        _check_key("method", key)
+        objective, meta = entry.get("objective"), entry.get("meta_learner")
+        if (objective is None) == (meta is None):
+            raise ValueError(f"method {key!r} needs exactly one of 'objective' or 'meta_learner'")
+        split = entry.get("split", "standard")
+        if split not in splits:
+            raise ValueError(f"method {key!r} uses unknown split {split!r}; splits are {list(splits)}")
+        unknown = sorted(
+            set(entry)
+            - {"objective", "meta_learner", "params", "split", "training", "model", "label", "group",
+               "record_epoch_logits"}
+        )
+        if unknown:
+            raise ValueError(f"method {key!r} has unknown field(s) {unknown}")
+        methods[key] = MethodSpec(
+            key=key,
+            label=str(entry.get("label", key)),
+            split=split,
+            objective=objective,
+            meta_learner=meta,
+            params=dict(entry.get("params") or {}),
+            training=dict(entry.get("training") or {}),
+            model=entry.get("model"),
+            group=str(entry.get("group", key)),
+            record_epoch_logits=bool(entry.get("record_epoch_logits", False)),
+        )
+    default_seeds = parameters.get("seeds", [0])
+    studies: dict[str, StudySpec] = {}
+    for name, entry in parameters["studies"].items():
+        _check_key("study", name)
+        members = entry.get("methods") or []
+        missing = [m for m in _expand_members(members, methods) if m not in methods]
+        if missing:
+            raise ValueError(
+                f"study {name!r} lists unknown method(s) {missing}; defined methods: {sorted(methods)}"
+            )
+        study_calibrators = entry.get("calibrators", list(calibrators))
+        unknown_cal = [c for c in study_calibrators if c not in calibrators]
+        if unknown_cal:
+            raise ValueError(
+                f"study {name!r} lists unknown calibrator(s) {unknown_cal}; "
+                f"defined: {sorted(calibrators)}"
+            )
+        seeds = entry.get("seeds", default_seeds)
+        if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+            raise ValueError(f"study {name!r}: seeds must be non-negative integers, got {seeds!r}")
+        studies[name] = StudySpec(
+            name=name,
+            methods=tuple(_expand_members(members, methods)),
+            seeds=tuple(seeds),
+            calibrators=tuple(study_calibrators),
+            reports={k: v for k, v in entry.items() if k not in ("methods", "seeds", "calibrators")},
+        )
+    return Structure(methods, studies, splits, calibrators)
+
+
+def _expand_members(members: list[str], methods: dict[str, MethodSpec]) -> list[str]:
+    """A study may name a sweep's group; it stands for every method of that group."""
+    out: list[str] = []
+    for member in members:
+        group = [k for k, m in methods.items() if m.group == member and k != member]
+        out.extend(group if member not in methods and group else [member])
+    return out
+
+
+def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None:
+    """Build every named thing once (cheaply) so bad names/hyperparameters fail now."""
+    from calib_pipeline.calibration.losses import build_objective
+    from calib_pipeline.calibration.posthoc import build_calibrator
+    from calib_pipeline.data import check_fractions, dataset_names
+    from calib_pipeline.models import MODELS
+    from calib_pipeline.training.config import TrainConfig
+
+    dataset = parameters.get("dataset", {}).get("name")
+    if dataset not in dataset_names():
+        raise ValueError(f"unknown dataset {dataset!r}; valid dataset names are: {', '.join(dataset_names())}")
+    for name, split in parameters["splits"].items():
+        try:
+            check_fractions(split.get("fractions", {}))
+        except ValueError as error:
+            raise ValueError(f"split {name!r}: {error}") from None
+    base_model = parameters.get("model", {})
+    for method in structure.methods.values():
+        model = {**base_model, **(method.model or {})}
+        MODELS.factory(model.get("name"))
+        TrainConfig.from_params({**parameters.get("training", {}), **method.training})
+        try:
+            if method.objective is not None:
+                build_objective(method.objective, **method.params)
+            else:
+                from calib_pipeline.calibration.meta import build_meta_learner
+
+                build_meta_learner(method.meta_learner, num_classes=2, feature_dim=4, **method.params)
+        except ValueError as error:
+            raise ValueError(f"method {method.key!r}: {error}") from None
+    for key, entry in structure.calibrators.items():
+        try:
+            build_calibrator(entry["name"], **(entry.get("params") or {}))
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"calibrator {key!r}: {error}") from None
+
+
+def fingerprint(payload: dict[str, Any]) -> str:
+    """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_parameters(env: str | None, project_path: str | Path) -> dict[str, Any]:
+    """Parameters of ``env`` merged over base, read the same way the Kedro session does."""
+    from calib_pipeline import settings
+
+    loader = settings.CONFIG_LOADER_CLASS(
+        conf_source=str(Path(project_path) / "conf"),
+        env=env,
+        **settings.CONFIG_LOADER_ARGS,
+    )
+    return loader["parameters"]

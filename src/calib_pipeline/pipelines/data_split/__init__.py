@@ -1,0 +1,1 @@
+"""Seeded, stratified train / val (/ meta-val) index splits."""

@@ -1,0 +1,30 @@
+"""Nodes of the data_split stage."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from calib_pipeline.data import ImageData, stratified_split
+
+logger = logging.getLogger(__name__)
+
+
+def make_split(data: ImageData, split: dict[str, Any]) -> dict[str, list[int]]:
+    """Split the dataset's training part; the official test part is never touched.
+
+    Args:
+        data: the loaded dataset.
+        split: ``{"seed": int, "fractions": {"train": f, "val": f[, "meta_val": f]}}``.
+
+    Returns:
+        part name -> sorted indices into ``data.train_labels`` (JSON-friendly lists).
+    """
+    parts = stratified_split(data.train_labels.numpy(), split["fractions"], int(split.get("seed", 0)))
+    logger.info(
+        "%s split: %s (+ %d official test)",
+        data.name,
+        ", ".join(f"{k}={len(v)}" for k, v in parts.items()),
+        len(data.test_labels),
+    )
+    return {name: index.tolist() for name, index in parts.items()}

@@ -1,0 +1,1 @@
+"""Logits and labels of every split for every (method, seed): the interface to all later stages."""

@@ -1,0 +1,54 @@
+"""Nodes of the logits stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from calib_pipeline.data import ImageData
+from calib_pipeline.models import model_from_checkpoint
+from calib_pipeline.pipelines.training.nodes import split_tensors
+from calib_pipeline.training import Normalizer, predict_logits, resolve_device
+
+
+def checkpoint_predictor(checkpoint: dict[str, Any], device: str = "auto"):
+    """A function images -> (logits, features) on CPU for a trained checkpoint."""
+    target = resolve_device(device)
+    model = model_from_checkpoint(checkpoint).to(target)
+    norm = checkpoint["normalization"]
+    normalizer = Normalizer(tuple(norm["mean"]), tuple(norm["std"]), device=target)
+
+    def predict(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, features = predict_logits(model, images, normalizer, with_features=True)
+        return logits.cpu(), features.cpu()
+
+    return predict
+
+
+def compute_logits(
+    data: ImageData, split: dict[str, list[int]], checkpoint: dict[str, Any], logits_params: dict[str, Any]
+) -> dict[str, Any]:
+    """Logits, labels and (optionally) penultimate features of every split part.
+
+    Args:
+        data: the dataset.
+        split: the index split the run was trained with.
+        checkpoint: the trained run.
+        logits_params: ``{"device": "auto", "features": bool}``.
+
+    Returns:
+        ``{part: {"logits", "labels"[, "features"]}}`` for train, val, [meta_val,] test, plus
+        the run's ``learned_epoch`` (aligned with the train part) and identifiers.
+    """
+    predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
+    out: dict[str, Any] = {"method": checkpoint["method"], "seed": checkpoint["seed"]}
+    for part in [*split, "test"]:
+        tensors = split_tensors(data, split, part)
+        logits, features = predict(tensors.images)
+        entry = {"logits": logits, "labels": tensors.labels.clone()}
+        if logits_params.get("features", False):
+            entry["features"] = features
+        out[part] = entry
+    out["learned_epoch"] = checkpoint["learned_epoch"]
+    return out

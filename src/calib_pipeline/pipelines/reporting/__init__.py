@@ -1,0 +1,1 @@
+"""Scoring cached logits into the tidy metrics table, and paper-style tables and figures."""

@@ -1,0 +1,1 @@
+"""Shifted test sets (generated corruptions, official natural-shift sets) and their logits."""

@@ -1,0 +1,20 @@
+from kedro.pipeline import Pipeline, node
+
+from calib_pipeline.pipelines.shift.nodes import compute_shift_logits, make_shift_sets
+from calib_pipeline.pipelines.training.pipeline import run_prefix
+
+
+def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
+    nodes = [node(make_shift_sets, ["raw_data", "params:shift"], "shift_sets", name="make_shift_sets", tags=["shift"])]
+    nodes += [
+        node(
+            compute_shift_logits,
+            inputs=[f"{run_prefix(m, s)}.checkpoint", "shift_sets", "params:logits"],
+            outputs=f"{run_prefix(m, s)}.shift_logits",
+            name=f"shift_logits_seed_{s}",
+            namespace=m,
+            tags=["shift"],
+        )
+        for m, s in runs
+    ]
+    return Pipeline(nodes)

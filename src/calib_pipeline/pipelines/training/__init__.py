@@ -1,0 +1,1 @@
+"""One training node per (method, seed), namespaced by method."""

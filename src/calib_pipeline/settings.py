@@ -1,0 +1,29 @@
+"""Kedro project settings."""
+
+from pathlib import Path
+
+from kedro.config import OmegaConfigLoader
+from omegaconf.resolvers import oc
+
+from calib_pipeline.hooks import MlflowTrackingHook, RunEnvironmentHook
+
+
+def project_root() -> str:
+    """The project folder, independent of the working directory (notebooks run from
+    ``notebooks/``, tests from anywhere)."""
+    candidate = Path(__file__).resolve().parents[2]
+    if (candidate / "pyproject.toml").exists():
+        return str(candidate)
+    return str(Path.cwd())
+
+
+HOOKS = (RunEnvironmentHook(), MlflowTrackingHook())
+
+CONFIG_LOADER_CLASS = OmegaConfigLoader
+CONFIG_LOADER_ARGS = {
+    "base_env": "base",
+    "default_run_env": "local",
+    "merge_strategy": {"parameters": "soft", "globals": "soft", "catalog": "soft"},
+    "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},
+    "custom_resolvers": {"project_root": project_root, "oc.env": oc.env},
+}

@@ -1,0 +1,83 @@
+"""Training hyperparameters: one dataclass, validated eagerly."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from calib_pipeline.registry import check_range
+
+SELECTION_RULES = ("last", "best_val_error", "best_val_nll")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run besides model, objective and data.
+
+    ``milestones`` are epochs after which the learning rate is multiplied by
+    ``lr_decay`` (MultiStepLR). ``select`` chooses the weights that are kept:
+    the last epoch's or the epoch with the best validation error / NLL.
+    """
+
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 5e-4
+    milestones: tuple[int, ...] = ()
+    lr_decay: float = 0.1
+    grad_clip: float | None = None
+    augment: str = "none"
+    select: str = "last"
+    device: str = "auto"
+    amp: bool = False
+    eval_batch_size: int = 1024
+    track_test: bool = True
+    checkpoint_every: int = 1
+    num_threads: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        check_range("lr", self.lr, low=0.0, low_inclusive=False)
+        check_range("momentum", self.momentum, low=0.0, high=1.0, high_inclusive=False)
+        check_range("weight_decay", self.weight_decay, low=0.0)
+        check_range("lr_decay", self.lr_decay, low=0.0, high=1.0, low_inclusive=False)
+        if self.grad_clip is not None:
+            check_range("grad_clip", self.grad_clip, low=0.0, low_inclusive=False)
+        if list(self.milestones) != sorted(set(self.milestones)) or any(
+            m < 1 for m in self.milestones
+        ):
+            raise ValueError(f"milestones must be increasing positive epochs, got {self.milestones}")
+        if self.augment not in ("none", "crop_flip", "flip"):
+            raise ValueError(
+                f"augment must be one of 'none', 'crop_flip', 'flip', got {self.augment!r}"
+            )
+        if self.select not in SELECTION_RULES:
+            raise ValueError(f"select must be one of {SELECTION_RULES}, got {self.select!r}")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {self.device!r}")
+        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every!r}")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> TrainConfig:
+        """Build from a parameters dict; unknown keys fail with the list of valid ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"unknown training parameter(s) {unknown}; valid: {sorted(known)}")
+        values = dict(params)
+        if "milestones" in values:
+            values["milestones"] = tuple(int(m) for m in values["milestones"] or ())
+        for name in ("lr", "momentum", "weight_decay", "lr_decay"):
+            if name in values:
+                values[name] = float(values[name])
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
