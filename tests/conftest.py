@@ -1,0 +1,14 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_threads():
+    torch.manual_seed(0)
+    yield

@@ -1,0 +1,96 @@
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+import calib_pipeline.data.datasets as datasets_module
+from calib_pipeline.data import (
+    DatasetMissing,
+    check_fractions,
+    dataset_names,
+    load_dataset,
+    stratified_split,
+    to_float,
+)
+
+
+def test_registry_lists_the_datasets():
+    assert {"digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn"} <= set(dataset_names())
+
+
+def test_digits_is_bundled_and_has_a_fixed_test_part():
+    a = load_dataset("digits")
+    b = load_dataset("digits")
+    assert a.train_images.shape == (1437, 1, 8, 8) and a.test_images.shape == (360, 1, 8, 8)
+    assert torch.equal(a.test_labels, b.test_labels)
+    assert 0.0 <= float(a.train_images.min()) and float(a.train_images.max()) <= 1.0
+    assert a.num_classes == 10 and a.in_channels == 1 and a.image_size == 8
+
+
+def test_unknown_dataset_lists_valid_names():
+    with pytest.raises(ValueError, match="valid dataset names are: .*cifar10.*digits"):
+        load_dataset("imagenet")
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100", "svhn", "mnist"])
+def test_missing_files_name_exact_paths(tmp_path, name):
+    with pytest.raises(DatasetMissing) as info:
+        load_dataset(name, root=tmp_path, download=False)
+    message = str(info.value)
+    assert str(tmp_path) in message and "download: true" in message
+    assert not any(tmp_path.iterdir()), "a failed load must not create files"
+
+
+def _idx(array: np.ndarray, magic: int) -> bytes:
+    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    return header + array.tobytes()
+
+
+def test_fashion_mnist_uses_debian_files(tmp_path, monkeypatch):
+    debian = tmp_path / "debian"
+    debian.mkdir()
+    images = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
+    labels = np.array([3, 7], dtype=np.uint8)
+    for prefix in ("train", "t10k"):
+        (debian / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(images, 2051)))
+        (debian / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(labels, 2049)))
+    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", debian)
+    data = load_dataset("fashion_mnist", root=tmp_path / "raw", download=False)
+    assert data.train_images.shape == (2, 1, 28, 28) and data.train_images.dtype == torch.uint8
+    assert data.test_labels.tolist() == [3, 7]
+    assert torch.equal(to_float(data.train_images)[0, 0, 0, :3], torch.tensor([0, 1, 2]) / 255.0)
+
+
+def test_split_is_stratified_disjoint_and_seeded():
+    labels = np.repeat(np.arange(5), 100)
+    fractions = {"train": 0.8, "val": 0.1, "meta_val": 0.1}
+    a = stratified_split(labels, fractions, seed=3)
+    b = stratified_split(labels, fractions, seed=3)
+    c = stratified_split(labels, fractions, seed=4)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not np.array_equal(a["val"], c["val"])
+    union = np.concatenate(list(a.values()))
+    assert len(union) == len(set(union.tolist())) == 500
+    assert np.bincount(labels[a["val"]]).tolist() == [10] * 5
+    assert np.bincount(labels[a["train"]]).tolist() == [80] * 5
+
+
+def test_cifar_protocol_fractions_give_45k_5k():
+    labels = np.repeat(np.arange(10), 5000)
+    parts = stratified_split(labels, {"train": 0.9, "val": 0.1}, seed=0)
+    assert (len(parts["train"]), len(parts["val"])) == (45000, 5000)
+
+
+@pytest.mark.parametrize(
+    ("fractions", "message"),
+    [
+        ({"train": 0.8, "val": 0.1}, "must sum to 1, got 0.9"),
+        ({"train": 0.9, "test": 0.1}, r"unknown split name\(s\) \['test'\]"),
+        ({"train": 1.0}, "must include 'val'"),
+        ({"train": 1.2, "val": -0.2}, r"must be in \(0, 1\]"),
+    ],
+)
+def test_bad_fractions_are_rejected(fractions, message):
+    with pytest.raises(ValueError, match=message):
+        check_fractions(fractions)

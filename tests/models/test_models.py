@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from calib_pipeline.models import build_model, model_from_checkpoint, model_names
+
+
+@pytest.mark.parametrize(
+    ("name", "channels", "size"),
+    [("small_cnn", 1, 8), ("small_cnn", 1, 28), ("small_cnn", 3, 32), ("resnet20", 3, 32), ("resnet18", 3, 32)],
+)
+def test_models_share_the_feature_head_interface(name, channels, size):
+    model = build_model(name, in_channels=channels, num_classes=7, image_size=size).eval()
+    x = torch.randn(3, channels, size, size)
+    features = model.forward_features(x)
+    assert features.shape == (3, model.feature_dim)
+    assert torch.allclose(model(x), model.head(features))
+    assert model(x).shape == (3, 7) and model.num_classes == 7
+
+
+def test_resnet_depths_follow_6n_plus_2():
+    blocks = lambda m: sum(1 for mod in m.modules() if mod.__class__.__name__ == "BasicBlock")  # noqa: E731
+    assert blocks(build_model("resnet32", in_channels=3, num_classes=10, image_size=32)) == 15
+    assert blocks(build_model("resnet110", in_channels=3, num_classes=10, image_size=32)) == 54
+
+
+def test_unknown_model_and_bad_arguments():
+    with pytest.raises(ValueError, match="valid model names are: .*resnet18.*small_cnn"):
+        build_model("vgg", in_channels=3, num_classes=10, image_size=32)
+    with pytest.raises(ValueError, match="num_classes must be an integer >= 2"):
+        build_model("small_cnn", in_channels=1, num_classes=1, image_size=8)
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['depth'\]"):
+        build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, depth=3)
+    assert "resnet110" in model_names()
+
+
+def test_checkpoint_round_trip():
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8).eval()
+    checkpoint = {
+        "architecture": {"name": "small_cnn", "params": {"width": 8}, "in_channels": 1, "num_classes": 10, "image_size": 8},
+        "state_dict": model.state_dict(),
+    }
+    restored = model_from_checkpoint(checkpoint)
+    x = torch.randn(4, 1, 8, 8)
+    assert torch.equal(restored(x), model(x))
