@@ -1,0 +1,245 @@
+"""The calibrator interface, its registry, and the helpers every calibrator shares.
+
+A calibrator is fitted on validation logits and labels and maps logits to calibrated
+probabilities. Fitting always runs in float64: calibration maps are fitted on a few
+thousand rows, so the cost is negligible and float32 rounding cannot stop an
+optimiser early or flatten an objective (netcal's float32 temperature fit is the
+cautionary tale). Inputs may be torch tensors on any device or NumPy arrays; outputs are
+float64 tensors on the input's device (CPU for NumPy input).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from calib_pipeline.calibration.validation import check_logits_labels, to_tensor
+from calib_pipeline.registry import Registry
+
+logger = logging.getLogger("calib_pipeline.calibration.posthoc")
+
+CALIBRATORS: Registry[Calibrator] = Registry("calibrator")
+
+
+def register(cls: type[Calibrator]) -> type[Calibrator]:
+    """Class decorator: register ``cls`` under its ``name`` class attribute."""
+    return CALIBRATORS.register(cls.name)(cls)
+
+
+def validated_logits(logits: Tensor | np.ndarray) -> Tensor:
+    """Validated float64 N×K logits (1-D binary logits ``z`` become ``[0, z]``).
+
+    ``check_logits_labels`` validates the logits alongside placeholder labels of class 0,
+    which are valid for any K.
+    """
+    scores = to_tensor(logits, name="logits")
+    placeholder = torch.zeros(scores.shape[:1], dtype=torch.int64)
+    return check_logits_labels(scores, placeholder)[0].detach().to(torch.float64)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """Validate a string hyperparameter; the error quotes the value and the valid choices."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_count(name: str, value: Any, *, low: int) -> int:
+    """Validate an integer hyperparameter ``>= low``; the error quotes the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+class Calibrator:
+    """Base class: validation, fitted-state bookkeeping and degenerate-fit warnings.
+
+    Subclasses set ``name`` and implement ``_fit`` (returning the convergence flag),
+    ``_predict_proba`` and ``_learned``; they receive validated float64 logits.
+
+    Attributes:
+        name: the registry name.
+        hyperparameters: the validated constructor arguments, JSON-friendly.
+        converged: whether the last fit's optimiser met its stopping criterion.
+        warnings: degenerate-fit messages of the last fit (also logged as warnings).
+        n_classes: number of classes seen by ``fit`` (``None`` before fitting).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, **hyperparameters: Any) -> None:
+        self.hyperparameters = hyperparameters
+        self.converged = False
+        self.warnings: list[str] = []
+        self.n_classes: int | None = None
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{key}={value!r}" for key, value in self.hyperparameters.items())
+        return f"{type(self).__name__}({arguments})"
+
+    def fit(self, logits: Tensor | np.ndarray, labels: Tensor | np.ndarray) -> Self:
+        """Fit the calibration map on validation ``logits`` (N×K) and ``labels`` (N,).
+
+        Raises:
+            ValueError: on invalid input (empty, NaN/inf logits, labels outside
+                ``[0, K)``, mismatched lengths), before any fitting.
+        """
+        z, y = check_logits_labels(logits, labels)
+        z = z.detach().to(torch.float64)
+        if z.shape[1] < 2:
+            raise ValueError(f"calibration needs at least 2 classes, got logits of shape {tuple(z.shape)}")
+        self.warnings = []
+        self.n_classes = z.shape[1]
+        present = torch.unique(y)
+        if present.numel() == 1:
+            self._warn(
+                f"validation labels contain a single class ({int(present[0])}); "
+                "the fitted map is degenerate"
+            )
+        self.converged = self._fit(z, y)
+        return self
+
+    def predict_proba(self, logits: Tensor | np.ndarray) -> Tensor:
+        """Calibrated probabilities, float64 (N×K) with rows summing to 1."""
+        return self._predict_proba(self._checked_logits(logits))
+
+    def learned(self) -> dict[str, Any]:
+        """What the fit learned (temperature, bins, weights) as JSON-friendly values."""
+        self._require_fitted()
+        return self._learned()
+
+    def _checked_logits(self, logits: Tensor | np.ndarray) -> Tensor:
+        self._require_fitted()
+        z = validated_logits(logits)
+        if z.shape[1] != self.n_classes:
+            raise ValueError(
+                f"calibrator {self.name!r} was fitted on {self.n_classes} classes but got "
+                f"logits with {z.shape[1]} classes"
+            )
+        return z
+
+    def _require_fitted(self) -> None:
+        if self.n_classes is None:
+            raise ValueError(f"calibrator {self.name!r} is not fitted; call fit(logits, labels)")
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        logger.warning("%s: %s", self.name, message)
+
+    def _fit(self, logits: Tensor, labels: Tensor) -> bool:
+        raise NotImplementedError
+
+    def _predict_proba(self, logits: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _learned(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class LogitCalibrator(Calibrator):
+    """A calibrator that maps logits to logits; probabilities are their softmax."""
+
+    def transform_logits(self, logits: Tensor | np.ndarray) -> Tensor:
+        """Calibrated logits (float64, N×K) whose softmax is ``predict_proba``."""
+        return self._transform_logits(self._checked_logits(logits))
+
+    def _predict_proba(self, logits: Tensor) -> Tensor:
+        return torch.softmax(self._transform_logits(logits), dim=1)
+
+    def _transform_logits(self, logits: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+def top_label(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Predicted class, top-label confidence and its log-odds, all from float64 logits.
+
+    Returns:
+        ``(prediction, confidence, log_odds)`` with ``confidence = max_k softmax(z)_k``
+        and ``log_odds = log c − log(1 − c) = −log Σ_{k≠top} exp(z_k − z_top)``, computed
+        from the logits so that it stays finite when ``c`` rounds to 1.
+    """
+    top, prediction = logits.max(dim=1)
+    gaps = logits - top.unsqueeze(1)
+    gaps.scatter_(1, prediction.unsqueeze(1), float("-inf"))
+    log_odds = -torch.logsumexp(gaps, dim=1)
+    return prediction, torch.sigmoid(log_odds), log_odds
+
+
+# A calibrated top-label confidence at or below 1/K cannot stay the strict argmax of K
+# probabilities, so it is floored just above 1/K.
+CONFIDENCE_FLOOR_MARGIN = 1e-9
+
+
+def redistribute_top_label(
+    logits: Tensor, prediction: Tensor, calibrated_confidence: Tensor
+) -> Tensor:
+    """N×K probabilities whose predicted class carries ``calibrated_confidence``.
+
+    The predicted class gets ``c' = max(c_calibrated, 1/K + 1e-9)`` (below 1/K it could
+    not remain the argmax). The remaining mass ``1 − c'`` goes to the other classes in
+    proportion to their uncalibrated probabilities; if that would give another class
+    more than ``m = (c' + (1 − c')/(K − 1))/2`` — halfway between ``c'`` and an even
+    split of the rest, so strictly below ``c'`` — the other classes are blended towards
+    uniform by the smallest amount that caps them at ``m``. The predicted class thus
+    stays the strict argmax: accuracy is unchanged.
+
+    Args:
+        logits: float64 logits (N×K), K ≥ 2.
+        prediction: the predicted class of each row (N,).
+        calibrated_confidence: the calibrated top-label confidence (N,).
+
+    Returns:
+        float64 probabilities (N×K), rows summing to 1.
+    """
+    k = logits.shape[1]
+    top_index = prediction.unsqueeze(1)
+    confidence = calibrated_confidence.clamp(min=1.0 / k + CONFIDENCE_FLOOR_MARGIN, max=1.0)
+    # softmax over the non-top classes: their shares of the remaining mass
+    shares = torch.softmax(logits.scatter(1, top_index, float("-inf")), dim=1)
+    remaining = 1.0 - confidence
+    even_share = 1.0 / (k - 1)
+    cap = (confidence + remaining * even_share) / 2
+    largest = remaining * shares.max(dim=1).values
+    # blend λ solves remaining·((1 − λ)·largest_share + λ·even_share) = cap
+    blend = (largest - cap) / (largest - remaining * even_share).clamp(min=1e-300)
+    blend = blend.clamp(min=0.0, max=1.0).unsqueeze(1)
+    others = remaining.unsqueeze(1) * ((1.0 - blend) * shares + blend * even_share)
+    return others.scatter(1, top_index, confidence.unsqueeze(1))
+
+
+class TopLabelCalibrator(Calibrator):
+    """A calibrator of the top-label confidence; the predicted class never changes.
+
+    Subclasses implement ``_fit_confidence`` and ``_calibrate_confidence`` on the
+    top-label ``(confidence, log_odds)`` pair; ``redistribute_top_label`` rebuilds N×K
+    probabilities.
+    """
+
+    def _fit(self, logits: Tensor, labels: Tensor) -> bool:
+        prediction, confidence, log_odds = top_label(logits)
+        correct = (prediction == labels).to(torch.float64)
+        n_correct = int(correct.sum())
+        if n_correct in (0, correct.numel()):
+            outcome = "correct" if n_correct else "wrong"
+            self._warn(f"every validation prediction is {outcome}; the fitted map is degenerate")
+        return self._fit_confidence(confidence, log_odds, correct)
+
+    def _predict_proba(self, logits: Tensor) -> Tensor:
+        prediction, confidence, log_odds = top_label(logits)
+        calibrated = self._calibrate_confidence(confidence, log_odds)
+        return redistribute_top_label(logits, prediction, calibrated)
+
+    def calibrate_confidence(self, logits: Tensor | np.ndarray) -> Tensor:
+        """The calibrated top-label confidence alone (N,), before any flooring at 1/K."""
+        _, confidence, log_odds = top_label(self._checked_logits(logits))
+        return self._calibrate_confidence(confidence, log_odds)
+
+    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+        raise NotImplementedError
+
+    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
+        raise NotImplementedError

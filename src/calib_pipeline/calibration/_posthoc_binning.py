@@ -1,0 +1,357 @@
+"""Calibrators of the top-label confidence (histogram binning, isotonic regression, Platt
+scaling, scaling-binning) and one-vs-rest isotonic regression.
+
+Bins are closed on the right, ``(lo, hi]``, with the first bin ``[0, hi]`` — the
+convention of Guo et al., Mukhoti et al. and Kumar et al.; ``torch.bucketize`` with
+``right=False`` implements exactly that.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import minimize
+from sklearn.isotonic import IsotonicRegression
+from torch import Tensor
+
+from calib_pipeline.calibration._posthoc_base import (
+    Calibrator,
+    TopLabelCalibrator,
+    check_choice,
+    check_count,
+    register,
+)
+from calib_pipeline.registry import check_range
+
+BINNING_SCHEMES = ("equal_size", "equal_mass")
+
+
+def equal_size_edges(n_bins: int) -> Tensor:
+    """``n_bins + 1`` edges ``0, 1/M, …, 1`` (float64)."""
+    return torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64)
+
+
+def equal_mass_edges(scores: Tensor, n_bins: int) -> Tensor:
+    """``n_bins + 1`` edges putting ``round(N/M)`` of ``scores`` in each ``(lo, hi]`` bin.
+
+    Inner edge ``j`` is the midpoint of the sorted scores at ranks ``k_j − 1`` and
+    ``k_j`` with ``k_j = round(j·N/M)``, so unseen scores between two validation points
+    go to the nearer bin boundary's midpoint. Tied scores give repeated edges (empty
+    bins) rather than splitting a tie. The outer edges are 0 and 1.
+    """
+    ordered = torch.sort(scores).values
+    n = ordered.numel()
+    ranks = torch.round(torch.arange(1, n_bins, dtype=torch.float64) * n / n_bins).long()
+    upper = ordered[ranks.clamp(min=0, max=n - 1)]
+    lower = ordered[(ranks - 1).clamp(min=0, max=n - 1)]
+    inner = (lower + upper) / 2
+    zero_one = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    return torch.cat([zero_one[:1], inner, zero_one[1:]])
+
+
+def bin_index(scores: Tensor, edges: Tensor) -> Tensor:
+    """Bin of each score for ``(lo, hi]`` bins with ``edges`` (first bin ``[0, hi]``)."""
+    return torch.bucketize(scores, edges[1:-1].to(scores.device), right=False)
+
+
+def fit_bin_means(
+    scores: Tensor, targets: Tensor, edges: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Mean target per bin (NaN for an empty bin) and the bin counts."""
+    index = bin_index(scores, edges)
+    n_bins = edges.numel() - 1
+    counts = torch.bincount(index, minlength=n_bins).to(torch.float64)
+    sums = torch.zeros(n_bins, dtype=torch.float64, device=scores.device).scatter_add_(
+        0, index, targets
+    )
+    means = torch.where(counts > 0, sums / counts.clamp(min=1), math.nan)
+    return means.cpu(), counts.cpu()
+
+
+def apply_bin_means(scores: Tensor, edges: Tensor, means: Tensor) -> Tensor:
+    """Each score's bin mean; a score in a bin empty at fit time keeps its own value."""
+    mapped = means.to(scores.device)[bin_index(scores, edges)]
+    return torch.where(torch.isnan(mapped), scores, mapped)
+
+
+def _json_list(values: Tensor | np.ndarray) -> list[float | None]:
+    """Floats as a JSON-friendly list; NaN (an empty bin) becomes ``None``."""
+    return [None if math.isnan(v) else v for v in np.asarray(values, dtype=float).tolist()]
+
+
+@register
+class HistogramBinning(TopLabelCalibrator):
+    """Histogram binning of the top-label confidence (Zadrozny & Elkan 2001; Wang et al.).
+
+    Fit: the validation confidences are binned; each bin's value is the accuracy of the
+    validation predictions in it. Predict: a confidence is replaced by its bin's value;
+    a bin that was empty at fit time leaves the confidence unchanged.
+
+    Hyperparameters:
+        n_bins: number of bins (default 15, as in Wang et al.).
+        binning: ``"equal_size"`` (edges ``j/M``, default) or ``"equal_mass"``
+            (``equal_mass_edges`` of the validation confidences).
+    """
+
+    name = "histogram_binning"
+
+    def __init__(self, *, n_bins: int = 15, binning: str = "equal_size") -> None:
+        n_bins = check_count("n_bins", n_bins, low=1)
+        binning = check_choice("binning", binning, BINNING_SCHEMES)
+        super().__init__(n_bins=n_bins, binning=binning)
+
+    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+        n_bins = self.hyperparameters["n_bins"]
+        if self.hyperparameters["binning"] == "equal_size":
+            self.edges = equal_size_edges(n_bins)
+        else:
+            self.edges = equal_mass_edges(confidence.cpu(), n_bins)
+        self.values, self.counts = fit_bin_means(confidence, correct, self.edges)
+        return True
+
+    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
+        return apply_bin_means(confidence, self.edges, self.values)
+
+    def _learned(self) -> dict[str, Any]:
+        return {
+            "bin_edges": self.edges.tolist(),
+            "bin_values": _json_list(self.values),
+            "bin_counts": [int(c) for c in self.counts.tolist()],
+        }
+
+
+def _fit_isotonic(scores: np.ndarray, targets: np.ndarray) -> IsotonicRegression:
+    """scikit-learn's increasing isotonic fit on [0, 1], clipped outside the seen range."""
+    return IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(
+        scores, targets
+    )
+
+
+def _isotonic_learned(model: IsotonicRegression) -> dict[str, list[float]]:
+    return {"x_thresholds": model.X_thresholds_.tolist(), "y_thresholds": model.y_thresholds_.tolist()}
+
+
+@register
+class TopLabelIsotonic(TopLabelCalibrator):
+    """Isotonic regression of correctness on the top-label confidence (scikit-learn).
+
+    The map is scikit-learn's ``IsotonicRegression(y_min=0, y_max=1, increasing=True,
+    out_of_bounds="clip")`` fitted on ``(confidence, correct)``: piecewise-linear between
+    its thresholds, constant outside them, monotone non-decreasing in the confidence.
+    Fewer than two distinct validation confidences warn (the map is a constant).
+    """
+
+    name = "isotonic_top_label"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+        scores = confidence.cpu().numpy()
+        if np.unique(scores).size < 2:
+            self._warn("fewer than 2 distinct validation confidences; the isotonic map is constant")
+        self.model = _fit_isotonic(scores, correct.cpu().numpy())
+        return True
+
+    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
+        mapped = self.model.predict(confidence.cpu().numpy())
+        return torch.as_tensor(mapped, dtype=torch.float64, device=confidence.device)
+
+    def _learned(self) -> dict[str, Any]:
+        return _isotonic_learned(self.model)
+
+
+@register
+class OneVsRestIsotonic(Calibrator):
+    """One-vs-rest isotonic regression (Zadrozny & Elkan 2002) on softmax probabilities.
+
+    Class ``k``'s map is fitted on ``(p_k, 1[y = k])`` (same scikit-learn settings as the
+    top-label variant); predictions are the K mapped columns renormalised to sum to 1.
+    A row whose mapped columns are all 0 keeps its uncalibrated probabilities. Unlike
+    the top-label calibrators this may change the argmax. ``learned()`` reports the
+    thresholds of every class.
+    """
+
+    name = "isotonic_one_vs_rest"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def _fit(self, logits: Tensor, labels: Tensor) -> bool:
+        probabilities = torch.softmax(logits, dim=1).cpu().numpy()
+        labels_np = labels.cpu().numpy()
+        self.models = [
+            _fit_isotonic(probabilities[:, k], (labels_np == k).astype(np.float64))
+            for k in range(probabilities.shape[1])
+        ]
+        return True
+
+    def _predict_proba(self, logits: Tensor) -> Tensor:
+        probabilities = torch.softmax(logits, dim=1)
+        columns = probabilities.cpu().numpy()
+        mapped = np.stack(
+            [model.predict(columns[:, k]) for k, model in enumerate(self.models)], axis=1
+        )
+        mapped = torch.as_tensor(mapped, dtype=torch.float64, device=logits.device)
+        totals = mapped.sum(dim=1, keepdim=True)
+        return torch.where(totals > 0, mapped / totals.clamp(min=1e-300), probabilities)
+
+    def _learned(self) -> dict[str, Any]:
+        per_class = [_isotonic_learned(model) for model in self.models]
+        return {
+            "x_thresholds": [entry["x_thresholds"] for entry in per_class],
+            "y_thresholds": [entry["y_thresholds"] for entry in per_class],
+        }
+
+
+def fit_platt(log_odds: Tensor, correct: Tensor, *, target_smoothing: bool) -> tuple[float, float, bool]:
+    """Logistic regression ``σ(a·s + b)`` of correctness on the log-odds ``s`` (Platt 1999).
+
+    Minimises the mean binary cross-entropy ``mean[softplus(u) − t·u]``, ``u = a·s + b``,
+    by scipy's exact-Hessian trust-region Newton (convex in (a, b)), from the identity
+    ``a = 1, b = 0``. With ``target_smoothing`` the targets are Platt's
+    ``t+ = (N+ + 1)/(N+ + 2)`` and ``t− = 1/(N− + 2)``, which keeps (a, b) finite when
+    the validation predictions are all correct or separable.
+
+    Returns:
+        ``(a, b, converged)``.
+    """
+    s = log_odds.cpu().numpy()
+    y = correct.cpu().numpy()
+    if target_smoothing:
+        positives = y.sum()
+        negatives = y.size - positives
+        y = np.where(y > 0, (positives + 1) / (positives + 2), 1 / (negatives + 2))
+    features = np.stack([s, np.ones_like(s)], axis=1)
+
+    def loss_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        u = features @ theta
+        loss = np.mean(np.logaddexp(0.0, u) - y * u)
+        return float(loss), features.T @ (_sigmoid(u) - y) / u.size
+
+    def hessian(theta: np.ndarray) -> np.ndarray:
+        p = _sigmoid(features @ theta)
+        return (features * (p * (1 - p))[:, None]).T @ features / p.size
+
+    result = minimize(
+        loss_and_gradient,
+        np.array([1.0, 0.0]),
+        jac=True,
+        hess=hessian,
+        method="trust-exact",
+        options={"gtol": 1e-10},
+    )
+    return float(result.x[0]), float(result.x[1]), bool(result.success)
+
+
+def _sigmoid(u: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * u))
+
+
+@register
+class PlattScaling(TopLabelCalibrator):
+    """Platt scaling of the top-label confidence: ``c' = σ(a·logit(c) + b)`` (``fit_platt``).
+
+    ``logit(c)`` is computed from the logits as ``−log Σ_{k≠top} exp(z_k − z_top)``, so
+    it stays finite for saturated confidences.
+
+    Hyperparameters:
+        target_smoothing: Platt's smoothed targets (default True).
+    """
+
+    name = "platt_top_label"
+
+    def __init__(self, *, target_smoothing: bool = True) -> None:
+        if not isinstance(target_smoothing, bool):
+            raise ValueError(f"target_smoothing must be True or False, got {target_smoothing!r}")
+        super().__init__(target_smoothing=target_smoothing)
+
+    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+        self.slope, self.intercept, converged = fit_platt(
+            log_odds, correct, target_smoothing=self.hyperparameters["target_smoothing"]
+        )
+        return converged
+
+    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
+        return torch.sigmoid(self.slope * log_odds + self.intercept)
+
+    def _learned(self) -> dict[str, Any]:
+        return {"slope": self.slope, "intercept": self.intercept}
+
+
+@register
+class ScalingBinning(TopLabelCalibrator):
+    """Scaling-binning calibrator of Kumar et al. (2019), on the top-label confidence.
+
+    1. A seeded random ``fit_fraction`` of the validation set fits Platt scaling
+       ``g(c) = σ(a·logit(c) + b)``.
+    2. On the rest, ``n_bins`` equal-mass bins of ``g`` are formed
+       (``equal_mass_edges``) and each bin's value is the mean of ``g`` in it — the
+       mean of the *scaled* confidences, not of the labels; this is what gives the
+       method its lower sample complexity than histogram binning.
+    3. Predict: a confidence maps to the value of the bin its ``g`` falls in (``g``
+       itself for a bin empty at fit time).
+
+    Hyperparameters:
+        n_bins (15), fit_fraction (0.5), seed (0), target_smoothing (True, for step 1).
+    """
+
+    name = "scaling_binning"
+
+    def __init__(
+        self,
+        *,
+        n_bins: int = 15,
+        fit_fraction: float = 0.5,
+        seed: int = 0,
+        target_smoothing: bool = True,
+    ) -> None:
+        n_bins = check_count("n_bins", n_bins, low=1)
+        fit_fraction = check_range(
+            "fit_fraction", fit_fraction, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False
+        )
+        seed = check_count("seed", seed, low=0)
+        if not isinstance(target_smoothing, bool):
+            raise ValueError(f"target_smoothing must be True or False, got {target_smoothing!r}")
+        super().__init__(
+            n_bins=n_bins, fit_fraction=fit_fraction, seed=seed, target_smoothing=target_smoothing
+        )
+
+    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+        options = self.hyperparameters
+        n = confidence.numel()
+        if n < 2:
+            raise ValueError(f"scaling_binning needs at least 2 validation samples, got {n}")
+        generator = torch.Generator().manual_seed(options["seed"])
+        order = torch.randperm(n, generator=generator).to(confidence.device)
+        n_fit = min(max(round(options["fit_fraction"] * n), 1), n - 1)
+        fit_part, bin_part = order[:n_fit], order[n_fit:]
+        self.slope, self.intercept, converged = fit_platt(
+            log_odds[fit_part], correct[fit_part], target_smoothing=options["target_smoothing"]
+        )
+        scaled = self._scale(log_odds[bin_part])
+        if scaled.numel() < options["n_bins"]:
+            self._warn(
+                f"only {scaled.numel()} samples to form {options['n_bins']} bins; some bins are empty"
+            )
+        self.edges = equal_mass_edges(scaled.cpu(), options["n_bins"])
+        self.values, self.counts = fit_bin_means(scaled, scaled, self.edges)
+        return converged
+
+    def _scale(self, log_odds: Tensor) -> Tensor:
+        return torch.sigmoid(self.slope * log_odds + self.intercept)
+
+    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
+        return apply_bin_means(self._scale(log_odds), self.edges, self.values)
+
+    def _learned(self) -> dict[str, Any]:
+        return {
+            "slope": self.slope,
+            "intercept": self.intercept,
+            "bin_edges": self.edges.tolist(),
+            "bin_values": _json_list(self.values),
+            "bin_counts": [int(c) for c in self.counts.tolist()],
+        }

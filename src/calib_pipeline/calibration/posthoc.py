@@ -1,0 +1,279 @@
+"""Post-hoc calibrators and the calibratability analyses of Wang et al. (2021).
+
+Build a calibrator by registry name, fit it on validation logits, apply it anywhere::
+
+    calibrator = build_calibrator("temperature_grid_ece", preset="wang")
+    calibrator.fit(val_logits, val_labels)
+    probabilities = calibrator.predict_proba(test_logits)   # float64, N x K
+    calibrator.learned()                                    # {"temperature": ..., "ece": ...}
+
+Registry names (``CALIBRATORS.names()``; details and defaults in ``docs/posthoc.md``):
+
+- ``temperature_nll``, ``temperature_grid_ece``, ``temperature_sb_ece``,
+  ``temperature_fixed`` — temperature scaling fitted by NLL, by a grid on val ECE, by
+  SB-ECE, or fixed;
+- ``histogram_binning``, ``isotonic_top_label``, ``platt_top_label``,
+  ``scaling_binning`` — top-label confidence calibrators (the argmax never changes);
+- ``isotonic_one_vs_rest``;
+- ``vector_scaling``, ``matrix_scaling``, ``dirichlet`` — affine maps on logits or
+  log-probabilities.
+
+Every calibrator has ``fit(logits, labels) -> self``, ``predict_proba(logits)``,
+``learned()``, ``converged``, ``warnings``, ``name`` and ``hyperparameters``; the
+temperature and affine calibrators also have ``transform_logits(logits)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from calib_pipeline.calibration import metrics
+from calib_pipeline.calibration._posthoc_affine import (
+    DirichletCalibration,
+    MatrixScaling,
+    VectorScaling,
+)
+from calib_pipeline.calibration._posthoc_base import (
+    CALIBRATORS,
+    Calibrator,
+    LogitCalibrator,
+    TopLabelCalibrator,
+    redistribute_top_label,
+)
+from calib_pipeline.calibration._posthoc_binning import (
+    HistogramBinning,
+    OneVsRestIsotonic,
+    PlattScaling,
+    ScalingBinning,
+    TopLabelIsotonic,
+)
+from calib_pipeline.calibration._posthoc_temperature import (
+    TEMPERATURE_GRIDS,
+    FixedTemperatureScaling,
+    GridTemperatureScaling,
+    NLLTemperatureScaling,
+    SBECETemperatureScaling,
+    fit_temperature_nll,
+    temperature_grid,
+)
+from calib_pipeline.calibration.validation import check_logits_labels
+
+__all__ = [
+    "CALIBRATORS",
+    "TEMPERATURE_GRIDS",
+    "Calibrator",
+    "DirichletCalibration",
+    "FixedTemperatureScaling",
+    "GridTemperatureScaling",
+    "HistogramBinning",
+    "LogitCalibrator",
+    "MatrixScaling",
+    "NLLTemperatureScaling",
+    "OneVsRestIsotonic",
+    "PlattScaling",
+    "SBECETemperatureScaling",
+    "ScalingBinning",
+    "TopLabelCalibrator",
+    "TopLabelIsotonic",
+    "VectorScaling",
+    "build_calibrator",
+    "calibrated_scores",
+    "fit_temperature_nll",
+    "oracle_temperature",
+    "redistribute_top_label",
+    "stratified_subsample",
+    "temperature_grid",
+    "validation_size_sweep",
+]
+
+
+def build_calibrator(name: str, **hyperparameters: Any) -> Calibrator:
+    """An unfitted calibrator by registry name.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones), unknown
+            hyperparameter (lists the accepted ones) or a value out of range.
+    """
+    return CALIBRATORS.build(name, **hyperparameters)
+
+
+def calibrated_scores(calibrator: Calibrator, logits: Tensor | np.ndarray) -> tuple[Tensor, str]:
+    """Calibrated logits where the calibrator has them, else probabilities.
+
+    Returns:
+        ``(scores, inputs)`` with ``inputs`` ``"logits"`` or ``"probs"``, ready for the
+        metrics' ``inputs=`` argument.
+    """
+    if isinstance(calibrator, LogitCalibrator):
+        return calibrator.transform_logits(logits), "logits"
+    return calibrator.predict_proba(logits), "probs"
+
+
+def stratified_subsample(labels: Tensor, size: int, seed: int) -> Tensor:
+    """Indices of a class-stratified random subsample of ``size`` rows.
+
+    Class ``c`` with ``n_c`` of the ``N`` rows gets ``floor(size·n_c/N)`` rows, and the
+    remaining rows go to the classes with the largest fractional parts (lowest class
+    index first on ties); rows within a class are drawn uniformly with ``seed``.
+
+    Args:
+        labels: int64 labels (N,).
+        size: subsample size, ``1 <= size <= N``.
+        seed: seed of the draw.
+
+    Returns:
+        int64 indices (size,), grouped by class.
+    """
+    n = labels.numel()
+    counts = torch.bincount(labels)
+    quota = counts.to(torch.float64) * size / n
+    take = torch.floor(quota).long()
+    leftover = size - int(take.sum())
+    by_fraction = torch.argsort(-(quota - take), stable=True)
+    take[by_fraction[:leftover]] += 1
+    shuffle = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    shuffled = labels[shuffle]
+    grouped = torch.argsort(shuffled, stable=True)
+    grouped_labels = shuffled[grouped]
+    class_start = torch.cumsum(counts, 0) - counts
+    rank_in_class = torch.arange(n) - class_start[grouped_labels]
+    return shuffle[grouped[rank_in_class < take[grouped_labels]]]
+
+
+def _metric_function(metric: str) -> Any:
+    function = getattr(metrics, metric, None)
+    if metric.startswith("_") or not callable(function):
+        valid = [name for name in getattr(metrics, "__all__", []) if callable(getattr(metrics, name))]
+        raise ValueError(f"unknown metric {metric!r}; valid metrics are: {', '.join(valid)}")
+    return function
+
+
+def validation_size_sweep(
+    name: str,
+    val_logits: Tensor | np.ndarray,
+    val_labels: Tensor | np.ndarray,
+    test_logits: Tensor | np.ndarray,
+    test_labels: Tensor | np.ndarray,
+    *,
+    sizes: Sequence[int],
+    seeds: Sequence[int],
+    metric: str = "ece",
+    stratified: bool = True,
+    **hyperparameters: Any,
+) -> list[dict[str, Any]]:
+    """Test-set calibration after fitting on subsamples of the validation set (Wang Fig. 3).
+
+    For each ``size`` and ``seed``, calibrator ``name`` is fitted on a subsample of the
+    validation set (``stratified_subsample``, or a uniform draw when
+    ``stratified=False``) and ``metrics.<metric>`` is computed on its test output.
+    Everything is validated before the first fit.
+
+    Args:
+        name, hyperparameters: the calibrator (as for ``build_calibrator``).
+        val_logits, val_labels, test_logits, test_labels: N×K logits and labels.
+        sizes: subsample sizes, each in ``[1, N_val]``.
+        seeds: subsample seeds (non-negative integers).
+        metric: a function of ``calib_pipeline.calibration.metrics`` taking
+            ``(scores, labels, inputs=...)``.
+        stratified: stratify the subsamples by class.
+
+    Returns:
+        One row per (size, seed): ``calibrator, size, seed, metric, value,
+        temperature`` (``None`` for calibrators without one), ``converged``,
+        ``warnings`` (joined with ``"; "``).
+
+    Raises:
+        ValueError: invalid logits/labels, val and test with different class counts,
+            a size outside ``[1, N_val]``, an unknown metric or calibrator.
+    """
+    build_calibrator(name, **hyperparameters)
+    score = _metric_function(metric)
+    val_z, val_y = check_logits_labels(val_logits, val_labels)
+    test_z, test_y = check_logits_labels(test_logits, test_labels)
+    if val_z.shape[1] != test_z.shape[1]:
+        raise ValueError(
+            f"validation logits have {val_z.shape[1]} classes but test logits have {test_z.shape[1]}"
+        )
+    n_val = val_z.shape[0]
+    bad_sizes = [s for s in sizes if isinstance(s, bool) or int(s) != s or not 1 <= s <= n_val]
+    if bad_sizes or not sizes:
+        raise ValueError(f"sizes must be a non-empty list of integers in [1, {n_val}], got {list(sizes)}")
+    bad_seeds = [s for s in seeds if isinstance(s, bool) or int(s) != s or s < 0]
+    if bad_seeds or not seeds:
+        raise ValueError(f"seeds must be a non-empty list of non-negative integers, got {list(seeds)}")
+    val_y_cpu = val_y.cpu()
+    rows = []
+    for size in sizes:
+        for seed in seeds:
+            if stratified:
+                index = stratified_subsample(val_y_cpu, int(size), int(seed))
+            else:
+                generator = torch.Generator().manual_seed(int(seed))
+                index = torch.randperm(n_val, generator=generator)[: int(size)]
+            index = index.to(val_z.device)
+            calibrator = build_calibrator(name, **hyperparameters).fit(val_z[index], val_y[index])
+            scores, inputs = calibrated_scores(calibrator, test_z)
+            rows.append(
+                {
+                    "calibrator": name,
+                    "size": int(size),
+                    "seed": int(seed),
+                    "metric": metric,
+                    "value": float(score(scores, test_y, inputs=inputs)),
+                    "temperature": getattr(calibrator, "temperature", None),
+                    "converged": calibrator.converged,
+                    "warnings": "; ".join(calibrator.warnings),
+                }
+            )
+    return rows
+
+
+def oracle_temperature(
+    logits: Tensor | np.ndarray,
+    labels: Tensor | np.ndarray,
+    *,
+    grid: str | Sequence[float] = "wang",
+    n_bins: int = 15,
+) -> dict[str, Any]:
+    """ORACLE bound: the temperature minimising ECE on the evaluation set itself.
+
+    Wang et al.'s "optimal ECE" (Fig. 4): T is searched on the very logits it is scored
+    on, so the result is a lower bound on what any validation-fitted temperature can
+    reach — report it apart from validation-fitted numbers, never mixed with them.
+
+    Args:
+        logits, labels: the evaluation set (N×K, N).
+        grid: a preset of ``TEMPERATURE_GRIDS`` (default ``"wang"``: 0.01…10 step 0.01)
+            or ``(start, stop, step)``.
+        n_bins: ECE bins.
+
+    Returns:
+        ``{"oracle": True, "oracle_temperature", "oracle_ece", "uncalibrated_ece",
+        "at_grid_bound", "grid_start", "grid_stop", "grid_step", "n_bins"}``.
+    """
+    if isinstance(grid, str):
+        calibrator = build_calibrator("temperature_grid_ece", preset=grid, n_bins=n_bins)
+    else:
+        start, stop, step = grid
+        calibrator = build_calibrator(
+            "temperature_grid_ece", start=start, stop=stop, step=step, n_bins=n_bins
+        )
+    z, y = check_logits_labels(logits, labels)
+    calibrator.fit(z, y)
+    options = calibrator.hyperparameters
+    return {
+        "oracle": True,
+        "oracle_temperature": calibrator.temperature,
+        "oracle_ece": calibrator.objective,
+        "uncalibrated_ece": float(metrics.ece(z, y, n_bins=n_bins)),
+        "at_grid_bound": calibrator.at_bound,
+        "grid_start": options["start"],
+        "grid_stop": options["stop"],
+        "grid_step": options["step"],
+        "n_bins": n_bins,
+    }
