@@ -7,7 +7,6 @@ STAMP := $(VENV)/.installed
 # Telemetry must never block or prompt (the machines may be offline).
 export DO_NOT_TRACK := 1
 export KEDRO_DISABLE_TELEMETRY := true
-export KEDRO_LOGGING_CONFIG := $(CURDIR)/conf/logging.yml
 export PYTHONWARNINGS := ignore::DeprecationWarning
 
 ENV ?= base

@@ -3,6 +3,9 @@ import os
 import pytest
 import torch
 
+# Small models train faster on one thread, and CI has two cores.
+torch.set_num_threads(1)
+
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MPLBACKEND", "Agg")

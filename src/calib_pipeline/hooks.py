@@ -24,13 +24,15 @@ RUN_ENV: dict[str, Any] = {"env": None}
 
 
 class RunEnvironmentHook:
-    """Records the configuration environment of the session so the pipeline registry
-    reads the structural lists (studies, methods, seeds) of that environment."""
+    """Records the session's configuration loader, so the pipeline registry reads the
+    structural lists (studies, methods, seeds) of the session's environment, runtime
+    ``--params`` included."""
 
     @hook_impl
     def after_context_created(self, context) -> None:
         RUN_ENV["env"] = context.env
         RUN_ENV["project_path"] = str(context.project_path)
+        RUN_ENV["config_loader"] = context.config_loader
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:

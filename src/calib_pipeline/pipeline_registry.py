@@ -22,8 +22,11 @@ STAGES = ("data_split", "training", "logits", "posthoc", "shift", "reporting")
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    env = RUN_ENV.get("env") or os.environ.get("KEDRO_ENV")
-    parameters = load_parameters(env, RUN_ENV.get("project_path") or project_root())
+    loader = RUN_ENV.get("config_loader")
+    if loader is not None:
+        parameters = loader["parameters"]
+    else:  # imported outside a session (e.g. a plain script): read the environment's files
+        parameters = load_parameters(os.environ.get("KEDRO_ENV"), project_root())
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
 

@@ -1,5 +1,6 @@
 """Kedro project settings."""
 
+import os
 from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
@@ -17,6 +18,12 @@ def project_root() -> str:
     return str(Path.cwd())
 
 
+def data_root() -> str:
+    """Where generated data goes: ``CALIB_DATA_DIR`` when set (tests use a temporary
+    folder), else ``<project>/data``."""
+    return os.environ.get("CALIB_DATA_DIR") or str(Path(project_root()) / "data")
+
+
 HOOKS = (RunEnvironmentHook(), MlflowTrackingHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
@@ -25,5 +32,5 @@ CONFIG_LOADER_ARGS = {
     "default_run_env": "local",
     "merge_strategy": {"parameters": "soft", "globals": "soft", "catalog": "soft"},
     "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},
-    "custom_resolvers": {"project_root": project_root, "oc.env": oc.env},
+    "custom_resolvers": {"project_root": project_root, "data_root": data_root, "oc.env": oc.env},
 }

@@ -154,6 +154,7 @@ def train_model(
         meta_learner: when given, each step is ``meta_learner.step(...)`` (backbone + meta update).
         store: where the resumable state goes; an existing state with the same
             ``fingerprint`` is resumed, a different one is discarded with a warning.
+            The state is removed once the run completes.
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
@@ -324,6 +325,8 @@ def train_model(
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
     progress.close()
+    if store is not None and history and history[-1]["epoch"] == config.epochs:
+        store.clear()  # the run is complete: its artifacts go through the catalog, not the store
 
     final_epoch = history[-1]["epoch"] if history else 0
     last_wrong = last_wrong.cpu()

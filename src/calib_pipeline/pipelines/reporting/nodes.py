@@ -156,8 +156,8 @@ def summary_tables(table: pd.DataFrame, summary: dict[str, Any]) -> tuple[pd.Dat
 
 def reliability_figure(bins: pd.DataFrame, n_bins: int = 15) -> plt.Figure:
     """Reliability diagrams on the clean test split: one row per method, one column per
-    calibrator; bars are per-bin accuracy pooled over seeds (count-weighted), the
-    diagonal is perfect calibration, the shaded gap is confidence minus accuracy."""
+    calibrator; filled bars are per-bin accuracy pooled over seeds (count-weighted),
+    hatched outlines the mean confidence of the bin, the diagonal perfect calibration."""
     frame = bins[bins["n_bins"] == n_bins]
     if frame.empty:
         raise ValueError(f"no reliability bins with n_bins={n_bins}")
@@ -184,8 +184,8 @@ def reliability_figure(bins: pd.DataFrame, n_bins: int = 15) -> plt.Figure:
                 acc = pooled["acc_w"] / pooled["count"]
                 conf = pooled["conf_w"] / pooled["count"]
             width = pooled["upper"] - pooled["lower"]
-            ax.bar(pooled["lower"], acc, width=width, align="edge", color="#4C72B0", edgecolor="white", label="accuracy")
-            ax.bar(pooled["lower"], conf - acc, bottom=acc, width=width, align="edge", color="#DD8452", alpha=0.45, label="gap")
+            ax.bar(pooled["lower"], acc, width=width, align="edge", color="#4C72B0", edgecolor="white")
+            ax.bar(pooled["lower"], conf, width=width, align="edge", fill=False, edgecolor="#C44E52", hatch="//", linewidth=0.6)
             ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)

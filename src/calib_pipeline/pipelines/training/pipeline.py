@@ -21,7 +21,7 @@ def training_node(structure: Structure, method: str, seed: int):
         outputs=[f"{prefix}.checkpoint", f"{prefix}.history"],
         name=f"train_seed_{seed}",
         namespace=method,
-        tags=["training", f"method:{method}"],
+        tags=["training", f"method.{method}"],
     )
 
 

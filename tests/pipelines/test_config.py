@@ -1,0 +1,92 @@
+import copy
+
+import pytest
+
+from calib_pipeline.pipelines.config import expand_methods, fingerprint, parse_structure, validate_buildable
+
+
+@pytest.fixture
+def parameters():
+    return {
+        "dataset": {"name": "digits"},
+        "model": {"name": "small_cnn", "params": {}},
+        "training": {"epochs": 2},
+        "seeds": [0, 1],
+        "splits": {
+            "standard": {"seed": 0, "fractions": {"train": 0.9, "val": 0.1}},
+            "meta": {"seed": 0, "fractions": {"train": 0.8, "val": 0.1, "meta_val": 0.1}},
+        },
+        "calibrators": {"ts": {"name": "temperature_nll"}},
+        "methods": {
+            "ce": {"objective": "cross_entropy", "label": "CE"},
+            "focal_g3": {"objective": "focal", "params": {"gamma": 3.0}},
+            "ls": {"objective": "label_smoothing", "sweep": {"epsilon": [0.01, 0.05]}},
+        },
+        "studies": {
+            "a": {"methods": ["ce", "focal_g3"], "calibrators": ["ts"]},
+            "b": {"methods": ["ce", "ls"], "seeds": [0, 2]},
+        },
+    }
+
+
+def test_structure_deduplicates_shared_runs_and_expands_sweeps(parameters):
+    structure = parse_structure(parameters)
+    assert structure.studies["b"].methods == ("ce", "ls_epsilon_0p01", "ls_epsilon_0p05")
+    assert structure.methods["ls_epsilon_0p05"].params == {"epsilon": 0.05}
+    assert structure.methods["ls_epsilon_0p05"].group == "ls"
+    runs = structure.runs()
+    assert runs.count(("ce", 0)) == 1
+    assert set(runs) == {
+        ("ce", 0), ("ce", 1), ("focal_g3", 0), ("focal_g3", 1), ("ce", 2),
+        ("ls_epsilon_0p01", 0), ("ls_epsilon_0p01", 2), ("ls_epsilon_0p05", 0), ("ls_epsilon_0p05", 2),
+    }
+    validate_buildable(structure, parameters)
+
+
+def test_sweep_accepts_one_hyperparameter():
+    with pytest.raises(ValueError, match="one hyperparameter at a time"):
+        expand_methods({"x": {"objective": "focal", "sweep": {"gamma": [1], "detach_pt": [True]}}})
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p: p["studies"]["a"]["methods"].append("mixup"), r"unknown method\(s\) \['mixup'\]"),
+        (lambda p: p["methods"].update({"bad-key": {"objective": "cross_entropy"}}), "must start with a letter"),
+        (lambda p: p["methods"]["ce"].update({"meta_learner": "fl_gamma_sece"}), "exactly one of"),
+        (lambda p: p["methods"]["ce"].update({"split": "other"}), "unknown split 'other'"),
+        (lambda p: p["studies"]["a"].update({"calibrators": ["isotonic"]}), r"unknown calibrator\(s\)"),
+        (lambda p: p["studies"]["a"].update({"seeds": [-1]}), "seeds must be non-negative"),
+    ],
+)
+def test_bad_structure_is_rejected(parameters, mutate, message):
+    bad = copy.deepcopy(parameters)
+    mutate(bad)
+    with pytest.raises(ValueError, match=message):
+        parse_structure(bad)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p: p["dataset"].update({"name": "imagenet"}), "unknown dataset 'imagenet'; valid dataset names are"),
+        (lambda p: p["model"].update({"name": "vgg"}), "valid model names are"),
+        (lambda p: p["methods"]["focal_g3"]["params"].update({"gamma": -1.0}), "method 'focal_g3': .*gamma"),
+        (lambda p: p["methods"]["ls"].update({"sweep": {"epsilon": [1.0]}}), "method 'ls_epsilon_1p0': .*epsilon"),
+        (lambda p: p["methods"].update({"x": {"objective": "nope"}}), "method 'x': unknown objective 'nope'; valid"),
+        (lambda p: p["splits"]["standard"]["fractions"].update({"train": 0.5}), "split 'standard': .*sum to 1"),
+        (lambda p: p["training"].update({"epochs": -3}), "epochs must be a positive integer"),
+        (lambda p: p["calibrators"].update({"x": {"name": "nope"}}), "calibrator 'x': unknown calibrator"),
+    ],
+)
+def test_bad_names_and_hyperparameters_fail_when_pipelines_are_built(parameters, mutate, message):
+    bad = copy.deepcopy(parameters)
+    mutate(bad)
+    with pytest.raises(ValueError, match=message):
+        validate_buildable(parse_structure(bad), bad)
+
+
+def test_fingerprint_is_stable_and_sensitive():
+    a = fingerprint({"lr": 0.1, "seed": 0})
+    assert a == fingerprint({"seed": 0, "lr": 0.1})
+    assert a != fingerprint({"lr": 0.1, "seed": 1})

@@ -1,0 +1,115 @@
+import pytest
+import torch
+
+from calib_pipeline.calibration.losses import build_objective
+from calib_pipeline.data import load_dataset
+from calib_pipeline.models import build_model
+from calib_pipeline.training import BatchStream, CheckpointStore, Split, TrainConfig, augment_batch, train_model
+
+
+@pytest.fixture(scope="module")
+def digits():
+    data = load_dataset("digits")
+    train = Split(data.train_images[:600], data.train_labels[:600])
+    val = Split(data.train_images[600:800], data.train_labels[600:800])
+    test = Split(data.test_images, data.test_labels)
+    return data, train, val, test
+
+
+def _train(digits, config, store=None, stop_after_epoch=None, objective="cross_entropy"):
+    data, train, val, test = digits
+    torch.manual_seed(1)
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    return train_model(
+        model,
+        build_objective(objective),
+        train,
+        val,
+        config,
+        normalization=(data.mean, data.std),
+        seed=5,
+        test=test,
+        store=store,
+        fingerprint="fp",
+        stop_after_epoch=stop_after_epoch,
+        description="test",
+    )
+
+
+def test_training_learns_and_records_history(digits):
+    config = TrainConfig(epochs=4, batch_size=32, lr=0.1, milestones=(3,), device="cpu")
+    result = _train(digits, config)
+    assert [row["epoch"] for row in result.history] == [1, 2, 3, 4]
+    assert result.history[-1]["val_accuracy"] > 0.7
+    assert result.history[-1]["lr"] == pytest.approx(0.01)
+    for key in ("train_loss", "val_nll", "val_ece", "test_nll_correct", "test_entropy_incorrect", "head_weight_norm"):
+        assert key in result.history[-1]
+    assert result.learned_epoch.shape == (600,)
+    assert int(result.learned_epoch.min()) >= 0 and int(result.learned_epoch.max()) <= 4
+
+
+def test_resume_equals_uninterrupted_run(digits, tmp_path):
+    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cpu", augment="flip")
+    full = _train(digits, config)
+    store = CheckpointStore(tmp_path / "run")
+    _train(digits, config, store=store, stop_after_epoch=1)
+    assert store.load()["epoch"] == 1
+    resumed = _train(digits, config, store=store)
+    assert [r["epoch"] for r in resumed.history] == [1, 2, 3]
+    for key, value in full.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[key]), key
+    assert resumed.history[-1]["val_nll"] == full.history[-1]["val_nll"]
+    assert torch.equal(resumed.learned_epoch, full.learned_epoch)
+    assert store.load() is None, "a completed run leaves no resume state behind"
+
+
+def test_checkpoint_of_another_configuration_is_not_resumed(digits, tmp_path):
+    store = CheckpointStore(tmp_path / "run")
+    config = TrainConfig(epochs=2, batch_size=64, device="cpu")
+    _train(digits, config, store=store, stop_after_epoch=1)
+    state = store.load()
+    state["fingerprint"] = "other"
+    store.save(state)
+    result = _train(digits, config, store=store)
+    assert [r["epoch"] for r in result.history] == [1, 2]
+
+
+def test_best_val_error_selection_keeps_the_best_epoch(digits):
+    config = TrainConfig(epochs=3, batch_size=64, device="cpu", select="best_val_error")
+    result = _train(digits, config)
+    best = min(result.history, key=lambda r: (1 - r["val_accuracy"], r["epoch"]))
+    assert result.selected_epoch == best["epoch"]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"epochs": 0}, "epochs must be a positive integer"),
+        ({"lr": -0.1}, r"lr must be in \(0"),
+        ({"milestones": [5, 3]}, "milestones must be increasing"),
+        ({"select": "best"}, "select must be one of"),
+        ({"augment": "cutout"}, "augment must be one of"),
+        ({"learning_rate": 0.1}, r"unknown training parameter\(s\) \['learning_rate'\]"),
+    ],
+)
+def test_bad_training_parameters_fail(params, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_params(params)
+
+
+def test_crop_flip_keeps_shape_and_content_statistics():
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(16, 3, 32, 32)
+    out = augment_batch(images, "crop_flip", generator)
+    assert out.shape == images.shape
+    assert not torch.equal(out, images)
+    flipped = augment_batch(images, "none", generator)
+    assert torch.equal(flipped, images)
+
+
+def test_batch_stream_covers_every_sample_once_per_epoch():
+    stream = BatchStream(torch.arange(10).view(10, 1), torch.arange(10), 4, torch.Generator().manual_seed(0))
+    seen = torch.cat([index for index, _, _ in stream])
+    assert sorted(seen.tolist()) == list(range(10)) and len(stream) == 3
+    with pytest.raises(ValueError, match="empty split"):
+        BatchStream(torch.empty(0, 1), torch.empty(0), 4, torch.Generator())
