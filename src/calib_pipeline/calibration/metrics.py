@@ -48,6 +48,7 @@ SB_ECE_TEMPERATURE = 1.0 / (15**2 * math.log(1e4))
 _BLOCK_ELEMENTS = 2**17
 # Kernel-matrix entries per block for the O(N^2) SECE kernel (64 MiB in float32).
 _KERNEL_BLOCK_ELEMENTS = 2**24
+_LOG2_E = 1.0 / math.log(2.0)
 
 
 # --------------------------------------------------------------------------- options
@@ -96,8 +97,9 @@ def _top_label_from_scores(scores: torch.Tensor, labels: torch.Tensor, inputs: s
         for start in range(0, flat.shape[0], rows):
             block = flat[start : start + rows]
             peak = torch.amax(block, dim=1, out=top[start : start + rows])
-            shifted = torch.sub(block, peak.unsqueeze(1), out=buffer[: block.shape[0]]).exp_()
-            torch.sum(shifted, dim=1, out=mass[start : start + rows])
+            # exp(z - m) as 2^((z - m) log2 e): exp2 is about twice as fast as exp on CPU
+            shifted = torch.sub(block, peak.unsqueeze(1), out=buffer[: block.shape[0]])
+            torch.sum(shifted.mul_(_LOG2_E).exp2_(), dim=1, out=mass[start : start + rows])
         confidence = mass.reciprocal()
         tie_possible = mass >= 2
     else:
@@ -218,6 +220,25 @@ class _ResampledPredictions(_Predictions):
 # --------------------------------------------------------------------------- binning
 
 
+def _width_index(confidence: torch.Tensor, edges: torch.Tensor, closure: str) -> torch.Tensor:
+    """Equal-width bin of every confidence, identical to ``bucketize`` on ``edges``.
+
+    Arithmetic (floor(c M), by truncation) is ~15x faster than bucketize's binary search;
+    it can miss by one bin at an edge (closure, rounding), which one comparison with the
+    neighbouring edges corrects.
+    """
+    n_bins = edges.shape[0] - 1
+    index = (confidence * n_bins).long().clamp_(0, n_bins - 1)
+    low, high = torch.take(edges, index), torch.take(edges, index + 1)
+    if closure == "right":  # bin j is (e_j, e_{j+1}], bin 0 also holds 0
+        index -= ((confidence <= low) & (index > 0)).long()
+        index += ((confidence > high) & (index < n_bins - 1)).long()
+    else:  # bin j is [e_j, e_{j+1}), the last bin also holds 1
+        index -= (confidence < low).long()
+        index += ((confidence >= high) & (index < n_bins - 1)).long()
+    return index
+
+
 def _bin_edges_and_index(
     confidence: torch.Tensor, n_bins: int, scheme: str, closure: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,8 +257,7 @@ def _bin_edges_and_index(
     runs = confidence.shape[0]
     if scheme == "width":
         edges = torch.linspace(0, 1, n_bins + 1, dtype=confidence.dtype, device=confidence.device)
-        index = torch.bucketize(confidence, edges[1:-1], right=right)
-        return edges.to(torch.float64).expand(runs, -1), index
+        return edges.to(torch.float64).expand(runs, -1), _width_index(confidence, edges, closure)
     values = confidence.to(torch.float64)
     ordered = torch.nn.functional.pad(values.sort(dim=-1).values, (1, 0))
     counts_below = torch.arange(1, n_bins, device=values.device) * values.shape[-1] // n_bins
