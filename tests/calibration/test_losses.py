@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.losses import (
     MixupObjective,
     build_objective,
@@ -262,23 +263,27 @@ def test_soft_avuc_approaches_hard_threshold_as_temperature_vanishes():
     torch.testing.assert_close(secondary, torch.log1p(bad / good), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("label_binned", [False, True], ids=["binned", "label_binned"])
 @pytest.mark.parametrize(("p", "norm"), [(1, "l1"), (2, "l2")])
-def test_sb_ece_tends_to_hard_binned_ece(p, norm):
-    torchmetrics = pytest.importorskip("torchmetrics.functional.classification")
+def test_sb_ece_tends_to_hard_ece_as_temperature_vanishes(label_binned, p, norm):
     logits, labels = _batch(n=200, scale=2.0)
     confidence = logits.softmax(1).max(1).values
+    # Confident samples correct (underconfident bins), the rest random (overconfident bins):
+    # with one sign in every bin the l1 estimates would equal mean(c) - accuracy for any binning.
+    labels = torch.where(confidence > 0.6, logits.argmax(1), labels)
     # keep confidences away from bin edges, where soft and hard binning legitimately differ
-    distance_to_edge = (confidence * 15 - (confidence * 15).round()).abs()
-    keep = distance_to_edge > 0.05
+    keep = (confidence * 15 - (confidence * 15).round()).abs() > 0.05
     logits, labels = logits[keep], labels[keep]
     objective = build_objective(
-        "sb_ece", temperature=1e-6, label_binned=False, p=p, n_bins=15, beta=1.0
+        "sb_ece", temperature=1e-6, label_binned=label_binned, p=p, n_bins=15, beta=1.0
     )
     soft = objective(logits, labels) - F.cross_entropy(logits, labels)
-    hard = torchmetrics.multiclass_calibration_error(
-        logits.softmax(1), labels, num_classes=10, n_bins=15, norm=norm
-    )
-    torch.testing.assert_close(soft, hard.to(soft.dtype), rtol=1e-5, atol=1e-6)
+    hard_ece = metrics.ece_lb if label_binned else metrics.ece
+    hard = hard_ece(logits, labels, n_bins=15, scheme="width", norm=norm)
+    torch.testing.assert_close(soft, hard.to(soft.dtype), rtol=1e-6, atol=1e-8)
+    # a soft temperature mixes neighbouring bins and moves the estimate away from it
+    warm = build_objective("sb_ece", temperature=0.01, label_binned=label_binned, p=p, beta=1.0)
+    assert (warm(logits, labels) - F.cross_entropy(logits, labels) - hard).abs() > 1e-3
 
 
 # --- gradients -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from calib_pipeline.calibration._losses_elementwise import is_soft
+from calib_pipeline.calibration.metrics import sb_ece as soft_binned_ece
 
 MMCE_ESTIMATORS = ("weighted_code", "weighted", "unweighted")
 # sqrt(x + eps) as in Kumar et al.'s and Mukhoti et al.'s code: finite gradient at x = 0.
@@ -149,8 +150,6 @@ def sb_ece(
     Raises:
         ValueError: for target probabilities; SB-ECE needs one label per sample.
     """
-    from calib_pipeline.calibration.metrics import sb_ece as soft_binned_ece
-
     if is_soft(targets):
         raise ValueError(
             "the sb_ece loss needs class-index targets (N,), not target probabilities; "

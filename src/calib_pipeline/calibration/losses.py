@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from calib_pipeline.calibration import _losses_elementwise as elementwise
 from calib_pipeline.calibration import _losses_secondary as secondary_losses
 from calib_pipeline.calibration._losses_elementwise import focal_loss, prepare_targets
+from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE
 from calib_pipeline.registry import Registry, check_range
 
 __all__ = [
@@ -266,7 +267,7 @@ def _secondary_soft_avuc(kappa: float = 0.5, temperature: float = 1.0) -> LossTe
 
 @SECONDARY_LOSSES.register("sb_ece")
 def _secondary_sb_ece(
-    n_bins: int = 15, temperature: float = 0.001, label_binned: bool = True, p: float = 2.0
+    n_bins: int = 15, temperature: float = SB_ECE_TEMPERATURE, label_binned: bool = True, p: float = 2.0
 ) -> LossTerm:
     n_bins = _check_positive_int("n_bins", n_bins)
     temperature = check_range("temperature", temperature, low=0.0, low_inclusive=False)
@@ -427,7 +428,7 @@ def _soft_avuc(kappa: float = 0.5, temperature: float = 1.0, beta: float = 1.0) 
 @OBJECTIVES.register("sb_ece")
 def _sb_ece(
     n_bins: int = 15,
-    temperature: float = 0.001,
+    temperature: float = SB_ECE_TEMPERATURE,
     label_binned: bool = True,
     p: float = 2.0,
     beta: float = 1.0,
