@@ -10,6 +10,7 @@ any node runs.
 from __future__ import annotations
 
 import os
+import warnings
 
 from kedro.pipeline import Pipeline
 
@@ -17,6 +18,10 @@ from calib_pipeline.hooks import RUN_ENV
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
 from calib_pipeline.pipelines.config import load_parameters, parse_structure, validate_buildable
 from calib_pipeline.settings import project_root
+
+# Dotted dataset names ("<method>.seed_<k>.logits") are this project's convention: they
+# line up with the method namespaces and the catalog's dataset factories.
+warnings.filterwarnings("ignore", message="One or more dataset names contain '.' characters")
 
 STAGES = ("data_split", "training", "logits", "posthoc", "shift", "reporting")
 

@@ -154,10 +154,11 @@ def summary_tables(table: pd.DataFrame, summary: dict[str, Any]) -> tuple[pd.Dat
     return wide, header + wide.to_markdown(index=False) + "\n"
 
 
-def reliability_figure(bins: pd.DataFrame, n_bins: int = 15) -> plt.Figure:
+def reliability_figure(bins: pd.DataFrame, evaluation: dict[str, Any]) -> plt.Figure:
     """Reliability diagrams on the clean test split: one row per method, one column per
     calibrator; filled bars are per-bin accuracy pooled over seeds (count-weighted),
     hatched outlines the mean confidence of the bin, the diagonal perfect calibration."""
+    n_bins = int(evaluation.get("n_bins", 15))
     frame = bins[bins["n_bins"] == n_bins]
     if frame.empty:
         raise ValueError(f"no reliability bins with n_bins={n_bins}")

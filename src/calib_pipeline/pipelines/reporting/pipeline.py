@@ -35,7 +35,9 @@ def evaluate_study(
         labels=labels,
         calibrators=calibrators,
         n_bins=int(evaluation.get("n_bins", 15)),
-        reliability_bin_counts=tuple(evaluation.get("reliability_bins", [15])),
+        reliability_bin_counts=tuple(
+            sorted({int(evaluation.get("n_bins", 15)), *evaluation.get("reliability_bins", [])})
+        ),
     )
 
 
@@ -74,7 +76,7 @@ def study_pipeline(structure: Structure, study: StudySpec, with_shift: bool = Tr
             ),
             node(
                 reliability_figure,
-                inputs=f"{name}.reliability_bins",
+                inputs=[f"{name}.reliability_bins", "params:evaluation"],
                 outputs=f"{name}.reliability_diagram",
                 name="reliability_diagram",
                 tags=["reporting"],

@@ -1,0 +1,89 @@
+"""The study pipeline on an in-memory catalog (no files, no MLflow), and its failure path."""
+
+import pytest
+import torch
+from kedro.io import DataCatalog, MemoryDataset
+from kedro_datasets.pickle import PickleDataset
+from kedro.runner import SequentialRunner
+
+from calib_pipeline.data import ImageData, load_dataset
+from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
+from calib_pipeline.pipelines.config import parse_structure
+from calib_pipeline.training import CheckpointStore
+
+PARAMETERS = {
+    "dataset": {"name": "digits"},
+    "model": {"name": "small_cnn", "params": {"width": 8, "feature_dim": 16}},
+    "training": {"epochs": 2, "batch_size": 64, "lr": 0.1, "device": "cpu"},
+    "seeds": [0],
+    "splits": {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}},
+    "calibrators": {"ts": {"name": "temperature_nll"}},
+    "methods": {"ce": {"objective": "cross_entropy", "label": "CE"}, "ls": {"objective": "label_smoothing", "params": {"epsilon": 0.1}}},
+    "studies": {"mini": {"methods": ["ce", "ls"], "calibrators": ["ts"]}},
+    "logits": {"device": "cpu"},
+    "shift": {"seed": 0, "corruptions": ["gaussian_noise"], "severities": [1, 5]},
+    "evaluation": {"n_bins": 10, "reliability_bins": [10]},
+    "summary": {"metrics": ["accuracy", "nll", "ece"]},
+}
+
+
+@pytest.fixture(scope="module")
+def small_digits() -> ImageData:
+    full = load_dataset("digits")
+    return ImageData(
+        "digits", full.train_images[:400], full.train_labels[:400], full.test_images[:100],
+        full.test_labels[:100], 10, full.mean, full.std,
+    )
+
+
+def _catalog(data, tmp_path, structure):
+    datasets = {"raw_data": MemoryDataset(data)}
+    for key, value in PARAMETERS.items():
+        datasets[f"params:{key}"] = MemoryDataset(value)
+        if isinstance(value, dict):
+            for sub, item in value.items():
+                datasets[f"params:{key}.{sub}"] = MemoryDataset(item)
+    for method, seed in structure.runs():
+        datasets[f"{method}.seed_{seed}.resume"] = MemoryDataset(CheckpointStore(tmp_path / method), copy_mode="assign")
+    # the runner releases in-memory intermediates; persist the ones the test inspects
+    for name in ("mini.metrics", "mini.summary_md", "ce.seed_0.checkpoint", "ce.seed_0.history", "ce.seed_0.logits"):
+        datasets[name] = PickleDataset(filepath=str(tmp_path / f"{name}.pkl"))
+    return DataCatalog(datasets=datasets)
+
+
+def _pipeline(structure):
+    runs = structure.runs()
+    return (
+        data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
+        + logits.create_pipeline(structure, runs) + posthoc.create_pipeline(runs)
+        + shift.create_pipeline(runs) + reporting.create_pipeline(structure, ["mini"])
+    )
+
+
+def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
+    structure = parse_structure(PARAMETERS)
+    catalog = _catalog(small_digits, tmp_path, structure)
+    SequentialRunner().run(_pipeline(structure), catalog)
+    table = catalog.load("mini.metrics")
+    assert set(table["method"]) == {"ce", "ls"}
+    assert set(table["calibrator"]) == {"none", "ts"}
+    assert set(table["shift"]) == {"none", "gaussian_noise"}
+    assert sorted(table.loc[table["shift"] == "gaussian_noise", "severity"].unique()) == [1, 5]
+    test = table[(table["split"] == "test") & (table["shift"] == "none")].set_index(["method", "calibrator", "metric"])["value"]
+    # temperature scaling never changes accuracy
+    assert test["ce", "none", "accuracy"] == test["ce", "ts", "accuracy"]
+    markdown = catalog.load("mini.summary_md")
+    assert "| CE" in markdown and "ece" in markdown
+    checkpoint = catalog.load("ce.seed_0.checkpoint")
+    assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
+    history = catalog.load("ce.seed_0.history")
+    assert list(history["epoch"]) == [1, 2]
+    cached = catalog.load("ce.seed_0.logits")
+    assert cached["val"]["logits"].shape[1] == 10 and abs(len(cached["val"]["labels"]) - 80) <= 5 and cached["test"]["labels"].shape == (100,)
+
+
+def test_reporting_fails_clearly_when_a_calibrator_was_not_fitted(small_digits, tmp_path):
+    structure = parse_structure(PARAMETERS)
+    runs = {"ce|0": {"logits": {"test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)}}, "calibrators": {}}}
+    with pytest.raises(KeyError, match=r"calibrator\(s\) \['ts'\] were not fitted; re-run posthoc"):
+        reporting.nodes.evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=["ts"])

@@ -1,0 +1,111 @@
+"""`kedro run` on conf/test, as a user runs it: outputs, versions, MLflow, failure paths."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+KEDRO = str(Path(sys.executable).parent / "kedro")
+
+pytestmark = pytest.mark.slow
+
+
+def kedro(*args, data_dir, tracking, check=True):
+    env = {
+        **os.environ,
+        "DO_NOT_TRACK": "1",
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "CALIB_DATA_DIR": str(data_dir),
+        "MLFLOW_TRACKING_URI": tracking,
+        "PYTHONWARNINGS": "ignore",
+    }
+    result = subprocess.run(
+        [KEDRO, "run", "--env=test", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"kedro run {args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def versions(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir()) if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def project_run(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("data")
+    tracking = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    kedro("--pipelines=baseline", data_dir=data_dir, tracking=tracking)
+    kedro("--pipeline=baseline", data_dir=data_dir, tracking=tracking)  # the older spelling
+    return data_dir, tracking
+
+
+def test_outputs_are_written_and_versioned(project_run):
+    data_dir, _ = project_run
+    report = data_dir / "08_reporting" / "digits" / "baseline"
+    assert len(versions(report / "metrics.parquet")) == 2, "a second run must not overwrite the first"
+    latest = versions(report / "metrics.parquet")[-1]
+    table = pd.read_parquet(report / "metrics.parquet" / latest / "metrics.parquet")
+    assert set(table.columns) >= {"dataset", "study", "method", "seed", "calibrator", "split", "shift", "severity", "metric", "value"}
+    assert set(table["method"]) == {"ce", "ls_0p05", "focal_g3"}
+    assert (report / "summary.md" / latest / "summary.md").read_text().startswith("# baseline on digits")
+    assert (report / "reliability_diagram.png" / latest / "reliability_diagram.png").stat().st_size > 10_000
+    for method in ("ce", "ls_0p05", "focal_g3"):
+        assert len(versions(data_dir / "06_models" / "digits" / method / "seed_0" / "checkpoint.pt")) == 2
+
+
+def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project_run):
+    _, tracking = project_run
+    client = mlflow.MlflowClient(tracking_uri=tracking)
+    experiment = client.get_experiment_by_name("calib-pipeline")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
+    for parent in parents:
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert sorted(c.data.tags["method"] for c in children) == ["ce", "focal_g3", "ls_0p05"]
+        child = children[0]
+        assert child.data.params["run.training.epochs"] == "2"
+        history = client.get_metric_history(child.info.run_id, "val_accuracy")
+        assert [m.step for m in history] == [1, 2]
+        artifacts = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline")]
+        assert any(a.endswith("summary_md.md") for a in artifacts)
+        assert any(a.endswith(".png") for a in artifacts)
+
+
+def test_one_namespace_trains_one_method(project_run):
+    data_dir, tracking = project_run
+    kedro("--pipelines=training", "--namespaces=ce", data_dir=data_dir, tracking=tracking)
+    models = data_dir / "06_models" / "digits"
+    assert len(versions(models / "ce" / "seed_0" / "checkpoint.pt")) == 3
+    assert len(versions(models / "focal_g3" / "seed_0" / "checkpoint.pt")) == 2
+
+
+def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_run):
+    data_dir, tracking = project_run
+    before = versions(data_dir / "06_models" / "digits" / "ls_0p05" / "seed_0" / "checkpoint.pt")
+    result = kedro("--pipelines=posthoc,reporting", data_dir=data_dir, tracking=tracking)
+    assert "train_seed" not in result.stdout + result.stderr
+    assert versions(data_dir / "06_models" / "digits" / "ls_0p05" / "seed_0" / "checkpoint.pt") == before
+    assert len(versions(data_dir / "08_reporting" / "digits" / "baseline" / "metrics.parquet")) == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("methods.focal_g3.params.gamma=-1", "gamma"),
+        ("dataset.name=imagenet", "unknown dataset 'imagenet'; valid dataset names are"),
+    ],
+)
+def test_bad_input_fails_before_training(  # the other cases are covered in-process by tests/pipelines/test_config.py
+tmp_path, override, message):
+    result = kedro("--pipelines=baseline", f"--params={override}", data_dir=tmp_path, tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert message in output
+    assert not (tmp_path / "06_models").exists(), "nothing may be trained or written"
