@@ -102,8 +102,8 @@ def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_ru
         ("dataset.name=imagenet", "unknown dataset 'imagenet'; valid dataset names are"),
     ],
 )
-def test_bad_input_fails_before_training(  # the other cases are covered in-process by tests/pipelines/test_config.py
-tmp_path, override, message):
+def test_bad_input_fails_before_training(tmp_path, override, message):
+    # the other bad-input cases run in-process in tests/pipelines/test_config.py
     result = kedro("--pipelines=baseline", f"--params={override}", data_dir=tmp_path, tracking=f"sqlite:///{tmp_path}/m.db", check=False)
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())
