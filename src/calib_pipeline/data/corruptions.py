@@ -17,9 +17,10 @@ frost texture scale) is multiplied by
     s = sqrt(min(H, W) / 32).
 
 Relative quantities (zoom factors, pixelate ratio, fog fractal, which H&D already draw
-at the image size) are unchanged.  The square root sits between H&D's own choices: their
-64x64 Tiny-ImageNet-C lengths are 1.25-3x (geometric mean ~1.7) the 32x32 ones, and
-linear scaling would make every blur at 8x8 sub-pixel (sigma <= 0.25 px), i.e. the identity.
+at the image size) are unchanged.  The square root follows H&D's own choices: their
+64x64 Tiny-ImageNet-C lengths are 1.0-3x the 32x32 ones, geometric mean 1.6 (sqrt 2 = 1.41,
+linear = 2); and linear scaling would make every blur at 8x8 sub-pixel (sigma <= 0.25 px),
+i.e. the identity, on the embedded digits data.
 
 Determinism.  The random draws come from one NumPy ``Generator`` seeded by
 ``(seed, crc32(name), severity)`` (and a torch ``Generator`` seeded from it), so the output
@@ -125,8 +126,9 @@ SEVERITY_PARAMETERS: dict[str, tuple] = {
     ),
 }
 
-# H&D's frost photographs (hendrycks/robustness, ImageNet-C/create_c/); their code draws
-# one of the first five (np.random.randint(5)), so frost6.jpg is never used.
+# H&D's frost photographs (the frost/ folder of their imagenet_c package in
+# hendrycks/robustness, also bundled by the imagecorruptions package); their code draws one
+# of the first five (np.random.randint(5)), so frost6.jpg is never used.
 FROST_FILES: tuple[str, ...] = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg")
 FROST_RESIZE = 0.2  # H&D shrink the photographs by 0.2 before cropping 32x32 patches
 
@@ -392,8 +394,8 @@ def frost(x: torch.Tensor, params: tuple, ctx: _Context) -> torch.Tensor:
 def _frost_paths(frost_dir: str | Path | None) -> tuple[Path, ...]:
     hint = (
         "frost needs Hendrycks & Dietterich's frost photographs, which this project cannot "
-        f"ship: put {', '.join(FROST_FILES)} (hendrycks/robustness, ImageNet-C/create_c/) "
-        "in a folder and pass it as frost_dir (see docs/shift.md)"
+        f"ship: put {', '.join(FROST_FILES)} (the frost/ folder of H&D's imagenet_c package, "
+        "hendrycks/robustness) in a folder and pass it as frost_dir (see docs/shift.md)"
     )
     if frost_dir is None:
         raise CorruptionUnavailable(f"{hint}; no frost_dir was given")

@@ -293,10 +293,11 @@ def _read_rgb(path: Path) -> np.ndarray:
 
 
 def _nhwc_to_float(images: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255)
+    # np.array copies: slices of a memory-mapped file are read-only
+    return torch.from_numpy(np.array(images)).permute(0, 3, 1, 2).float().div_(255)
 
 
 def _labels(labels: np.ndarray) -> torch.Tensor:
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be a 1-D integer array, got {labels.dtype} {labels.shape}")
-    return torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    return torch.from_numpy(np.array(labels, dtype=np.int64))
