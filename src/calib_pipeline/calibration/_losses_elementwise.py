@@ -77,19 +77,16 @@ def target_expectation(values: Tensor, targets: Tensor) -> Tensor:
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     """Cross-entropy ``-sum_k q_k log p_k`` per sample (NLL for class indices)."""
-    if not is_soft(targets):
-        return F.cross_entropy(logits, targets, reduction="none")
-    return -(F.log_softmax(logits, dim=1) * targets).sum(1)
+    return F.cross_entropy(logits, targets, reduction="none")
 
 
 def label_smoothing(logits: Tensor, targets: Tensor, *, epsilon: float) -> Tensor:
-    """Cross-entropy against ``(1 - eps) q + eps / K``.
+    """Cross-entropy against ``(1 - eps) q + eps / K`` (Müller et al.; Singh et al. Listing 2).
 
-    Equals ``(1 - eps) CE(q) - eps * mean_k log p_k`` (Müller et al.; Singh et al. Listing 2).
+    Equals ``(1 - eps) CE(q) - eps * mean_k log p_k``; PyTorch's ``label_smoothing``
+    option computes exactly this, for class indices and for probabilities.
     """
-    log_probs = F.log_softmax(logits, dim=1)
-    nll = -target_expectation(target_columns(log_probs, targets), targets)
-    return (1.0 - epsilon) * nll - epsilon * log_probs.mean(1)
+    return F.cross_entropy(logits, targets, reduction="none", label_smoothing=epsilon)
 
 
 def entropy_regularized(logits: Tensor, targets: Tensor, *, beta: float) -> Tensor:
