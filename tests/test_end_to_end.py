@@ -109,3 +109,41 @@ def test_bad_input_fails_before_training(tmp_path, override, message):
     output = " ".join((result.stdout + result.stderr).split())
     assert message in output
     assert not (tmp_path / "06_models").exists(), "nothing may be trained or written"
+
+
+def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    data_dir, tracking = project_run
+    monkeypatch.setenv("CALIB_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    monkeypatch.setenv("KEDRO_ENV", "test")
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    notebook = nbformat.read(PROJECT / "notebooks" / "analysis.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(PROJECT / "notebooks")}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "version(s); loaded" in text and "architecture: small_cnn" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the reliability diagram is drawn"
+
+
+def test_kedro_viz_build_lists_pipelines_and_namespaces(tmp_path):
+    import json
+    import shutil
+
+    shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(PROJECT / "conf", tmp_path / "conf")
+    # kedro requires the source folder inside the project; a copy keeps build/ out of the repo
+    shutil.copytree(PROJECT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "DO_NOT_TRACK": "1", "KEDRO_DISABLE_TELEMETRY": "true", "KEDRO_ENV": "test"}
+    result = subprocess.run([KEDRO, "viz", "build"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    main = json.loads((tmp_path / "build" / "api" / "main").read_text())
+    pipelines = {p["id"] for p in main["pipelines"]}
+    assert {"__default__", "baseline", "training", "posthoc", "reporting", "shift"} <= pipelines
+    modular = set(main["modular_pipelines"])
+    assert {"ce", "focal_g3", "baseline"} <= modular
+    names = {n["name"] for n in main["nodes"]}
+    assert any("train_seed_0" in name for name in names)
