@@ -129,7 +129,9 @@ SEVERITY_PARAMETERS: dict[str, tuple] = {
 # H&D's frost photographs (the frost/ folder of their imagenet_c package in
 # hendrycks/robustness, also bundled by the imagecorruptions package); their code draws one
 # of the first five (np.random.randint(5)), so frost6.jpg is never used.
-FROST_FILES: tuple[str, ...] = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg")
+FROST_FILES: tuple[str, ...] = (
+    "frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"
+)
 FROST_RESIZE = 0.2  # H&D shrink the photographs by 0.2 before cropping 32x32 patches
 
 
@@ -170,7 +172,11 @@ def check_corruption(
             ``channels == 1``.
     """
     CORRUPTIONS.factory(name)
-    if isinstance(severity, bool) or severity not in SEVERITIES:
+    if (
+        isinstance(severity, bool)
+        or not isinstance(severity, (int, np.integer))
+        or severity not in SEVERITIES
+    ):
         raise ValueError(f"severity must be one of {list(SEVERITIES)}, got {severity!r}")
     if channels not in (1, 3):
         raise ValueError(f"images must have 1 or 3 channels, got {channels}")
@@ -224,14 +230,17 @@ def corrupt(
     )
     x = images.detach().to("cpu", torch.float32)
     out = CORRUPTIONS.factory(name)(x, SEVERITY_PARAMETERS[name][severity - 1], context)
-    return out.clamp_(0.0, 1.0).to(device=images.device, dtype=images.dtype)
+    # not in place: a corruption may hand back its input unchanged
+    return out.clamp(0.0, 1.0).to(device=images.device, dtype=images.dtype)
 
 
 def _check_images(images: torch.Tensor) -> None:
     if not isinstance(images, torch.Tensor) or not images.is_floating_point():
         raise ValueError("images must be a floating-point torch tensor (N, C, H, W) in [0, 1]")
     if images.ndim != 4 or images.shape[1] not in (1, 3):
-        raise ValueError(f"images must be (N, C, H, W) with C in {{1, 3}}, got {tuple(images.shape)}")
+        raise ValueError(
+            f"images must be (N, C, H, W) with C in {{1, 3}}, got {tuple(images.shape)}"
+        )
     if min(images.shape[-2:]) < 8:
         raise ValueError(f"images must be at least 8x8, got {tuple(images.shape[-2:])}")
     if images.numel() and (images.min() < 0 or images.max() > 1 or images.isnan().any()):
@@ -407,7 +416,9 @@ def _frost_paths(frost_dir: str | Path | None) -> tuple[Path, ...]:
 
 
 @lru_cache(maxsize=8)
-def _frost_textures(paths: tuple[Path, ...], factor: float, channels: int) -> tuple[torch.Tensor, ...]:
+def _frost_textures(
+    paths: tuple[Path, ...], factor: float, channels: int
+) -> tuple[torch.Tensor, ...]:
     textures = []
     for path in paths:
         with Image.open(path) as photo:

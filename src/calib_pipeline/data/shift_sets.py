@@ -103,7 +103,9 @@ def shift_set_names() -> list[str]:
     return SHIFT_SETS.names()
 
 
-def load_shift_set(name: str, root: str | Path, **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+def load_shift_set(
+    name: str, root: str | Path, **options: object
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Load the shift set ``name`` (see :func:`shift_set_names`) from ``root``.
 
     Args:
@@ -264,7 +266,11 @@ def _missing_message(path: Path, layout: str) -> str:
 
 
 def _check_choice(name: str, value: object, valid: Sequence[object]) -> None:
-    if isinstance(value, bool) or value not in valid:
+    # 2.0 == 2 and True == 1: only the choices' own kind (str or int) is accepted
+    wrong_kind = isinstance(value, (bool, float)) or isinstance(value, str) != isinstance(
+        valid[0], str
+    )
+    if wrong_kind or value not in valid:
         raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
 
 
