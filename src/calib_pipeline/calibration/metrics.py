@@ -46,9 +46,17 @@ SB_ECE_TEMPERATURE = 1.0 / (15**2 * math.log(1e4))
 # Rows per block when scanning logits on CPU: 2^17 floats (512 KiB) keep a block in L2
 # cache across its max / exp / sum passes, so the logits are read from memory once.
 _BLOCK_ELEMENTS = 2**17
-# Kernel-matrix entries per block for the O(N^2) SECE kernel (64 MiB in float32).
-_KERNEL_BLOCK_ELEMENTS = 2**24
+# Kernel-matrix entries per block for the O(N^2) SECE kernel (1 MiB in float32, in cache).
+_KERNEL_BLOCK_ELEMENTS = 2**18
 _LOG2_E = 1.0 / math.log(2.0)
+# Below K = 64 classes a row maximum is faster as a 1-D max-pool than as amax(dim=1), whose
+# reduction over short rows is not vectorised on CPU.
+_SHORT_ROWS = 64
+# torch's exp takes a slow path (~50x) where it underflows; the kernels use exp2 of an
+# argument floored at -115 (2^-115 ~ 2e-35, a normal float32 that no sum can notice).
+_EXP2_FLOOR = -115.0
+# Samples per block of the binning pass.
+_SAMPLE_BLOCK = 2**16
 
 
 # --------------------------------------------------------------------------- options
@@ -77,36 +85,49 @@ def _check_positive(name: str, value: float) -> float:
 # --------------------------------------------------------------------------- per-sample statistics
 
 
+def _row_max(block: torch.Tensor) -> torch.Tensor:
+    n_classes = block.shape[-1]
+    if n_classes < _SHORT_ROWS and not block.is_cuda:
+        return torch.nn.functional.max_pool1d(block.reshape(1, 1, -1), n_classes).view(-1)
+    return block.amax(dim=1)
+
+
 def _top_label_from_scores(scores: torch.Tensor, labels: torch.Tensor, inputs: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Confidence max_k p_k and correctness 1[argmax_k p_k = y] of every sample.
 
-    Works on detached ``(..., K)`` scores in their dtype. For logits the confidence is
-    1 / sum_k exp(z_k - max_j z_j), computed block-wise so each block of rows stays in
-    cache. Ties for the maximum resolve to the first maximal class (torch/NumPy argmax):
-    a sample is correct iff its label scores the maximum and, where two classes could tie
-    (sum_k exp(z_k - max) >= 2, i.e. confidence <= 1/2), argmax confirms it.
+    Works on detached ``(..., K)`` scores in their dtype, block by block so that each block
+    of rows is read from memory once and its temporaries stay in cache. For logits the
+    confidence is 1 / sum_k exp(z_k - max_j z_j) (exp as exp2 of the scaled difference,
+    about twice as fast). Ties for the maximum resolve to the first maximal class
+    (torch/NumPy argmax): a sample is correct iff its label scores the maximum and, where two
+    classes could tie (sum_k exp(z_k - max) >= 2 for logits, p_max <= 1/2 + tolerance for
+    probabilities), argmax confirms it.
     """
     n_classes = scores.shape[-1]
     flat = scores.reshape(-1, n_classes)
     targets = labels.reshape(-1)
-    if inputs == "logits":
-        top = torch.empty(flat.shape[0], dtype=flat.dtype, device=flat.device)
-        mass = torch.empty_like(top)
-        rows = flat.shape[0] if flat.is_cuda else max(1, _BLOCK_ELEMENTS // n_classes)
-        buffer = torch.empty(min(rows, flat.shape[0]), n_classes, dtype=flat.dtype, device=flat.device)
-        for start in range(0, flat.shape[0], rows):
-            block = flat[start : start + rows]
-            peak = torch.amax(block, dim=1, out=top[start : start + rows])
-            # exp(z - m) as 2^((z - m) log2 e): exp2 is about twice as fast as exp on CPU
-            shifted = torch.sub(block, peak.unsqueeze(1), out=buffer[: block.shape[0]])
-            torch.sum(shifted.mul_(_LOG2_E).exp2_(), dim=1, out=mass[start : start + rows])
-        confidence = mass.reciprocal()
-        tie_possible = mass >= 2
+    n, dtype, device = flat.shape[0], flat.dtype, flat.device
+    rows = n if flat.is_cuda else max(1, _BLOCK_ELEMENTS // n_classes)
+    top = torch.empty(n, dtype=dtype, device=device)
+    label_score = torch.empty_like(top)
+    mass = torch.empty_like(top) if inputs == "logits" else None
+    row_offsets = torch.arange(min(rows, n), device=device) * n_classes
+    ones = torch.ones(n_classes, dtype=dtype, device=device)
+    buffer = torch.empty(min(rows, n), n_classes, dtype=dtype, device=device) if mass is not None else None
+    for start in range(0, n, rows):
+        block = flat[start : start + rows]
+        size = block.shape[0]
+        peak = _row_max(block)
+        top[start : start + size] = peak
+        label_score[start : start + size] = torch.take(block, row_offsets[:size] + targets[start : start + size])
+        if mass is not None:
+            shifted = torch.sub(block, peak.unsqueeze(1), out=buffer[:size])
+            torch.mv(shifted.mul_(_LOG2_E).exp2_(), ones, out=mass[start : start + size])
+    correct = label_score == top
+    if mass is None:
+        confidence, tie_possible = top, top <= 0.51  # two maxima need 2 p <= 1 + tolerance (<= 1e-2)
     else:
-        top = flat.amax(dim=1)
-        confidence = top
-        tie_possible = top <= 0.51  # two maxima need 2 p <= 1 + tolerance (<= 1e-2)
-    correct = flat.gather(1, targets.unsqueeze(1)).squeeze(1) == top
+        tie_possible, confidence = mass >= 2, mass.reciprocal_()
     suspect = (correct & tie_possible).nonzero().squeeze(1)
     if suspect.numel():
         correct[suspect] = flat[suspect].argmax(dim=1) == targets[suspect]
@@ -225,72 +246,87 @@ def _width_index(confidence: torch.Tensor, edges: torch.Tensor, closure: str) ->
 
     Arithmetic (floor(c M), by truncation) is ~15x faster than bucketize's binary search;
     it can miss by one bin at an edge (closure, rounding), which one comparison with the
-    neighbouring edges corrects.
+    guessed bin's two edges corrects (outer edges at -+inf keep c = 0 and c = 1 inside).
     """
     n_bins = edges.shape[0] - 1
-    index = (confidence * n_bins).long().clamp_(0, n_bins - 1)
-    low, high = torch.take(edges, index), torch.take(edges, index + 1)
+    infinity = torch.tensor([torch.inf], dtype=edges.dtype, device=edges.device)
+    lower = torch.cat([-infinity, edges[1:-1]])
+    upper = torch.cat([edges[1:-1], infinity])
+    guess = (confidence * n_bins).long().clamp_(0, n_bins - 1)
+    low, high = torch.take(lower, guess), torch.take(upper, guess)
     if closure == "right":  # bin j is (e_j, e_{j+1}], bin 0 also holds 0
-        index -= ((confidence <= low) & (index > 0)).long()
-        index += ((confidence > high) & (index < n_bins - 1)).long()
-    else:  # bin j is [e_j, e_{j+1}), the last bin also holds 1
-        index -= (confidence < low).long()
-        index += ((confidence >= high) & (index < n_bins - 1)).long()
-    return index
+        return guess + (confidence > high) - (confidence <= low).long()
+    return guess + (confidence >= high) - (confidence < low).long()  # [e_j, e_{j+1}), 1 in the last
 
 
-def _bin_edges_and_index(
-    confidence: torch.Tensor, n_bins: int, scheme: str, closure: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bin edges (R x (M+1), float64) and the bin of every sample (R x N, int64).
+def _bin_edges(confidence: torch.Tensor, n_bins: int, scheme: str) -> torch.Tensor:
+    """Bin edges, in the dtype they are compared in: 1 x (M+1) shared, or R x (M+1) per run.
 
     ``width``: edges j/M from ``torch.linspace`` in the confidence dtype (as torchmetrics and
-    Guo et al.), compared in that dtype. ``mass``: interior edge j is the midpoint between
-    the c_j-th and (c_j+1)-th smallest confidence, c_j = floor(j N / M), compared in float64,
-    so bins hold floor-spaced equal counts; tied confidences are never split (the whole tie
-    group goes below the edge under ``right`` closure, above it under ``left``), which can
-    leave bins unequal or empty. ``right`` closure: bin j is (e_j, e_{j+1}] and the first
-    bin also holds 0; ``left``: [e_j, e_{j+1}) and the last bin also holds 1.
+    Guo et al.). ``mass`` (float64): interior edge j is the midpoint between the c_j-th and
+    (c_j+1)-th smallest confidence, c_j = floor(j N / M), so bins hold floor-spaced equal
+    counts; tied confidences are never split (the whole tie group goes below the edge under
+    ``right`` closure, above it under ``left``), which can leave bins unequal or empty.
     """
-    right = closure == "left"  # bucketize(right=True) counts edges <= x: [lo, hi) bins
-    confidence = confidence.contiguous()
-    runs = confidence.shape[0]
     if scheme == "width":
-        edges = torch.linspace(0, 1, n_bins + 1, dtype=confidence.dtype, device=confidence.device)
-        return edges.to(torch.float64).expand(runs, -1), _width_index(confidence, edges, closure)
+        return torch.linspace(0, 1, n_bins + 1, dtype=confidence.dtype, device=confidence.device).unsqueeze(0)
     values = confidence.to(torch.float64)
     ordered = torch.nn.functional.pad(values.sort(dim=-1).values, (1, 0))
     counts_below = torch.arange(1, n_bins, device=values.device) * values.shape[-1] // n_bins
     interior = (ordered[:, counts_below] + ordered[:, counts_below + 1]) / 2
-    index = torch.searchsorted(interior.contiguous(), values, right=right)
-    outer = torch.ones(runs, 1, dtype=torch.float64, device=values.device)
-    return torch.cat([outer * 0, interior, outer], dim=1), index
+    outer = torch.ones(values.shape[0], 1, dtype=torch.float64, device=values.device)
+    return torch.cat([outer * 0, interior, outer], dim=1)
 
 
-def _bin_sums(
-    index: torch.Tensor, confidence: torch.Tensor, correct: torch.Tensor, n_bins: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-bin count, sum of confidences and number correct (each R x M, float64)."""
-    runs = index.shape[0]
-    flat = (index + n_bins * torch.arange(runs, device=index.device).unsqueeze(1)).reshape(-1)
-    size = runs * n_bins
-    count = torch.bincount(flat, minlength=size).to(torch.float64)
-    conf_sum = torch.zeros(size, dtype=torch.float64, device=index.device)
-    conf_sum.index_add_(0, flat, confidence.reshape(-1).to(torch.float64))
-    hits = torch.zeros(size, dtype=torch.float64, device=index.device)
-    hits.index_add_(0, flat, correct.reshape(-1).to(torch.float64))
-    return count.view(runs, n_bins), conf_sum.view(runs, n_bins), hits.view(runs, n_bins)
+def _bin_index(confidence: torch.Tensor, edges: torch.Tensor, scheme: str, closure: str) -> torch.Tensor:
+    """Bin of every confidence, given :func:`_bin_edges` (for ``mass``, of the same runs).
+
+    ``right`` closure: bin j is (e_j, e_{j+1}] and the first bin also holds 0; ``left``:
+    [e_j, e_{j+1}) and the last bin also holds 1.
+    """
+    if scheme == "width":
+        return _width_index(confidence, edges[0], closure)
+    # searchsorted(right=True) counts edges <= x, which makes [lo, hi) bins
+    return torch.searchsorted(edges[:, 1:-1].contiguous(), confidence.to(edges.dtype).contiguous(), right=closure == "left")
+
+
+def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int, int]]:
+    """(first run, last run + 1, first sample, last sample + 1) blocks of ~2^16 samples.
+
+    Blocking keeps the per-sample temporaries of the binning in cache and out of fresh
+    (page-faulting) allocations; on CUDA one block avoids per-launch overhead.
+    """
+    if on_cuda:
+        return [(0, runs, 0, n)]
+    if n >= _SAMPLE_BLOCK:
+        return [(r, r + 1, s, min(s + _SAMPLE_BLOCK, n)) for r in range(runs) for s in range(0, n, _SAMPLE_BLOCK)]
+    rows = _SAMPLE_BLOCK // n
+    return [(r, min(r + rows, runs), 0, n) for r in range(0, runs, rows)]
 
 
 def _binned(
     confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, scheme: str, closure: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Edges (:func:`_bin_edges`) and per-bin count, sum of confidences and number correct (R x M, float64).
+
+    One bincount per block over run-offset bin ids (bin + M * run): no loop over bins or runs.
+    """
     n_bins = _check_n_bins(n_bins)
     _check_choice("scheme", scheme, SCHEMES)
     _check_choice("closure", closure, CLOSURES)
-    edges, index = _bin_edges_and_index(confidence, n_bins, scheme, closure)
-    count, conf_sum, hits = _bin_sums(index, confidence, correct, n_bins)
-    return edges, index, count, conf_sum, hits
+    runs, n = confidence.shape
+    edges = _bin_edges(confidence, n_bins, scheme)
+    totals = torch.zeros(3, runs, n_bins, dtype=torch.float64, device=confidence.device)
+    for first, last, start, stop in _sample_blocks(runs, n, confidence.is_cuda):
+        block = confidence[first:last, start:stop]
+        index = _bin_index(block, edges if scheme == "width" else edges[first:last], scheme, closure)
+        offsets = n_bins * torch.arange(last - first, device=index.device).unsqueeze(1)
+        flat = (index + offsets).reshape(-1)
+        size = (last - first) * n_bins
+        weights = (None, block.reshape(-1).to(torch.float64), correct[first:last, start:stop].reshape(-1).to(torch.float64))
+        for row, weight in enumerate(weights):
+            totals[row, first:last] += torch.bincount(flat, weight, minlength=size).view(last - first, n_bins)
+    return edges, totals[0], totals[1], totals[2]
 
 
 def _binned_error(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, scheme: str, norm: str, closure: str) -> torch.Tensor:
@@ -300,7 +336,7 @@ def _binned_error(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, 
     max: max over non-empty bins of |acc_b - conf_b|.
     """
     _check_choice("norm", norm, NORMS)
-    _, _, count, conf_sum, hits = _binned(confidence, correct, n_bins, scheme, closure)
+    _, count, conf_sum, hits = _binned(confidence, correct, n_bins, scheme, closure)
     n = confidence.shape[-1]
     gap = (hits - conf_sum).abs() / count.clamp_min(1)
     if norm == "l1":
@@ -440,7 +476,8 @@ def ece_lb(pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", norm: 
     """
     _check_choice("norm", norm, NORMS)
     confidence = pred.confidence.to(torch.float64)
-    _, index, count, _, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
+    edges, count, _, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
+    index = _bin_index(pred.confidence, edges, scheme, closure)
     bin_accuracy = (hits / count.clamp_min(1)).gather(-1, index)
     deviation = (bin_accuracy - confidence).abs()
     if norm == "max":
@@ -467,7 +504,7 @@ def classwise_ece(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width"
 @_metric("overconfidence_error")
 def overconfidence_error(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", closure: str = "right") -> torch.Tensor:
     """OE (Thulasidasan et al.): sum_b (n_b/N) conf_b max(conf_b - acc_b, 0)."""
-    _, _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
+    _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
     mean_conf = conf_sum / count.clamp_min(1)
     return (mean_conf * (conf_sum - hits).clamp_min(0)).sum(-1) / pred.n_samples
 
@@ -478,7 +515,7 @@ def debiased_ece_l2(pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass
 
     Bins with fewer than 2 samples contribute 0 (their variance term is undefined).
     """
-    _, _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
+    _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
     safe = count.clamp_min(1)
     acc, conf = hits / safe, conf_sum / safe
     variance = acc * (1 - acc) / (count - 1).clamp_min(1)
@@ -565,9 +602,11 @@ def sece(pred: _Predictions, *, bandwidth: float = 0.01, tau_a: float = 100.0) -
     n = confidence.shape[-1]
     rows = max(1, _KERNEL_BLOCK_ELEMENTS // (n * confidence.shape[0]))
     smoothed = []
+    scale = _LOG2_E / (2 * bandwidth**2)
     for start in range(0, n, rows):
         block = confidence[:, start : start + rows]
-        kernel = torch.exp(-(block.unsqueeze(-1) - confidence.unsqueeze(-2)).square() / (2 * bandwidth**2))
+        exponent = (block.unsqueeze(-1) - confidence.unsqueeze(-2)).square() * scale
+        kernel = torch.exp2(-exponent.clamp(max=-_EXP2_FLOOR))
         smoothed.append((kernel @ soft_accuracy.unsqueeze(-1)).squeeze(-1) / kernel.sum(-1))
     return (torch.cat(smoothed, dim=-1) - confidence).abs().mean(-1)
 
@@ -776,12 +815,12 @@ def reliability_bins(
         :func:`ece`.
     """
     pred = _Predictions.single(logits, labels, inputs)
-    edges, _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
+    edges, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
     empty = count == 0
     safe = count.clamp_min(1)
     nan = torch.full_like(conf_sum, float("nan"))
     return {
-        "edges": edges[0].cpu().numpy(),
+        "edges": edges[0].to(torch.float64).cpu().numpy(),
         "counts": count[0].to(torch.int64).cpu().numpy(),
         "confidence": torch.where(empty, nan, conf_sum / safe)[0].cpu().numpy(),
         "accuracy": torch.where(empty, nan, hits / safe)[0].cpu().numpy(),
