@@ -94,3 +94,25 @@ def test_cifar_protocol_fractions_give_45k_5k():
 def test_bad_fractions_are_rejected(fractions, message):
     with pytest.raises(ValueError, match=message):
         check_fractions(fractions)
+
+
+def test_tiny_imagenet_reads_the_distributed_layout(tmp_path):
+    from PIL import Image
+
+    base = tmp_path / "tiny-imagenet-200"
+    wnids = ["n01", "n02"]
+    (base / "val" / "images").mkdir(parents=True)
+    (base / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    rng = np.random.default_rng(0)
+    for wnid in wnids:
+        folder = base / "train" / wnid / "images"
+        folder.mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(folder / f"{wnid}_{i}.JPEG")
+    Image.fromarray(np.zeros((64, 64, 3), dtype=np.uint8)).save(base / "val" / "images" / "val_0.JPEG")
+    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn02\t0\t0\t62\t62\n")
+    data = load_dataset("tiny_imagenet", root=tmp_path)
+    assert data.train_images.shape == (4, 3, 64, 64) and data.train_labels.tolist() == [0, 0, 1, 1]
+    assert data.test_labels.tolist() == [1] and data.num_classes == 2
+    with pytest.raises(DatasetMissing, match="tiny-imagenet-200/wnids.txt"):
+        load_dataset("tiny_imagenet", root=tmp_path / "elsewhere")

@@ -90,3 +90,14 @@ def test_fingerprint_is_stable_and_sensitive():
     a = fingerprint({"lr": 0.1, "seed": 0})
     assert a == fingerprint({"seed": 0, "lr": 0.1})
     assert a != fingerprint({"lr": 0.1, "seed": 1})
+
+
+@pytest.mark.parametrize("env", ["local", "test", "cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"])
+def test_every_shipped_environment_builds(env):
+    from calib_pipeline.pipelines.config import load_parameters
+    from calib_pipeline.settings import project_root
+
+    parameters = load_parameters(env, project_root())
+    structure = parse_structure(parameters)
+    validate_buildable(structure, parameters)
+    assert structure.runs(), f"{env} defines no runs"

@@ -194,6 +194,41 @@ def _stage_debian_fashion_mnist(root: Path, source: Path | None = None) -> None:
                 shutil.copyfileobj(fin, fout)
 
 
+def _load_tiny_imagenet(root: Path, download: bool) -> ImageData:
+    """Tiny-ImageNet-200 in its distributed layout: ``train/<wnid>/images/*.JPEG`` and
+    ``val/images/*.JPEG`` labelled by ``val/val_annotations.txt``; the official val set
+    (10k) serves as the test set, as in the papers (the test labels are not public)."""
+    from PIL import Image
+
+    base = root / "tiny-imagenet-200"
+    wnids = (base / "wnids.txt").read_text().split()
+    index = {w: i for i, w in enumerate(wnids)}
+
+    def read(paths: list[Path]) -> torch.Tensor:
+        arrays = [np.asarray(Image.open(p).convert("RGB"), dtype=np.uint8) for p in paths]
+        return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
+
+    train_paths, train_labels = [], []
+    for wnid in wnids:
+        files = sorted((base / "train" / wnid / "images").glob("*.JPEG"))
+        train_paths += files
+        train_labels += [index[wnid]] * len(files)
+    annotations = [line.split("\t") for line in (base / "val" / "val_annotations.txt").read_text().splitlines() if line]
+    test_paths = [base / "val" / "images" / row[0] for row in annotations]
+    test_labels = [index[row[1]] for row in annotations]
+    return ImageData(
+        "tiny_imagenet",
+        read(train_paths),
+        torch.tensor(train_labels, dtype=torch.int64),
+        read(test_paths),
+        torch.tensor(test_labels, dtype=torch.int64),
+        len(wnids),
+        (0.4802, 0.4481, 0.3975),
+        (0.2770, 0.2691, 0.2821),
+        wnids,
+    )
+
+
 _MNIST_FILES = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",
@@ -257,5 +292,14 @@ _register(
         ),
         ("train_32x32.mat", "test_32x32.mat"),
         "train_32x32.mat and test_32x32.mat (format 2) from the SVHN website",
+    ),
+)
+_register(
+    "tiny_imagenet",
+    lambda: DatasetSpec(
+        _load_tiny_imagenet,
+        ("tiny-imagenet-200/wnids.txt", "tiny-imagenet-200/train", "tiny-imagenet-200/val/val_annotations.txt",
+         "tiny-imagenet-200/val/images"),
+        "tiny-imagenet-200.zip from the CS231n site, extracted (it cannot be downloaded by torchvision)",
     ),
 )
