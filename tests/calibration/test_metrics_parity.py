@@ -104,6 +104,24 @@ def test_confidence_one_differs_from_torchmetrics_hidden_extra_bin():
         assert abs(ours - theirs) > 1e-3
 
 
+@pytest.mark.parametrize("case", ["random", "tied", "class_absent", "k1000", "all_wrong"])
+def test_debiased_l2_matches_torchmetrics_internal_debiased_estimator(case):
+    """torchmetrics 1.9 has Kumar et al.'s debiased l2 only in its internal _ce_compute; it
+    keeps the plug-in term of single-sample bins, which Kumar's estimator (and ours) drops."""
+    from torchmetrics.functional.classification.calibration_error import _ce_compute
+
+    probs, labels = _case(case)
+    confidence, correct = _top_label(probs, labels)
+    theirs = float(_ce_compute(torch.from_numpy(confidence), torch.from_numpy(correct), 15, norm="l2", debias=True))
+    ours = float(M.debiased_ece_l2(probs, labels, inputs="probs", scheme="width", closure="left"))
+    bins = M.reliability_bins(probs, labels, inputs="probs", closure="left")
+    single = bins["counts"] == 1
+    singles = np.sum((bins["accuracy"][single] - bins["confidence"][single]) ** 2) / len(labels)
+    assert theirs**2 == pytest.approx(ours**2 + singles, abs=TOL)
+    if case == "all_wrong":
+        assert single.any() and abs(theirs - ours) > 1e-5
+
+
 # --------------------------------------------------------------------------- netcal
 
 
