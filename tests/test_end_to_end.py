@@ -53,8 +53,8 @@ def test_outputs_are_written_and_versioned(project_run):
     table = pd.read_parquet(report / "metrics.parquet" / latest / "metrics.parquet")
     assert set(table.columns) >= {"dataset", "study", "method", "seed", "calibrator", "split", "shift", "severity", "metric", "value"}
     assert set(table["method"]) == {"ce", "ls_0p05", "focal_g3"}
-    assert (report / "summary.md" / latest / "summary.md").read_text().startswith("# baseline on digits")
-    assert (report / "reliability_diagram.png" / latest / "reliability_diagram.png").stat().st_size > 10_000
+    assert (report / "summary" / latest / "summary" / "summary.md").read_text().startswith("# baseline on digits")
+    assert (report / "reliability" / latest / "reliability" / "reliability_15_bins.png").stat().st_size > 10_000
     for method in ("ce", "ls_0p05", "focal_g3"):
         assert len(versions(data_dir / "06_models" / "digits" / method / "seed_0" / "checkpoint.pt")) == 2
 
@@ -74,7 +74,8 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
         assert [m.step for m in history] == [1, 2]
         artifacts = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline")]
-        assert any(a.endswith("summary_md.md") for a in artifacts)
+        assert any(a.endswith("report_summary.summary.md") for a in artifacts)
+        assert any(a.endswith("metrics.csv") for a in artifacts)
         assert any(a.endswith(".png") for a in artifacts)
 
 

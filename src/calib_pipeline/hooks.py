@@ -143,22 +143,27 @@ class MlflowTrackingHook:
         self._client.set_terminated(run_id, "FINISHED")
 
     def _log_artifacts(self, node, outputs: dict[str, Any]) -> None:
+        """Log a reporting node's outputs (tables, Markdown, figures) to the parent run.
+
+        Runs before the catalog saves the outputs, so figures are still open."""
+        from calib_pipeline.kedro_datasets import write_artifacts
+
+        bundle: dict[str, Any] = {}
+        for name, value in outputs.items():
+            stem = name.split(".", 1)[-1]
+            if isinstance(value, dict):
+                bundle.update({f"{stem}.{key}": item for key, item in value.items()})
+            elif isinstance(value, (pd.DataFrame, str)) or hasattr(value, "savefig"):
+                bundle[stem] = value
+        if not bundle:
+            return
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            for name, value in outputs.items():
-                stem = name.replace("/", "_")
-                if isinstance(value, pd.DataFrame):
-                    value.to_csv(folder / f"{stem}.csv", index=False)
-                elif isinstance(value, str):
-                    (folder / f"{stem}.md").write_text(value, encoding="utf-8")
-                elif hasattr(value, "savefig"):
-                    value.savefig(folder / f"{stem}.png", dpi=110, bbox_inches="tight")
-                elif isinstance(value, dict):
-                    for key, item in value.items():
-                        if hasattr(item, "savefig"):
-                            item.savefig(folder / f"{stem}.{key}.png", dpi=110, bbox_inches="tight")
-            if any(folder.iterdir()):
-                self._client.log_artifacts(self._parent.info.run_id, str(folder), artifact_path=node.namespace or "")
+            write_artifacts(folder, {k: v for k, v in bundle.items() if not hasattr(v, "savefig")})
+            for key, figure in bundle.items():
+                if hasattr(figure, "savefig"):  # keep figures open: the catalog saves them next
+                    figure.savefig(folder / f"{key}.png", dpi=110, bbox_inches="tight")
+            self._client.log_artifacts(self._parent.info.run_id, str(folder), artifact_path=node.namespace or "")
 
     @hook_impl
     def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:

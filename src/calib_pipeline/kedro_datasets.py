@@ -107,3 +107,60 @@ class MarkdownDataset(AbstractVersionedDataset[str, str]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "version": self._version}
+
+
+class ReportDataset(AbstractVersionedDataset[dict, dict]):
+    """A versioned folder of report artifacts.
+
+    Saving a dict writes each entry by type: a DataFrame as ``<name>.csv`` and
+    ``<name>.md``, a string as ``<name>.md``, a matplotlib figure as ``<name>.png``
+    (then closed), a dict/list as ``<name>.json``. Loading returns DataFrames from the
+    CSVs, strings from the Markdown files and paths of the PNGs.
+    """
+
+    def __init__(self, *, filepath: str, version: Version | None = None, dpi: int = 120) -> None:
+        super().__init__(filepath=PurePosixPath(filepath), version=version)
+        self._dpi = dpi
+
+    def save(self, data: dict[str, Any]) -> None:
+        write_artifacts(Path(str(self._get_save_path())), data, dpi=self._dpi)
+
+    def load(self) -> dict[str, Any]:
+        import pandas as pd
+
+        folder = Path(str(self._get_load_path()))
+        out: dict[str, Any] = {}
+        for path in sorted(folder.iterdir()):
+            if path.suffix == ".csv":
+                out[path.stem] = pd.read_csv(path)
+            elif path.suffix == ".md" and path.stem not in out:
+                out[path.stem] = path.read_text(encoding="utf-8")
+            elif path.suffix in (".png", ".json"):
+                out[path.stem] = str(path)
+        return out
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._filepath), "version": self._version}
+
+
+def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
+    """Write report artifacts into ``folder`` by type (see :class:`ReportDataset`)."""
+    import json
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in data.items():
+        if isinstance(value, pd.DataFrame):
+            value.to_csv(folder / f"{name}.csv", index=False)
+            (folder / f"{name}.md").write_text(value.to_markdown(index=False) + "\n", encoding="utf-8")
+        elif isinstance(value, str):
+            (folder / f"{name}.md").write_text(value, encoding="utf-8")
+        elif hasattr(value, "savefig"):
+            value.savefig(folder / f"{name}.png", dpi=dpi, bbox_inches="tight")
+            plt.close(value)
+        elif isinstance(value, (dict, list)):
+            (folder / f"{name}.json").write_text(json.dumps(value, indent=2, default=str), encoding="utf-8")
+        else:
+            raise DatasetError(f"report artifact {name!r} has unsupported type {type(value).__name__}")

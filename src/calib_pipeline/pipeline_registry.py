@@ -35,6 +35,7 @@ def register_pipelines() -> dict[str, Pipeline]:
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
 
+    dataset = parameters["dataset"]["name"]
     runs = structure.runs()
     used_splits = sorted({structure.methods[m].split for m, _ in runs})
     stages = {
@@ -43,7 +44,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         "logits": logits.create_pipeline(structure, runs),
         "posthoc": posthoc.create_pipeline(runs),
         "shift": shift.create_pipeline(runs),
-        "reporting": reporting.create_pipeline(structure, list(structure.studies)),
+        "reporting": reporting.create_pipeline(structure, list(structure.studies), dataset),
     }
     pipelines: dict[str, Pipeline] = dict(stages)
     for name, study in structure.studies.items():
@@ -55,7 +56,7 @@ def register_pipelines() -> dict[str, Pipeline]:
             + logits.create_pipeline(structure, study_runs)
             + posthoc.create_pipeline(study_runs)
             + shift.create_pipeline(study_runs)
-            + reporting.create_pipeline(structure, [name])
+            + reporting.create_pipeline(structure, [name], dataset)
         )
     pipelines["__default__"] = sum(stages.values(), Pipeline([]))
     return pipelines

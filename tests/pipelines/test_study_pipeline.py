@@ -19,12 +19,11 @@ PARAMETERS = {
     "splits": {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}},
     "calibrators": {"ts": {"name": "temperature_nll"}},
     "methods": {"ce": {"objective": "cross_entropy", "label": "CE"}, "ls": {"objective": "label_smoothing", "params": {"epsilon": 0.1}}},
-    "studies": {"mini": {"methods": ["ce", "ls"], "calibrators": ["ts"]}},
+    "studies": {"mini": {"methods": ["ce", "ls"], "calibrators": ["ts"], "reports": {"summary": {"metrics": ["accuracy", "nll", "ece"]}, "reliability": {"n_bins": [10]}}}},
     "logits": {"device": "cpu"},
     "shift": {"seed": 0, "corruptions": ["gaussian_noise"], "severities": [1, 5]},
     "evaluation": {"n_bins": 10, "reliability_bins": [10]},
-    "summary": {"metrics": ["accuracy", "nll", "ece"]},
-}
+    }
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def _catalog(data, tmp_path, structure):
     for method, seed in structure.runs():
         datasets[f"{method}.seed_{seed}.resume"] = MemoryDataset(CheckpointStore(tmp_path / method), copy_mode="assign")
     # the runner releases in-memory intermediates; persist the ones the test inspects
-    for name in ("mini.metrics", "mini.summary_md", "ce.seed_0.checkpoint", "ce.seed_0.history", "ce.seed_0.logits"):
+    for name in ("mini.metrics", "mini.report_summary", "mini.report_reliability", "ce.seed_0.checkpoint", "ce.seed_0.history", "ce.seed_0.logits"):
         datasets[name] = PickleDataset(filepath=str(tmp_path / f"{name}.pkl"))
     return DataCatalog(datasets=datasets)
 
@@ -72,8 +71,10 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     test = table[(table["split"] == "test") & (table["shift"] == "none")].set_index(["method", "calibrator", "metric"])["value"]
     # temperature scaling never changes accuracy
     assert test["ce", "none", "accuracy"] == test["ce", "ts", "accuracy"]
-    markdown = catalog.load("mini.summary_md")
-    assert "| CE" in markdown and "ece" in markdown
+    summary = catalog.load("mini.report_summary")
+    assert "| CE" in summary["summary"]
+    assert list(summary["table"].columns) == ["label", "calibrator", "accuracy", "nll", "ece"]
+    assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
     history = catalog.load("ce.seed_0.history")

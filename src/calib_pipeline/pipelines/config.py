@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
+STUDY_FIELDS = ("methods", "seeds", "calibrators", "reports", "description")
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,9 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
     studies: dict[str, StudySpec] = {}
     for name, entry in parameters["studies"].items():
         _check_key("study", name)
+        unknown_fields = sorted(set(entry) - set(STUDY_FIELDS))
+        if unknown_fields:
+            raise ValueError(f"study {name!r} has unknown field(s) {unknown_fields}; valid: {list(STUDY_FIELDS)}")
         members = entry.get("methods") or []
         missing = [m for m in _expand_members(members, methods) if m not in methods]
         if missing:
@@ -166,7 +171,7 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             methods=tuple(_expand_members(members, methods)),
             seeds=tuple(seeds),
             calibrators=tuple(study_calibrators),
-            reports={k: v for k, v in entry.items() if k not in ("methods", "seeds", "calibrators")},
+            reports=dict(entry.get("reports") or DEFAULT_REPORTS),
         )
     return Structure(methods, studies, splits, calibrators)
 
@@ -210,6 +215,15 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
                 build_meta_learner(method.meta_learner, num_classes=2, feature_dim=4, **method.params)
         except ValueError as error:
             raise ValueError(f"method {method.key!r}: {error}") from None
+    from calib_pipeline.pipelines.reporting.reports import report_names
+
+    for study in structure.studies.values():
+        unknown = sorted(set(study.reports) - set(report_names()))
+        if unknown:
+            raise ValueError(
+                f"study {study.name!r} lists unknown report(s) {unknown}; valid reports are: "
+                + ", ".join(report_names())
+            )
     for key, entry in structure.calibrators.items():
         try:
             build_calibrator(entry["name"], **(entry.get("params") or {}))

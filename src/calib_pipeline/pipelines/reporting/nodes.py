@@ -1,8 +1,9 @@
 """Nodes of the reporting stage.
 
 ``evaluate_runs`` scores every (method, seed, calibrator, split, shift, severity) cell
-from cached logits into one tidy table; every other node is a pivot or a plot of
-that table (or of the per-bin reliability table it also returns).
+from cached logits into one tidy table; ``run_report`` builds one registered report
+(``reports.py``) from that table, the per-bin reliability table and whatever per-run
+artifacts the report needs.
 """
 
 from __future__ import annotations
@@ -10,15 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import matplotlib
+import pandas as pd
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-
-from calib_pipeline.calibration.metrics import calibration_metrics, reliability_bins  # noqa: E402
+from calib_pipeline.calibration.metrics import calibration_metrics, reliability_bins
+from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report
 
 logger = logging.getLogger(__name__)
 
@@ -109,93 +106,34 @@ def evaluate_runs(
     return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()
 
 
-def mean_std_table(
-    table: pd.DataFrame,
-    metrics: list[str],
+def run_report(
+    metrics: pd.DataFrame,
+    bins: pd.DataFrame,
     *,
-    split: str = "test",
-    shift: str = "none",
-    percent: tuple[str, ...] = ("accuracy", "error", "ece", "ece_em", "mce", "classwise_ece"),
-) -> pd.DataFrame:
-    """Rows (method label, calibrator) x metric columns, formatted ``mean ± std`` over seeds.
+    report: str,
+    options: dict[str, Any],
+    study: dict[str, Any],
+    run_keys: dict[str, tuple[str, int]],
+    **artifacts: Any,
+) -> dict[str, Any]:
+    """Build report ``report`` for a study.
 
-    Metrics listed in ``percent`` are shown ×100, as the papers report them.
+    Args:
+        metrics: the study's tidy metrics table.
+        bins: the study's per-bin reliability table.
+        report: registered report name.
+        options: the report's options from the study's ``reports`` entry.
+        study: name, dataset, methods, seeds, labels and sweep groups of the study.
+        run_keys: ``r<i>`` -> (method, seed) for the ``r<i>_<kind>`` keyword artifacts.
+        **artifacts: per-run artifacts the report declared it needs.
+
+    Returns:
+        artifact name -> DataFrame / Markdown string / Figure.
     """
-    subset = table[(table["split"] == split) & (table["shift"] == shift) & table["metric"].isin(metrics)]
-    if subset.empty:
-        raise ValueError(f"no rows for split={split!r}, shift={shift!r}, metrics={metrics}")
-    scaled = subset.assign(value=np.where(subset["metric"].isin(percent), subset["value"] * 100, subset["value"]))
-    grouped = scaled.groupby(["label", "calibrator", "metric"], sort=False)["value"]
-    stats = grouped.agg(["mean", "std", "count"]).reset_index()
-    stats["cell"] = [
-        f"{m:.2f} ± {s:.2f}" if c > 1 else f"{m:.2f}"
-        for m, s, c in zip(stats["mean"], stats["std"].fillna(0.0), stats["count"])
-    ]
-    wide = stats.pivot(index=["label", "calibrator"], columns="metric", values="cell")
-    order = list(dict.fromkeys(subset["label"]))
-    wide = wide.reindex(columns=[m for m in metrics if m in wide.columns])
-    wide = wide.reset_index()
-    wide["label"] = pd.Categorical(wide["label"], categories=order, ordered=True)
-    return wide.sort_values(["label", "calibrator"]).reset_index(drop=True).astype({"label": str})
-
-
-def summary_tables(table: pd.DataFrame, summary: dict[str, Any]) -> tuple[pd.DataFrame, str]:
-    """The study's summary: mean ± std over seeds on the clean test split (CSV + Markdown)."""
-    metrics = summary.get("metrics", ["accuracy", "nll", "brier", "ece", "ece_em", "mce", "classwise_ece", "auroc"])
-    wide = mean_std_table(table, metrics)
-    study = table["study"].iloc[0]
-    dataset = table["dataset"].iloc[0]
-    seeds = table["seed"].nunique()
-    header = (
-        f"# {study} on {dataset}\n\n"
-        f"Clean test split, mean ± std over {seeds} seed(s); accuracy and calibration errors in %.\n"
-        "`none` = uncalibrated; other calibrators were fitted on the validation split.\n\n"
-    )
-    return wide, header + wide.to_markdown(index=False) + "\n"
-
-
-def reliability_figure(bins: pd.DataFrame, evaluation: dict[str, Any]) -> plt.Figure:
-    """Reliability diagrams on the clean test split: one row per method, one column per
-    calibrator; filled bars are per-bin accuracy pooled over seeds (count-weighted),
-    hatched outlines the mean confidence of the bin, the diagonal perfect calibration."""
-    n_bins = int(evaluation.get("n_bins", 15))
-    frame = bins[bins["n_bins"] == n_bins]
-    if frame.empty:
-        raise ValueError(f"no reliability bins with n_bins={n_bins}")
-    labels = list(dict.fromkeys(frame["label"]))
-    calibrators = list(dict.fromkeys(frame["calibrator"]))
-    fig, axes = plt.subplots(
-        len(labels), len(calibrators), figsize=(2.6 * len(calibrators), 2.6 * len(labels)),
-        squeeze=False, sharex=True, sharey=True,
-    )
-    for i, label in enumerate(labels):
-        for j, cal in enumerate(calibrators):
-            ax = axes[i, j]
-            cell = frame[(frame["label"] == label) & (frame["calibrator"] == cal)]
-            weight = cell["count"].to_numpy(dtype=float)
-            pooled = (
-                cell.assign(
-                    acc_w=cell["accuracy"].fillna(0) * weight,
-                    conf_w=cell["confidence"].fillna(0) * weight,
-                )
-                .groupby(["lower", "upper"], as_index=False)[["count", "acc_w", "conf_w"]]
-                .sum()
-            )
-            with np.errstate(invalid="ignore", divide="ignore"):
-                acc = pooled["acc_w"] / pooled["count"]
-                conf = pooled["conf_w"] / pooled["count"]
-            width = pooled["upper"] - pooled["lower"]
-            ax.bar(pooled["lower"], acc, width=width, align="edge", color="#4C72B0", edgecolor="white")
-            ax.bar(pooled["lower"], conf, width=width, align="edge", fill=False, edgecolor="#C44E52", hatch="//", linewidth=0.6)
-            ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            if i == 0:
-                ax.set_title(cal, fontsize=9)
-            if j == 0:
-                ax.set_ylabel(f"{label}\naccuracy", fontsize=8)
-            if i == len(labels) - 1:
-                ax.set_xlabel("confidence", fontsize=8)
-    fig.suptitle(f"Reliability diagrams, test split, {n_bins} bins", fontsize=10)
-    fig.tight_layout()
-    return fig
+    results = StudyResults(metrics=metrics, bins=bins, **study)
+    for key, (method, seed) in run_keys.items():
+        for kind in ("histories", "logits", "calibrators", "shift"):
+            value = artifacts.get(f"{key}_{kind}")
+            if value is not None:
+                getattr(results, kind)[(method, int(seed))] = value
+    return build_report(report, results, **options)

@@ -5,8 +5,11 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from calib_pipeline.pipelines.config import StudySpec, Structure
-from calib_pipeline.pipelines.reporting.nodes import evaluate_runs, reliability_figure, summary_tables
+from calib_pipeline.pipelines.reporting.nodes import evaluate_runs, run_report
+from calib_pipeline.pipelines.reporting.reports import report_needs
 from calib_pipeline.pipelines.training.pipeline import run_prefix
+
+ARTIFACT_SUFFIX = {"logits": "logits", "calibrators": "calibrators", "shift": "shift_logits", "histories": "history"}
 
 
 def evaluate_study(
@@ -45,47 +48,57 @@ def _named(func, **kwargs):
     return update_wrapper(partial(func, **kwargs), func)
 
 
-def study_pipeline(structure: Structure, study: StudySpec, with_shift: bool = True) -> Pipeline:
+def _run_inputs(run_keys: dict[str, tuple[str, int]], kinds: tuple[str, ...]) -> dict[str, str]:
+    return {
+        f"{key}_{kind}": f"{run_prefix(method, seed)}.{ARTIFACT_SUFFIX[kind]}"
+        for key, (method, seed) in run_keys.items()
+        for kind in kinds
+    }
+
+
+def study_pipeline(structure: Structure, study: StudySpec, dataset_name: str = "") -> Pipeline:
+    """Evaluation (tidy table + reliability bins) and one node per report of the study."""
     runs = [(m, s) for m in study.methods for s in study.seeds]
     run_keys = {f"r{i}": run for i, run in enumerate(runs)}
-    inputs = {"dataset": "params:dataset", "evaluation": "params:evaluation"}
-    for key, (method, seed) in run_keys.items():
-        prefix = run_prefix(method, seed)
-        inputs[f"{key}_logits"] = f"{prefix}.logits"
-        inputs[f"{key}_calibrators"] = f"{prefix}.calibrators"
-        if with_shift:
-            inputs[f"{key}_shift"] = f"{prefix}.shift_logits"
-    labels = {m: structure.methods[m].label for m in study.methods}
     name = study.name
-    return Pipeline(
-        [
+    labels = {m: structure.methods[m].label for m in study.methods}
+    nodes = [
+        node(
+            _named(evaluate_study, study=name, run_keys=run_keys, labels=labels, calibrators=list(study.calibrators)),
+            inputs={
+                "dataset": "params:dataset",
+                "evaluation": "params:evaluation",
+                **_run_inputs(run_keys, ("logits", "calibrators", "shift")),
+            },
+            outputs=[f"{name}.metrics", f"{name}.reliability_bins"],
+            name="evaluate",
+            tags=["reporting", "evaluation"],
+        )
+    ]
+    study_info = {
+        "study": name,
+        "dataset": dataset_name,
+        "methods": list(study.methods),
+        "seeds": list(study.seeds),
+        "labels": labels,
+        "groups": {m: structure.methods[m].group for m in study.methods},
+    }
+    for report, options in study.reports.items():
+        nodes.append(
             node(
-                _named(evaluate_study, study=name, run_keys=run_keys, labels=labels,
-                       calibrators=list(study.calibrators)),
-                inputs=inputs,
-                outputs=[f"{name}.metrics", f"{name}.reliability_bins"],
-                name="evaluate",
-                tags=["reporting", "evaluation"],
-            ),
-            node(
-                summary_tables,
-                inputs=[f"{name}.metrics", "params:summary"],
-                outputs=[f"{name}.summary_table", f"{name}.summary_md"],
-                name="summary",
+                _named(run_report, report=report, options=dict(options or {}), study=study_info, run_keys=run_keys),
+                inputs={
+                    "metrics": f"{name}.metrics",
+                    "bins": f"{name}.reliability_bins",
+                    **_run_inputs(run_keys, report_needs(report)),
+                },
+                outputs=f"{name}.report_{report}",
+                name=f"report_{report}",
                 tags=["reporting"],
-            ),
-            node(
-                reliability_figure,
-                inputs=[f"{name}.reliability_bins", "params:evaluation"],
-                outputs=f"{name}.reliability_diagram",
-                name="reliability_diagram",
-                tags=["reporting"],
-            ),
-        ],
-        namespace=name,
-        prefix_datasets_with_namespace=False,
-    )
+            )
+        )
+    return Pipeline(nodes, namespace=name, prefix_datasets_with_namespace=False)
 
 
-def create_pipeline(structure: Structure, studies: list[str], with_shift: bool = True) -> Pipeline:
-    return Pipeline([study_pipeline(structure, structure.studies[s], with_shift) for s in studies])
+def create_pipeline(structure: Structure, studies: list[str], dataset_name: str = "") -> Pipeline:
+    return Pipeline([study_pipeline(structure, structure.studies[s], dataset_name) for s in studies])
