@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from scipy.optimize import minimize
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from calib_pipeline.calibration._posthoc_base import LogitCalibrator, check_count, register
@@ -105,13 +106,16 @@ class AffineCalibration(LogitCalibrator):
             theta, converged = start, False
             self._warn("max_iter = 0: the identity map was kept without fitting")
         else:
-            result = minimize(
-                loss_and_gradient,
-                start,
-                jac=True,
-                method="L-BFGS-B",
-                options={"maxiter": max_iter, "ftol": 1e-12, "gtol": 1e-8},
-            )
+            # L-BFGS-B's BLAS calls are on short vectors: threads only add sync overhead,
+            # which on a loaded machine costs more than the whole fit.
+            with threadpool_limits(limits=1, user_api="blas"):
+                result = minimize(
+                    loss_and_gradient,
+                    start,
+                    jac=True,
+                    method="L-BFGS-B",
+                    options={"maxiter": max_iter, "ftol": 1e-12, "gtol": 1e-8},
+                )
             theta, converged, self.iterations = result.x, bool(result.success), int(result.nit)
             if not converged:
                 self._warn(f"L-BFGS-B stopped without converging: {result.message}")

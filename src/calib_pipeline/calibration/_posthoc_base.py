@@ -11,7 +11,7 @@ float64 tensors on the input's device (CPU for NumPy input).
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 import torch
@@ -154,19 +154,28 @@ class LogitCalibrator(Calibrator):
         raise NotImplementedError
 
 
-def top_label(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+class TopLabel(NamedTuple):
+    """Top-label view of float64 logits (see ``top_label``)."""
+
+    prediction: Tensor
+    confidence: Tensor
+    log_odds: Tensor
+
+
+def top_label(logits: Tensor) -> TopLabel:
     """Predicted class, top-label confidence and its log-odds, all from float64 logits.
 
     Returns:
-        ``(prediction, confidence, log_odds)`` with ``confidence = max_k softmax(z)_k``
-        and ``log_odds = log c − log(1 − c) = −log Σ_{k≠top} exp(z_k − z_top)``, computed
-        from the logits so that it stays finite when ``c`` rounds to 1.
+        ``TopLabel(prediction, confidence, log_odds)`` with ``prediction`` the first
+        maximal class, ``confidence = max_k softmax(z)_k`` and
+        ``log_odds = log c − log(1 − c) = −log Σ_{k≠top} exp(z_k − z_top)``, computed from
+        the logits so that it stays finite when ``c`` rounds to 1.
     """
     top, prediction = logits.max(dim=1)
     gaps = logits - top.unsqueeze(1)
     gaps.scatter_(1, prediction.unsqueeze(1), float("-inf"))
     log_odds = -torch.logsumexp(gaps, dim=1)
-    return prediction, torch.sigmoid(log_odds), log_odds
+    return TopLabel(prediction, torch.sigmoid(log_odds), log_odds)
 
 
 # A calibrated top-label confidence at or below 1/K cannot stay the strict argmax of K
@@ -214,32 +223,29 @@ def redistribute_top_label(
 class TopLabelCalibrator(Calibrator):
     """A calibrator of the top-label confidence; the predicted class never changes.
 
-    Subclasses implement ``_fit_confidence`` and ``_calibrate_confidence`` on the
-    top-label ``(confidence, log_odds)`` pair; ``redistribute_top_label`` rebuilds N×K
-    probabilities.
+    Subclasses implement ``_fit_top_label`` and ``_calibrate_top_label``;
+    ``redistribute_top_label`` rebuilds N×K probabilities from the calibrated confidence.
     """
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
-        prediction, confidence, log_odds = top_label(logits)
-        correct = (prediction == labels).to(torch.float64)
+        top = top_label(logits)
+        correct = (top.prediction == labels).to(torch.float64)
         n_correct = int(correct.sum())
         if n_correct in (0, correct.numel()):
             outcome = "correct" if n_correct else "wrong"
             self._warn(f"every validation prediction is {outcome}; the fitted map is degenerate")
-        return self._fit_confidence(confidence, log_odds, correct)
+        return self._fit_top_label(logits, labels, top, correct)
 
     def _predict_proba(self, logits: Tensor) -> Tensor:
-        prediction, confidence, log_odds = top_label(logits)
-        calibrated = self._calibrate_confidence(confidence, log_odds)
-        return redistribute_top_label(logits, prediction, calibrated)
+        top = top_label(logits)
+        return redistribute_top_label(logits, top.prediction, self._calibrate_top_label(top))
 
     def calibrate_confidence(self, logits: Tensor | np.ndarray) -> Tensor:
         """The calibrated top-label confidence alone (N,), before any flooring at 1/K."""
-        _, confidence, log_odds = top_label(self._checked_logits(logits))
-        return self._calibrate_confidence(confidence, log_odds)
+        return self._calibrate_top_label(top_label(self._checked_logits(logits)))
 
-    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
         raise NotImplementedError
 
-    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
+    def _calibrate_top_label(self, top: TopLabel) -> Tensor:
         raise NotImplementedError

@@ -1,9 +1,10 @@
 """Calibrators of the top-label confidence (histogram binning, isotonic regression, Platt
 scaling, scaling-binning) and one-vs-rest isotonic regression.
 
-Bins are closed on the right, ``(lo, hi]``, with the first bin ``[0, hi]`` — the
-convention of Guo et al., Mukhoti et al. and Kumar et al.; ``torch.bucketize`` with
-``right=False`` implements exactly that.
+Binning is the metrics module's (``metrics.reliability_bins``): the same edges
+(equal-size ``j/M`` or equal-mass midpoints) and the same ``(lo, hi]`` closure, first
+bin ``[0, hi]`` — the convention of Guo et al., Mukhoti et al. and Kumar et al. — so a
+histogram-binning map and the ECE bins it is scored with agree exactly.
 """
 
 from __future__ import annotations
@@ -17,69 +18,46 @@ from scipy.optimize import minimize
 from sklearn.isotonic import IsotonicRegression
 from torch import Tensor
 
+from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration._posthoc_base import (
     Calibrator,
+    TopLabel,
     TopLabelCalibrator,
     check_choice,
     check_count,
+    CONFIDENCE_FLOOR_MARGIN,
+    redistribute_top_label,
     register,
 )
 from calib_pipeline.registry import check_range
 
-BINNING_SCHEMES = ("equal_size", "equal_mass")
+BINNING_SCHEMES = {"equal_size": "width", "equal_mass": "mass"}
 
 
-def equal_size_edges(n_bins: int) -> Tensor:
-    """``n_bins + 1`` edges ``0, 1/M, …, 1`` (float64)."""
-    return torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64)
+class BinnedMap:
+    """A piecewise-constant map on [0, 1]: ``(lo, hi]`` bins (first ``[0, hi]``), one value each.
 
-
-def equal_mass_edges(scores: Tensor, n_bins: int) -> Tensor:
-    """``n_bins + 1`` edges putting ``round(N/M)`` of ``scores`` in each ``(lo, hi]`` bin.
-
-    Inner edge ``j`` is the midpoint of the sorted scores at ranks ``k_j − 1`` and
-    ``k_j`` with ``k_j = round(j·N/M)``, so unseen scores between two validation points
-    go to the nearer bin boundary's midpoint. Tied scores give repeated edges (empty
-    bins) rather than splitting a tie. The outer edges are 0 and 1.
+    Built from ``metrics.reliability_bins`` output; a bin that was empty at fit time has
+    value NaN and leaves its scores unchanged.
     """
-    ordered = torch.sort(scores).values
-    n = ordered.numel()
-    ranks = torch.round(torch.arange(1, n_bins, dtype=torch.float64) * n / n_bins).long()
-    upper = ordered[ranks.clamp(min=0, max=n - 1)]
-    lower = ordered[(ranks - 1).clamp(min=0, max=n - 1)]
-    inner = (lower + upper) / 2
-    zero_one = torch.tensor([0.0, 1.0], dtype=torch.float64)
-    return torch.cat([zero_one[:1], inner, zero_one[1:]])
 
+    def __init__(self, edges: np.ndarray, values: np.ndarray, counts: np.ndarray) -> None:
+        self.edges = torch.as_tensor(edges, dtype=torch.float64)
+        self.values = torch.as_tensor(values, dtype=torch.float64)
+        self.counts = torch.as_tensor(counts, dtype=torch.int64)
 
-def bin_index(scores: Tensor, edges: Tensor) -> Tensor:
-    """Bin of each score for ``(lo, hi]`` bins with ``edges`` (first bin ``[0, hi]``)."""
-    return torch.bucketize(scores, edges[1:-1].to(scores.device), right=False)
+    def __call__(self, scores: Tensor) -> Tensor:
+        index = torch.bucketize(scores, self.edges[1:-1].to(scores.device), right=False)
+        mapped = self.values.to(scores.device)[index]
+        return torch.where(torch.isnan(mapped), scores, mapped)
 
-
-def fit_bin_means(
-    scores: Tensor, targets: Tensor, edges: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Mean target per bin (NaN for an empty bin) and the bin counts."""
-    index = bin_index(scores, edges)
-    n_bins = edges.numel() - 1
-    counts = torch.bincount(index, minlength=n_bins).to(torch.float64)
-    sums = torch.zeros(n_bins, dtype=torch.float64, device=scores.device).scatter_add_(
-        0, index, targets
-    )
-    means = torch.where(counts > 0, sums / counts.clamp(min=1), math.nan)
-    return means.cpu(), counts.cpu()
-
-
-def apply_bin_means(scores: Tensor, edges: Tensor, means: Tensor) -> Tensor:
-    """Each score's bin mean; a score in a bin empty at fit time keeps its own value."""
-    mapped = means.to(scores.device)[bin_index(scores, edges)]
-    return torch.where(torch.isnan(mapped), scores, mapped)
-
-
-def _json_list(values: Tensor | np.ndarray) -> list[float | None]:
-    """Floats as a JSON-friendly list; NaN (an empty bin) becomes ``None``."""
-    return [None if math.isnan(v) else v for v in np.asarray(values, dtype=float).tolist()]
+    def learned(self) -> dict[str, list[Any]]:
+        """Edges, values (``None`` for an empty bin) and counts as JSON-friendly lists."""
+        return {
+            "bin_edges": self.edges.tolist(),
+            "bin_values": [None if math.isnan(v) else v for v in self.values.tolist()],
+            "bin_counts": self.counts.tolist(),
+        }
 
 
 @register
@@ -93,34 +71,32 @@ class HistogramBinning(TopLabelCalibrator):
     Hyperparameters:
         n_bins: number of bins (default 15, as in Wang et al.).
         binning: ``"equal_size"`` (edges ``j/M``, default) or ``"equal_mass"``
-            (``equal_mass_edges`` of the validation confidences).
+            (inner edges at midpoints between the ``floor(j·N/M)``-th and next smallest
+            validation confidence; ties are never split).
     """
 
     name = "histogram_binning"
 
     def __init__(self, *, n_bins: int = 15, binning: str = "equal_size") -> None:
         n_bins = check_count("n_bins", n_bins, low=1)
-        binning = check_choice("binning", binning, BINNING_SCHEMES)
+        binning = check_choice("binning", binning, tuple(BINNING_SCHEMES))
         super().__init__(n_bins=n_bins, binning=binning)
 
-    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
-        n_bins = self.hyperparameters["n_bins"]
-        if self.hyperparameters["binning"] == "equal_size":
-            self.edges = equal_size_edges(n_bins)
-        else:
-            self.edges = equal_mass_edges(confidence.cpu(), n_bins)
-        self.values, self.counts = fit_bin_means(confidence, correct, self.edges)
+    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
+        bins = metrics.reliability_bins(
+            logits,
+            labels,
+            n_bins=self.hyperparameters["n_bins"],
+            scheme=BINNING_SCHEMES[self.hyperparameters["binning"]],
+        )
+        self.map = BinnedMap(bins["edges"], bins["accuracy"], bins["counts"])
         return True
 
-    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
-        return apply_bin_means(confidence, self.edges, self.values)
+    def _calibrate_top_label(self, top: TopLabel) -> Tensor:
+        return self.map(top.confidence)
 
     def _learned(self) -> dict[str, Any]:
-        return {
-            "bin_edges": self.edges.tolist(),
-            "bin_values": _json_list(self.values),
-            "bin_counts": [int(c) for c in self.counts.tolist()],
-        }
+        return self.map.learned()
 
 
 def _fit_isotonic(scores: np.ndarray, targets: np.ndarray) -> IsotonicRegression:
@@ -149,16 +125,16 @@ class TopLabelIsotonic(TopLabelCalibrator):
     def __init__(self) -> None:
         super().__init__()
 
-    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
-        scores = confidence.cpu().numpy()
+    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
+        scores = top.confidence.cpu().numpy()
         if np.unique(scores).size < 2:
             self._warn("fewer than 2 distinct validation confidences; the isotonic map is constant")
         self.model = _fit_isotonic(scores, correct.cpu().numpy())
         return True
 
-    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
-        mapped = self.model.predict(confidence.cpu().numpy())
-        return torch.as_tensor(mapped, dtype=torch.float64, device=confidence.device)
+    def _calibrate_top_label(self, top: TopLabel) -> Tensor:
+        mapped = self.model.predict(top.confidence.cpu().numpy())
+        return torch.as_tensor(mapped, dtype=torch.float64, device=top.confidence.device)
 
     def _learned(self) -> dict[str, Any]:
         return _isotonic_learned(self.model)
@@ -242,9 +218,14 @@ def fit_platt(log_odds: Tensor, correct: Tensor, *, target_smoothing: bool) -> t
         jac=True,
         hess=hessian,
         method="trust-exact",
-        options={"gtol": 1e-10},
+        options={"gtol": 1e-8},
     )
     return float(result.x[0]), float(result.x[1]), bool(result.success)
+
+
+def platt_map(log_odds: Tensor, slope: float, intercept: float) -> Tensor:
+    """Platt's calibrated confidence ``σ(a·s + b)`` of log-odds ``s``."""
+    return torch.sigmoid(slope * log_odds + intercept)
 
 
 def _sigmoid(u: np.ndarray) -> np.ndarray:
@@ -269,14 +250,14 @@ class PlattScaling(TopLabelCalibrator):
             raise ValueError(f"target_smoothing must be True or False, got {target_smoothing!r}")
         super().__init__(target_smoothing=target_smoothing)
 
-    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
         self.slope, self.intercept, converged = fit_platt(
-            log_odds, correct, target_smoothing=self.hyperparameters["target_smoothing"]
+            top.log_odds, correct, target_smoothing=self.hyperparameters["target_smoothing"]
         )
         return converged
 
-    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
-        return torch.sigmoid(self.slope * log_odds + self.intercept)
+    def _calibrate_top_label(self, top: TopLabel) -> Tensor:
+        return platt_map(top.log_odds, self.slope, self.intercept)
 
     def _learned(self) -> dict[str, Any]:
         return {"slope": self.slope, "intercept": self.intercept}
@@ -288,12 +269,14 @@ class ScalingBinning(TopLabelCalibrator):
 
     1. A seeded random ``fit_fraction`` of the validation set fits Platt scaling
        ``g(c) = σ(a·logit(c) + b)``.
-    2. On the rest, ``n_bins`` equal-mass bins of ``g`` are formed
-       (``equal_mass_edges``) and each bin's value is the mean of ``g`` in it — the
+    2. On the rest, ``n_bins`` equal-mass bins of ``g`` are formed (the metrics'
+       ``scheme="mass"`` edges) and each bin's value is the mean of ``g`` in it — the
        mean of the *scaled* confidences, not of the labels; this is what gives the
        method its lower sample complexity than histogram binning.
     3. Predict: a confidence maps to the value of the bin its ``g`` falls in (``g``
        itself for a bin empty at fit time).
+
+    ``g`` is floored at ``1/K + 1e-9`` before binning, as every top-label output is.
 
     Hyperparameters:
         n_bins (15), fit_fraction (0.5), seed (0), target_smoothing (True, for step 1).
@@ -320,38 +303,40 @@ class ScalingBinning(TopLabelCalibrator):
             n_bins=n_bins, fit_fraction=fit_fraction, seed=seed, target_smoothing=target_smoothing
         )
 
-    def _fit_confidence(self, confidence: Tensor, log_odds: Tensor, correct: Tensor) -> bool:
+    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
         options = self.hyperparameters
-        n = confidence.numel()
+        n = labels.numel()
         if n < 2:
             raise ValueError(f"scaling_binning needs at least 2 validation samples, got {n}")
         generator = torch.Generator().manual_seed(options["seed"])
-        order = torch.randperm(n, generator=generator).to(confidence.device)
+        order = torch.randperm(n, generator=generator).to(labels.device)
         n_fit = min(max(round(options["fit_fraction"] * n), 1), n - 1)
         fit_part, bin_part = order[:n_fit], order[n_fit:]
         self.slope, self.intercept, converged = fit_platt(
-            log_odds[fit_part], correct[fit_part], target_smoothing=options["target_smoothing"]
+            top.log_odds[fit_part], correct[fit_part], target_smoothing=options["target_smoothing"]
         )
-        scaled = self._scale(log_odds[bin_part])
-        if scaled.numel() < options["n_bins"]:
+        if bin_part.numel() < options["n_bins"]:
             self._warn(
-                f"only {scaled.numel()} samples to form {options['n_bins']} bins; some bins are empty"
+                f"only {bin_part.numel()} samples to form {options['n_bins']} bins; some bins are empty"
             )
-        self.edges = equal_mass_edges(scaled.cpu(), options["n_bins"])
-        self.values, self.counts = fit_bin_means(scaled, scaled, self.edges)
+        # Binning the rebuilt probabilities makes their top-label confidence — the scaled
+        # confidence g, floored at 1/K like every output — the binned score, so the
+        # equal-mass edges and per-bin means of g come from the metrics' binning.
+        scaled = redistribute_top_label(
+            logits[bin_part], top.prediction[bin_part], self._scale(top.log_odds[bin_part])
+        )
+        bins = metrics.reliability_bins(
+            scaled, labels[bin_part], n_bins=options["n_bins"], scheme="mass", inputs="probs"
+        )
+        self.map = BinnedMap(bins["edges"], bins["confidence"], bins["counts"])
         return converged
 
     def _scale(self, log_odds: Tensor) -> Tensor:
-        return torch.sigmoid(self.slope * log_odds + self.intercept)
+        return platt_map(log_odds, self.slope, self.intercept)
 
-    def _calibrate_confidence(self, confidence: Tensor, log_odds: Tensor) -> Tensor:
-        return apply_bin_means(self._scale(log_odds), self.edges, self.values)
+    def _calibrate_top_label(self, top: TopLabel) -> Tensor:
+        floor = 1.0 / self.n_classes + CONFIDENCE_FLOOR_MARGIN
+        return self.map(self._scale(top.log_odds).clamp(min=floor))
 
     def _learned(self) -> dict[str, Any]:
-        return {
-            "slope": self.slope,
-            "intercept": self.intercept,
-            "bin_edges": self.edges.tolist(),
-            "bin_values": _json_list(self.values),
-            "bin_counts": [int(c) for c in self.counts.tolist()],
-        }
+        return {"slope": self.slope, "intercept": self.intercept, **self.map.learned()}

@@ -16,7 +16,7 @@ from scipy.optimize import minimize_scalar
 from torch import Tensor
 
 from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register
-from calib_pipeline.calibration.metrics import ece, sb_ece
+from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE, ece, sb_ece
 from calib_pipeline.registry import check_range
 
 # Mukhoti et al. (2020) cross-validate T on 0.1…10 step 0.1; Wang et al. (2021) on 0.01…10
@@ -198,7 +198,7 @@ class GridTemperatureScaling(TemperatureScaling):
     """Temperature scaling by grid search minimising the validation ECE (Mukhoti; Wang).
 
     Every grid temperature is scored with ``metrics.ece(z / T, labels, n_bins=n_bins)``
-    and the smallest ECE wins; ties go to the first (smallest) T, as a brute-force
+    on float32 logits ``z`` (float64 input is rounded once) and the smallest ECE wins; ties go to the first (smallest) T, as a brute-force
     ``min`` over the grid would. A winner at either end of the grid warns.
 
     Hyperparameters:
@@ -227,6 +227,9 @@ class GridTemperatureScaling(TemperatureScaling):
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         n_bins = self.hyperparameters["n_bins"]
+        # float32 logits: the metrics' float32 top-label pass is ~5x faster than float64,
+        # which matters for a 1000-point grid, and binning needs no more precision.
+        logits = logits.to(torch.float32)
         scores = [float(ece(logits / t, labels, n_bins=n_bins)) for t in self.grid.tolist()]
         best = int(np.argmin(scores))
         self.temperature, self.objective = float(self.grid[best]), scores[best]
@@ -275,7 +278,8 @@ class SBECETemperatureScaling(TemperatureScaling):
     learning rate.
 
     Hyperparameters:
-        n_bins (15), soft_bin_temperature (0.01 in squared-confidence units), label_binned
+        n_bins (15), soft_bin_temperature (``metrics.SB_ECE_TEMPERATURE`` = 1/(M² ln 10⁴),
+        the decay rule of the authors' code), label_binned
         (False: eq. 11; True: eq. 12), p (2), t_min (0.05), t_max (20).
     """
 
@@ -286,7 +290,7 @@ class SBECETemperatureScaling(TemperatureScaling):
         self,
         *,
         n_bins: int = 15,
-        soft_bin_temperature: float = 0.01,
+        soft_bin_temperature: float = SB_ECE_TEMPERATURE,
         label_binned: bool = False,
         p: float = 2.0,
         t_min: float = 0.05,

@@ -146,11 +146,11 @@ def stratified_subsample(labels: Tensor, size: int, seed: int) -> Tensor:
 
 
 def _metric_function(metric: str) -> Any:
-    function = getattr(metrics, metric, None)
-    if metric.startswith("_") or not callable(function):
-        valid = [name for name in getattr(metrics, "__all__", []) if callable(getattr(metrics, name))]
-        raise ValueError(f"unknown metric {metric!r}; valid metrics are: {', '.join(valid)}")
-    return function
+    if metric not in metrics.METRICS:
+        raise ValueError(
+            f"unknown metric {metric!r}; valid metrics are: {', '.join(metrics.metric_names())}"
+        )
+    return metrics.METRICS[metric]
 
 
 def validation_size_sweep(
@@ -252,6 +252,8 @@ def oracle_temperature(
             or ``(start, stop, step)``.
         n_bins: ECE bins.
 
+    Both ECEs are computed on float32 logits, as the grid search scores them.
+
     Returns:
         ``{"oracle": True, "oracle_temperature", "oracle_ece", "uncalibrated_ece",
         "at_grid_bound", "grid_start", "grid_stop", "grid_step", "n_bins"}``.
@@ -270,7 +272,7 @@ def oracle_temperature(
         "oracle": True,
         "oracle_temperature": calibrator.temperature,
         "oracle_ece": calibrator.objective,
-        "uncalibrated_ece": float(metrics.ece(z, y, n_bins=n_bins)),
+        "uncalibrated_ece": float(metrics.ece(z.detach().to(torch.float32), y, n_bins=n_bins)),
         "at_grid_bound": calibrator.at_bound,
         "grid_start": options["start"],
         "grid_stop": options["stop"],
