@@ -52,10 +52,10 @@ def test_outputs_are_written_and_versioned(project_run):
     latest = versions(report / "metrics.parquet")[-1]
     table = pd.read_parquet(report / "metrics.parquet" / latest / "metrics.parquet")
     assert set(table.columns) >= {"dataset", "study", "method", "seed", "calibrator", "split", "shift", "severity", "metric", "value"}
-    assert set(table["method"]) == {"ce", "ls_0p05", "focal_g3"}
+    assert set(table["method"]) == {"ce", "ls_epsilon_0p05", "focal_gamma_3"}
     assert (report / "summary" / latest / "summary" / "summary.md").read_text().startswith("# baseline on digits")
     assert (report / "reliability" / latest / "reliability" / "reliability_15_bins.png").stat().st_size > 10_000
-    for method in ("ce", "ls_0p05", "focal_g3"):
+    for method in ("ce", "ls_epsilon_0p05", "focal_gamma_3"):
         assert len(versions(data_dir / "06_models" / "digits" / method / "seed_0" / "checkpoint.pt")) == 2
 
 
@@ -68,7 +68,7 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
     assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
     for parent in parents:
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-        assert sorted(c.data.tags["method"] for c in children) == ["ce", "focal_g3", "ls_0p05"]
+        assert sorted(c.data.tags["method"] for c in children) == ["ce", "focal_gamma_3", "ls_epsilon_0p05"]
         child = children[0]
         assert child.data.params["run.training.epochs"] == "2"
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
@@ -84,22 +84,22 @@ def test_one_namespace_trains_one_method(project_run):
     kedro("--pipelines=training", "--namespaces=ce", data_dir=data_dir, tracking=tracking)
     models = data_dir / "06_models" / "digits"
     assert len(versions(models / "ce" / "seed_0" / "checkpoint.pt")) == 3
-    assert len(versions(models / "focal_g3" / "seed_0" / "checkpoint.pt")) == 2
+    assert len(versions(models / "focal_gamma_3" / "seed_0" / "checkpoint.pt")) == 2
 
 
 def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_run):
     data_dir, tracking = project_run
-    before = versions(data_dir / "06_models" / "digits" / "ls_0p05" / "seed_0" / "checkpoint.pt")
+    before = versions(data_dir / "06_models" / "digits" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt")
     result = kedro("--pipelines=posthoc,reporting", data_dir=data_dir, tracking=tracking)
     assert "train_seed" not in result.stdout + result.stderr
-    assert versions(data_dir / "06_models" / "digits" / "ls_0p05" / "seed_0" / "checkpoint.pt") == before
+    assert versions(data_dir / "06_models" / "digits" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt") == before
     assert len(versions(data_dir / "08_reporting" / "digits" / "baseline" / "metrics.parquet")) == 3
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("methods.focal_g3.params.gamma=-1", "gamma"),
+        ("methods.erl.params.beta=-1", "beta"),
         ("dataset.name=imagenet", "unknown dataset 'imagenet'; valid dataset names are"),
     ],
 )
@@ -145,6 +145,6 @@ def test_kedro_viz_build_lists_pipelines_and_namespaces(tmp_path):
     pipelines = {p["id"] for p in main["pipelines"]}
     assert {"__default__", "baseline", "training", "posthoc", "reporting", "shift"} <= pipelines
     modular = set(main["modular_pipelines"])
-    assert {"ce", "focal_g3", "baseline"} <= modular
+    assert {"ce", "focal_gamma_3", "baseline"} <= modular
     names = {n["name"] for n in main["nodes"]}
     assert any("train_seed_0" in name for name in names)

@@ -232,6 +232,7 @@ def train_model(
         model.train()
         loss_sum = torch.zeros((), device=device, dtype=torch.float64)
         correct_sum = torch.zeros((), device=device, dtype=torch.float64)
+        seen_logits = False
         meta_sums: dict[str, torch.Tensor] = {}
         for index, images, labels in stream:
             x = augment_batch(normalizer(images), config.augment, generator)
@@ -240,11 +241,10 @@ def train_model(
                 stats = meta_learner.step(
                     model, optimizer, x, labels, normalizer(meta_images), meta_labels
                 )
-                loss = stats["loss"]
-                logits = stats.get("logits")
+                loss = stats.pop("loss")
+                logits = stats.pop("logits", None)  # learners may return the train-batch logits
                 for key, value in stats.items():
-                    if key not in ("loss", "logits"):
-                        meta_sums[key] = meta_sums.get(key, 0) + value.detach().double()
+                    meta_sums[key] = meta_sums.get(key, 0) + value.detach().double()
             else:
                 targets = labels
                 if hasattr(objective, "mix_batch"):
@@ -258,7 +258,8 @@ def train_model(
                     nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                 optimizer.step()
             loss_sum += loss.detach().double() * len(labels)
-            if logits is not None:
+            if logits is not None and logits.shape[0] == len(labels):
+                seen_logits = True
                 wrong = logits.detach().argmax(1) != labels
                 correct_sum += (~wrong).sum()
                 last_wrong[index[wrong]] = epoch
@@ -267,7 +268,7 @@ def train_model(
         val_logits = predict_logits(model, val.images, normalizer, config.eval_batch_size)
         stats = {
             "train_loss": loss_sum / len(train_labels),
-            "train_accuracy": correct_sum / len(train_labels),
+            "train_accuracy": correct_sum / len(train_labels) if seen_logits else correct_sum * float("nan"),
             **_split_stats("val", val_logits, val_labels),
             "head_weight_norm": model.head.weight.detach().double().norm(),
         }

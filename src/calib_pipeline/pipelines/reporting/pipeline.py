@@ -20,9 +20,12 @@ def evaluate_study(
     run_keys: dict[str, tuple[str, int]],
     labels: dict[str, str],
     calibrators: list[str],
+    report_bins: tuple[int, ...] = (),
     **artifacts: Any,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Gather a study's cached artifacts (``r<i>_<kind>`` keyword inputs) and score them."""
+    """Gather a study's cached artifacts (``r<i>_<kind>`` keyword inputs) and score them;
+    reliability bins are kept for the evaluation's bin counts and those the study's
+    reports ask for (``report_bins``)."""
     runs = {
         f"{method}|{seed}": {
             "logits": artifacts[f"{key}_logits"],
@@ -39,7 +42,7 @@ def evaluate_study(
         calibrators=calibrators,
         n_bins=int(evaluation.get("n_bins", 15)),
         reliability_bin_counts=tuple(
-            sorted({int(evaluation.get("n_bins", 15)), *evaluation.get("reliability_bins", [])})
+            sorted({int(evaluation.get("n_bins", 15)), *evaluation.get("reliability_bins", []), *report_bins})
         ),
     )
 
@@ -62,9 +65,12 @@ def study_pipeline(structure: Structure, study: StudySpec, dataset_name: str = "
     run_keys = {f"r{i}": run for i, run in enumerate(runs)}
     name = study.name
     labels = {m: structure.methods[m].label for m in study.methods}
+    requested = (study.reports.get("reliability") or {}).get("n_bins", [])
+    report_bins = tuple(int(b) for b in ([requested] if isinstance(requested, int) else requested))
     nodes = [
         node(
-            _named(evaluate_study, study=name, run_keys=run_keys, labels=labels, calibrators=list(study.calibrators)),
+            _named(evaluate_study, study=name, run_keys=run_keys, labels=labels,
+                   calibrators=list(study.calibrators), report_bins=report_bins),
             inputs={
                 "dataset": "params:dataset",
                 "evaluation": "params:evaluation",
