@@ -39,9 +39,12 @@ def compute_logits(
 
     Returns:
         ``{part: {"logits", "labels"[, "features"]}}`` for train, val, [meta_val,] test, plus
-        the run's ``learned_epoch`` (aligned with the train part) and identifiers.
+        the run's ``learned_epoch`` (aligned with the train part), identifiers, the per-epoch
+        val/test logits when the run recorded them (``epoch_logits``) and, for γ-Net runs,
+        the learned per-sample γ on val and test (``gamma_val``, ``gamma_test``).
     """
     predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
+    learner = _meta_learner(checkpoint)
     out: dict[str, Any] = {"method": checkpoint["method"], "seed": checkpoint["seed"]}
     for part in [*split, "test"]:
         tensors = split_tensors(data, split, part)
@@ -50,5 +53,29 @@ def compute_logits(
         if logits_params.get("features", False):
             entry["features"] = features
         out[part] = entry
+        if learner is not None and part in ("val", "test"):
+            with torch.no_grad():
+                gamma = learner.gamma(features)
+            if gamma is not None:  # learners without a γ (the CE baselines) add nothing
+                out[f"gamma_{part}"] = gamma.detach().cpu()
     out["learned_epoch"] = checkpoint["learned_epoch"]
+    if checkpoint.get("epoch_logits"):
+        out["epoch_logits"] = checkpoint["epoch_logits"]
     return out
+
+
+def _meta_learner(checkpoint: dict[str, Any]):
+    """The run's trained meta-learner (CPU), or None for runs trained with an objective."""
+    if checkpoint.get("meta_state") is None:
+        return None
+    from calib_pipeline.calibration.meta import build_meta_learner
+
+    config = checkpoint["config"]
+    learner = build_meta_learner(
+        config["meta_learner"],
+        num_classes=checkpoint["architecture"]["num_classes"],
+        feature_dim=model_from_checkpoint(checkpoint).feature_dim,
+        **config["params"],
+    )
+    learner.load_state_dict(checkpoint["meta_state"])
+    return learner

@@ -86,6 +86,18 @@ def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, 
     return artifacts
 
 
+REPORT_MODULES = (
+    "standard_reports",
+    "paper_reports",
+    "calibratability_reports",
+    "shift_reports",
+    "focal_meta_reports",
+)
+
+
 def _load_builtin_reports() -> None:
-    """Import the modules that register the project's reports (once)."""
-    from calib_pipeline.pipelines.reporting import standard_reports  # noqa: F401
+    """Import the modules that register the project's reports (Python caches them)."""
+    import importlib
+
+    for module in REPORT_MODULES:
+        importlib.import_module(f"calib_pipeline.pipelines.reporting.{module}")

@@ -1,0 +1,1 @@
+"""Reports of this family are registered here with @report (see reports.py)."""
