@@ -7,17 +7,20 @@ All three compute ``z' = W·φ(z) + b`` and output ``softmax(z')``:
 registry name       φ(z)                   W              default regulariser
 ==================  =====================  =============  =====================
 vector_scaling      z                      diagonal       none
-matrix_scaling      z                      full K×K       ODIR λ = μ = 1e-3
-dirichlet           log softmax(z)         full K×K       ODIR λ = μ = 1e-3
+matrix_scaling      z                      full K×K       ODIR λ = μ = 100
+dirichlet           log softmax(z)         full K×K       ODIR λ = μ = 100
 ==================  =====================  =============  =====================
 
 ODIR (Kull et al.'s off-diagonal and intercept regularisation) adds
 ``λ/(K(K−1))·Σ_{i≠j} W_ij² + μ/K·Σ_j b_j²`` to the mean NLL: the diagonal (a per-class
 temperature) is free, cross-class terms and biases are shrunk. Kull et al. choose λ and
-μ by cross-validation; our defaults are a weak prior, not the paper's values.
+μ by cross-validation; the default 100 is ours, a strong prior chosen because the
+K(K+1) free parameters overfit badly otherwise (on 2,500 validation samples with
+K = 100, λ = μ = 1 gives a held-out NLL ten times that of temperature scaling; see
+docs/posthoc.md). Studies should sweep them.
 Fitting starts at the identity ``W = I, b = 0`` (so ``z' = φ(z)`` and the output equals
-the uncalibrated softmax) and runs scipy's L-BFGS-B on the exact float64 gradient until
-its gradient/function tolerances are met.
+the uncalibrated softmax) and runs scipy's L-BFGS-B on the exact float64 gradient with
+its default tolerances (relative NLL change 2.2e-9, projected gradient 1e-5).
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ class AffineCalibration(LogitCalibrator):
                     start,
                     jac=True,
                     method="L-BFGS-B",
-                    options={"maxiter": max_iter, "ftol": 1e-12, "gtol": 1e-8},
+                    options={"maxiter": max_iter},
                 )
             theta, converged, self.iterations = result.x, bool(result.success), int(result.nit)
             if not converged:
@@ -153,7 +156,7 @@ class MatrixScaling(AffineCalibration):
     log_probability_features = False
 
     def __init__(
-        self, *, off_diagonal_l2: float = 1e-3, intercept_l2: float = 1e-3, max_iter: int = 1000
+        self, *, off_diagonal_l2: float = 100.0, intercept_l2: float = 100.0, max_iter: int = 1000
     ) -> None:
         super().__init__(
             off_diagonal_l2=off_diagonal_l2, intercept_l2=intercept_l2, max_iter=max_iter
@@ -173,7 +176,7 @@ class DirichletCalibration(AffineCalibration):
     log_probability_features = True
 
     def __init__(
-        self, *, off_diagonal_l2: float = 1e-3, intercept_l2: float = 1e-3, max_iter: int = 1000
+        self, *, off_diagonal_l2: float = 100.0, intercept_l2: float = 100.0, max_iter: int = 1000
     ) -> None:
         super().__init__(
             off_diagonal_l2=off_diagonal_l2, intercept_l2=intercept_l2, max_iter=max_iter
