@@ -101,3 +101,14 @@ def test_every_shipped_environment_builds(env):
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
     assert structure.runs(), f"{env} defines no runs"
+
+
+def test_sweep_labels_use_the_template_or_append_the_value():
+    methods = expand_methods(
+        {
+            "ls": {"objective": "label_smoothing", "label": "LS-{epsilon}", "sweep": {"epsilon": [0.05]}},
+            "l1": {"objective": "l1_logit_norm", "label": "L1", "sweep": {"alpha": [0.01]}},
+        }
+    )
+    assert methods["ls_epsilon_0p05"]["label"] == "LS-0.05"
+    assert methods["l1_alpha_0p01"]["label"] == "L1 (alpha=0.01)"

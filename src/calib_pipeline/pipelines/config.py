@@ -80,7 +80,8 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     ``ls: {objective: label_smoothing, sweep: {epsilon: [0.01, 0.03]}}`` becomes
     ``ls_epsilon_0p01`` and ``ls_epsilon_0p03``, each with ``group: ls`` so a selection
-    step can pick one per group.
+    step can pick one per group. A label with a ``{param}`` placeholder is formatted with
+    the value (``"LS-{epsilon}"`` -> ``LS-0.01``); otherwise `` (param=value)`` is appended.
     """
     expanded: dict[str, dict[str, Any]] = {}
     for key, entry in raw.items():
@@ -98,7 +99,8 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for value in values:
             name = f"{key}_{param}_{_format_value(value)}"
             params = {**(entry.get("params") or {}), param: value}
-            label = f"{entry.get('label', key)} ({param}={value})"
+            template = str(entry.get("label", key))
+            label = template.format(**{param: value}) if "{" in template else f"{template} ({param}={value})"
             expanded[name] = {
                 **{k: v for k, v in entry.items() if k != "sweep"},
                 "params": params,
