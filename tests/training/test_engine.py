@@ -113,3 +113,43 @@ def test_batch_stream_covers_every_sample_once_per_epoch():
     assert sorted(seen.tolist()) == list(range(10)) and len(stream) == 3
     with pytest.raises(ValueError, match="empty split"):
         BatchStream(torch.empty(0, 1), torch.empty(0), 4, torch.Generator())
+
+
+def test_meta_learning_run_resumes_exactly(digits, tmp_path):
+    from calib_pipeline.calibration.meta import build_meta_learner
+
+    data, train, val, test = digits
+    meta_val = Split(data.train_images[800:1000], data.train_labels[800:1000])
+    config = TrainConfig(epochs=2, batch_size=100, lr=0.05, device="cpu", milestones=(1,))
+
+    def run(store=None, stop_after_epoch=None):
+        torch.manual_seed(3)
+        model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
+        learner = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16)
+        return train_model(
+            model, None, train, val, config, normalization=(data.mean, data.std), seed=2, test=test,
+            meta_val=meta_val, meta_learner=learner, store=store, fingerprint="meta",
+            stop_after_epoch=stop_after_epoch,
+        )
+
+    full = run()
+    store = CheckpointStore(tmp_path / "meta")
+    run(store=store, stop_after_epoch=1)
+    assert "meta_learner" in store.load()
+    resumed = run(store=store)
+    for key, value in full.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[key]), key
+    for key, value in full.meta_state["module"].items():  # γ-Net weights
+        assert torch.equal(value, resumed.meta_state["module"][key]), key
+    assert full.history[-1]["test_gamma_std"] == resumed.history[-1]["test_gamma_std"]
+    assert all(torch.isfinite(torch.tensor(r["train_loss"])) for r in full.history)
+
+
+def test_meta_learner_requires_a_meta_val_split(digits):
+    from calib_pipeline.calibration.meta import build_meta_learner
+
+    data, train, val, _ = digits
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
+    with pytest.raises(ValueError, match="needs a meta_val split"):
+        train_model(model, None, train, val, TrainConfig(epochs=1, device="cpu"), normalization=(data.mean, data.std),
+                    seed=0, meta_learner=build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16))
