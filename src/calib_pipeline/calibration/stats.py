@@ -1,0 +1,227 @@
+"""Seed statistics for the paper tables: mean / std / SEM, t-tests and Cohen's d.
+
+Pure NumPy/SciPy (no Kedro, no pandas), so a notebook can call the same functions the
+reports use. Conventions:
+
+- Spread over seeds is the sample standard deviation (``ddof = 1``), as in every paper
+  that reports ``mean ± std``; the standard error of the mean is ``std / sqrt(n)``
+  (Karandikar et al. report ``mean ± SEM``).
+- Two-sample t-tests follow Student (pooled variance) or Welch (separate variances,
+  Welch-Satterthwaite degrees of freedom); Wang et al. mark differences by a two-sample
+  t-test at the 0.05 level. The paired variant applies when the i-th value of both
+  samples comes from the same seed.
+- Cohen's d divides the difference of means by the pooled standard deviation (below);
+  the paired variant ``d_z`` divides the mean difference by the standard deviation of
+  the differences.
+- A zero standard error (identical values within each sample) gives ``t = ±inf`` and
+  ``p = 0`` when the means differ and ``t = p = NaN`` when they do not, as SciPy does;
+  Cohen's d follows the same rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats as scipy_stats
+
+T_TESTS = ("welch", "student")
+ALTERNATIVES = ("two-sided", "less", "greater")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, sample std (``ddof = 1``), SEM and count of one sample; std and SEM are NaN
+    for a single value."""
+
+    mean: float
+    std: float
+    sem: float
+    n: int
+
+
+@dataclass(frozen=True)
+class TTestResult:
+    """Outcome of :func:`t_test`: statistic, p-value, degrees of freedom, the difference
+    of means ``mean(a) - mean(b)`` and which test produced it."""
+
+    statistic: float
+    p_value: float
+    df: float
+    mean_difference: float
+    test: str
+
+
+def _sample(values: ArrayLike, name: str, minimum: int) -> np.ndarray:
+    """``values`` as a finite float64 vector of at least ``minimum`` entries."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    if array.size < minimum:
+        raise ValueError(
+            f"{name} needs at least {minimum} value(s), got {array.size}; "
+            "run more seeds for a spread, a test or an effect size"
+        )
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains NaN or inf: {array.tolist()}")
+    return array
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _paired(a: ArrayLike, b: ArrayLike) -> np.ndarray:
+    """Differences ``a_i - b_i`` of two equally long samples (one pair per seed)."""
+    x = _sample(a, "a", 2)
+    y = _sample(b, "b", 2)
+    if x.size != y.size:
+        raise ValueError(f"paired samples need equal lengths, got {x.size} and {y.size}")
+    return x - y
+
+
+def summarize(values: ArrayLike) -> Summary:
+    """Mean, std and SEM of one sample (e.g. a metric over seeds).
+
+    ``mean = (1/n) sum_i x_i``, ``std = sqrt(sum_i (x_i - mean)^2 / (n - 1))``,
+    ``sem = std / sqrt(n)``.
+
+    Args:
+        values: n >= 1 finite numbers.
+
+    Returns:
+        A :class:`Summary`; ``std`` and ``sem`` are NaN when n = 1.
+
+    Raises:
+        ValueError: no values, a non-vector, or NaN/inf among them.
+    """
+    x = _sample(values, "values", 1)
+    std = float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+    return Summary(float(np.mean(x)), std, std / math.sqrt(x.size), int(x.size))
+
+
+def _p_value(statistic: float, df: float, alternative: str) -> float:
+    if alternative == "less":
+        return float(scipy_stats.t.cdf(statistic, df))
+    if alternative == "greater":
+        return float(scipy_stats.t.sf(statistic, df))
+    return float(2.0 * scipy_stats.t.sf(abs(statistic), df))
+
+
+def _result(difference: float, standard_error: float, df: float, alternative: str, test: str) -> TTestResult:
+    """t = difference / standard error, with the zero-standard-error rule of the module."""
+    if standard_error == 0.0:
+        if difference == 0.0:
+            return TTestResult(math.nan, math.nan, df, difference, test)
+        # t = ±inf: the limits of the p-value formulas below
+        p_value = {"two-sided": 0.0, "less": float(difference > 0), "greater": float(difference < 0)}
+        return TTestResult(math.copysign(math.inf, difference), p_value[alternative], df, difference, test)
+    statistic = difference / standard_error
+    return TTestResult(statistic, _p_value(statistic, df, alternative), df, difference, test)
+
+
+def t_test(
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    test: str = "welch",
+    paired: bool = False,
+    alternative: str = "two-sided",
+) -> TTestResult:
+    """Two-sample t-test of ``mean(a) = mean(b)``.
+
+    - Welch: ``t = (m_a - m_b) / sqrt(s_a^2/n_a + s_b^2/n_b)`` with
+      ``df = (s_a^2/n_a + s_b^2/n_b)^2 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1))``.
+    - Student: ``t = (m_a - m_b) / (s_p sqrt(1/n_a + 1/n_b))``, ``df = n_a + n_b - 2``,
+      with the pooled ``s_p`` of :func:`pooled_std`.
+    - Paired (``paired=True``, ``test`` ignored): ``d_i = a_i - b_i``,
+      ``t = mean(d) / (std(d) / sqrt(n))``, ``df = n - 1``.
+
+    The p-value is ``2 P(T_df > |t|)`` (two-sided), ``P(T_df < t)`` (``"less"``:
+    mean(a) < mean(b)) or ``P(T_df > t)`` (``"greater"``). Agrees with
+    ``scipy.stats.ttest_ind`` / ``ttest_rel``.
+
+    Args:
+        a, b: the two samples (e.g. a metric over seeds of two methods), each n >= 2.
+        test: ``"welch"`` (default) or ``"student"``.
+        paired: pair ``a[i]`` with ``b[i]`` (same seed).
+        alternative: ``"two-sided"``, ``"less"`` or ``"greater"``.
+
+    Returns:
+        A :class:`TTestResult`; ``mean_difference = mean(a) - mean(b)``.
+
+    Raises:
+        ValueError: fewer than 2 values in a sample, NaN/inf, unequal lengths when
+            paired, or an unknown ``test`` / ``alternative``.
+    """
+    _check_choice("test", test, T_TESTS)
+    _check_choice("alternative", alternative, ALTERNATIVES)
+    if paired:
+        d = _paired(a, b)
+        error = float(np.std(d, ddof=1)) / math.sqrt(d.size)
+        return _result(float(d.mean()), error, float(d.size - 1), alternative, "paired")
+    x, y = _sample(a, "a", 2), _sample(b, "b", 2)
+    difference = float(x.mean() - y.mean())
+    if test == "student":
+        error = pooled_std(x, y) * math.sqrt(1.0 / x.size + 1.0 / y.size)
+        return _result(difference, error, float(x.size + y.size - 2), alternative, test)
+    va, vb = np.var(x, ddof=1) / x.size, np.var(y, ddof=1) / y.size
+    denominator = va**2 / (x.size - 1) + vb**2 / (y.size - 1)
+    df = float((va + vb) ** 2 / denominator) if denominator > 0 else math.nan
+    return _result(difference, float(math.sqrt(va + vb)), df, alternative, test)
+
+
+def pooled_std(a: ArrayLike, b: ArrayLike) -> float:
+    """Pooled standard deviation ``s_p = sqrt(((n_a-1) s_a^2 + (n_b-1) s_b^2) / (n_a + n_b - 2))``.
+
+    Raises:
+        ValueError: fewer than 2 values in a sample, or NaN/inf.
+    """
+    x, y = _sample(a, "a", 2), _sample(b, "b", 2)
+    pooled = ((x.size - 1) * np.var(x, ddof=1) + (y.size - 1) * np.var(y, ddof=1)) / (x.size + y.size - 2)
+    return float(math.sqrt(pooled))
+
+
+def cohens_d(a: ArrayLike, b: ArrayLike, *, paired: bool = False) -> float:
+    """Cohen's d effect size of ``mean(a) - mean(b)``.
+
+    Independent samples: ``d = (m_a - m_b) / s_p`` with the pooled standard deviation
+    ``s_p = sqrt(((n_a-1) s_a^2 + (n_b-1) s_b^2) / (n_a + n_b - 2))`` (sample variances,
+    ``ddof = 1``). Paired (same seeds): ``d_z = mean(d) / std(d)`` with
+    ``d_i = a_i - b_i``. By Cohen's convention |d| = 0.2 / 0.5 / 0.8 is a small /
+    medium / large effect. A zero denominator gives ``±inf`` (means differ) or NaN.
+
+    To read "positive = the treatment lowers the metric" (Karandikar et al. Fig. 1),
+    pass the baseline as ``a`` and the treatment as ``b``.
+
+    Raises:
+        ValueError: fewer than 2 values in a sample, NaN/inf, or unequal lengths when
+            paired.
+    """
+    if paired:
+        d = _paired(a, b)
+        difference, scale = float(d.mean()), float(np.std(d, ddof=1))
+    else:
+        x, y = _sample(a, "a", 2), _sample(b, "b", 2)
+        difference, scale = float(x.mean() - y.mean()), pooled_std(x, y)
+    if scale == 0.0:
+        return math.nan if difference == 0.0 else math.copysign(math.inf, difference)
+    return difference / scale
+
+
+def significance_direction(result: TTestResult, alpha: float = 0.05) -> int:
+    """+1 if ``mean(a)`` is significantly higher than ``mean(b)`` at level ``alpha``, -1 if
+    significantly lower, 0 otherwise (Wang et al.'s up/down triangles).
+
+    Raises:
+        ValueError: ``alpha`` outside (0, 1).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not result.p_value < alpha:  # NaN p-values are never significant
+        return 0
+    return int(np.sign(result.mean_difference))
