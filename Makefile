@@ -10,7 +10,7 @@ export KEDRO_DISABLE_TELEMETRY := true
 export PYTHONWARNINGS := ignore::DeprecationWarning
 
 ENV ?= base
-PIPELINE ?= __default__
+PIPELINE ?= focal_meta
 
 .PHONY: install run run-all test test-fast viz viz-build mlflow-ui bench clean-outputs
 

@@ -120,6 +120,8 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     monkeypatch.setenv("CALIB_DATA_DIR", str(data_dir))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
     monkeypatch.setenv("KEDRO_ENV", "test")
+    monkeypatch.setenv("CALIB_NOTEBOOK_STUDY", "baseline")
+    monkeypatch.setenv("CALIB_NOTEBOOK_METHOD", "ce")
     monkeypatch.setenv("DO_NOT_TRACK", "1")
     notebook = nbformat.read(PROJECT / "notebooks" / "analysis.ipynb", as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(PROJECT / "notebooks")}}).execute()
