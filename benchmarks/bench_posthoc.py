@@ -45,7 +45,9 @@ def synthetic_logits(n: int, k: int, *, seed: int) -> tuple[torch.Tensor, torch.
     return (2.5 * base).to(torch.float32), labels
 
 
-def interleaved_medians(fits: list[Callable[[], object]], repeats: int) -> list[tuple[float, object]]:
+def interleaved_medians(
+    fits: list[Callable[[], object]], repeats: int
+) -> list[tuple[float, object]]:
     """Median wall time and last result of each fit, timed in alternation.
 
     One untimed warm-up call each, then ``repeats`` rounds that run every fit once, so
@@ -62,7 +64,7 @@ def interleaved_medians(fits: list[Callable[[], object]], repeats: int) -> list[
 
 
 def guo_lbfgs_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """Temperature by torch LBFGS as configured in Guo et al.'s code (lr 0.01, 50 iterations, T0 1.5)."""
+    """Temperature by torch LBFGS as in Guo et al.'s code (lr 0.01, 50 iterations, T0 1.5)."""
     temperature = torch.nn.Parameter(torch.full((1,), 1.5))
     optimizer = torch.optim.LBFGS([temperature], lr=0.01, max_iter=50)
     criterion = torch.nn.CrossEntropyLoss()
@@ -90,9 +92,15 @@ def bench_temperature(repeats: int) -> None:
         ],
         repeats,
     )
-    ours_nll, guo_nll = float64_nll(logits, labels, ours.temperature), float64_nll(logits, labels, guo_t)
+    ours_nll, guo_nll = (
+        float64_nll(logits, labels, ours.temperature),
+        float64_nll(logits, labels, guo_t),
+    )
     print("NLL temperature scaling, 10,000 x 100 logits")
-    print(f"  temperature_nll   {ours_s * 1e3:9.2f} ms  T = {ours.temperature:.6f}  NLL = {ours_nll:.12f}")
+    print(
+        f"  temperature_nll   {ours_s * 1e3:9.2f} ms  T = {ours.temperature:.6f}"
+        f"  NLL = {ours_nll:.12f}"
+    )
     print(f"  Guo LBFGS anchor  {guo_s * 1e3:9.2f} ms  T = {guo_t:.6f}  NLL = {guo_nll:.12f}")
     verdict = "met" if guo_s / ours_s >= 10 and ours_nll <= guo_nll else "NOT met"
     print(
@@ -113,16 +121,28 @@ def bench_netcal(repeats: int) -> None:
 
     def top_label_inputs() -> tuple[np.ndarray, np.ndarray]:
         probabilities = torch.softmax(logits.double(), dim=1).numpy()
-        return probabilities.max(axis=1), (probabilities.argmax(axis=1) == labels_np).astype(np.int64)
+        return probabilities.max(axis=1), (probabilities.argmax(axis=1) == labels_np).astype(
+            np.int64
+        )
 
     def probability_inputs() -> tuple[np.ndarray, np.ndarray]:
         return torch.softmax(logits.double(), dim=1).numpy(), labels_np
 
     cases = [
-        ("histogram_binning (top-label)", "histogram_binning", top_label_inputs, lambda: HistogramBinning(bins=15)),
+        (
+            "histogram_binning (top-label)",
+            "histogram_binning",
+            top_label_inputs,
+            lambda: HistogramBinning(bins=15),
+        ),
         ("isotonic_top_label", "isotonic_top_label", top_label_inputs, IsotonicRegression),
         ("isotonic_one_vs_rest", "isotonic_one_vs_rest", probability_inputs, IsotonicRegression),
-        ("dirichlet vs BetaCalibration(mle)", "dirichlet", probability_inputs, lambda: BetaCalibration(method="mle")),
+        (
+            "dirichlet vs BetaCalibration(mle)",
+            "dirichlet",
+            probability_inputs,
+            lambda: BetaCalibration(method="mle"),
+        ),
     ]
     print("\nFit times against netcal 1.4.0, 5,000 x 10 validation set (netcal timed from the")
     print("same logits, i.e. including the softmax/top-label preprocessing it needs)")
@@ -136,13 +156,17 @@ def bench_netcal(repeats: int) -> None:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
                 (ours_s, calibrator), (netcal_s, _) = interleaved_medians(
-                    [lambda name=name: build_calibrator(name).fit(logits, labels), netcal_fit], repeats
+                    [lambda name=name: build_calibrator(name).fit(logits, labels), netcal_fit],
+                    repeats,
                 )
-        except Exception as error:  # report a netcal failure instead of hiding it
+        except Exception as error:  # noqa: BLE001 -- report any netcal failure, don't hide it
             print(f"  {label:36s} netcal failed: {type(error).__name__}: {error}")
             continue
         note = "" if calibrator.converged else "  (ours not converged)"
-        print(f"  {label:36s} {ours_s * 1e3:11.2f} {netcal_s * 1e3:12.2f} {netcal_s / ours_s:11.1f}x{note}")
+        print(
+            f"  {label:36s} {ours_s * 1e3:11.2f} {netcal_s * 1e3:12.2f}"
+            f" {netcal_s / ours_s:11.1f}x{note}"
+        )
 
 
 def main() -> None:

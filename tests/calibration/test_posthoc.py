@@ -45,7 +45,12 @@ def make_logits(n: int, k: int, *, scale: float, seed: int) -> tuple[torch.Tenso
 def data() -> dict[str, torch.Tensor]:
     val_logits, val_labels = make_logits(600, 5, scale=2.0, seed=1)
     test_logits, test_labels = make_logits(400, 5, scale=2.0, seed=2)
-    return {"val": val_logits, "val_labels": val_labels, "test": test_logits, "test_labels": test_labels}
+    return {
+        "val": val_logits,
+        "val_labels": val_labels,
+        "test": test_logits,
+        "test_labels": test_labels,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +67,18 @@ def float64_nll(logits: torch.Tensor, labels: torch.Tensor, temperature: float) 
 
 def test_registry_lists_every_calibrator():
     assert set(ALL_NAMES) == {
-        "temperature_nll", "temperature_grid_ece", "temperature_sb_ece", "temperature_fixed",
-        "histogram_binning", "isotonic_top_label", "isotonic_one_vs_rest", "platt_top_label",
-        "scaling_binning", "vector_scaling", "matrix_scaling", "dirichlet",
+        "temperature_nll",
+        "temperature_grid_ece",
+        "temperature_sb_ece",
+        "temperature_fixed",
+        "histogram_binning",
+        "isotonic_top_label",
+        "isotonic_one_vs_rest",
+        "platt_top_label",
+        "scaling_binning",
+        "vector_scaling",
+        "matrix_scaling",
+        "dirichlet",
     }
 
 
@@ -80,15 +94,31 @@ def test_unknown_name_lists_valid_names():
         ("temperature_nll", {"t_min": 0}, r"t_min must be in \[1e-06"),
         ("temperature_nll", {"t_min": 5, "t_max": 2}, r"t_max must be in \(5"),
         ("temperature_fixed", {"temperature": 0}, r"temperature must be in \(0"),
-        ("temperature_grid_ece", {"preset": "guo"}, r"unknown temperature grid preset 'guo'.*mukhoti, wang"),
-        ("temperature_grid_ece", {"preset": "wang", "step": 0.1}, "either preset or start/stop/step"),
+        (
+            "temperature_grid_ece",
+            {"preset": "guo"},
+            r"unknown temperature grid preset 'guo'.*mukhoti, wang",
+        ),
+        (
+            "temperature_grid_ece",
+            {"preset": "wang", "step": 0.1},
+            "either preset or start/stop/step",
+        ),
         ("temperature_grid_ece", {"start": 0.1, "stop": 2.0}, "needs start, stop and step"),
         ("temperature_grid_ece", {"start": 0.1, "stop": 2.0, "step": -1}, r"step must be in \(0"),
-        ("temperature_sb_ece", {"soft_bin_temperature": -1.0}, r"soft_bin_temperature must be in \(0"),
+        (
+            "temperature_sb_ece",
+            {"soft_bin_temperature": -1.0},
+            r"soft_bin_temperature must be in \(0",
+        ),
         ("temperature_sb_ece", {"label_binned": "yes"}, "label_binned must be True or False"),
         ("histogram_binning", {"n_bins": 0}, "n_bins must be an integer >= 1"),
         ("histogram_binning", {"n_bins": 2.5}, "n_bins must be an integer >= 1"),
-        ("histogram_binning", {"binning": "quantile"}, "binning must be one of 'equal_size', 'equal_mass'"),
+        (
+            "histogram_binning",
+            {"binning": "quantile"},
+            "binning must be one of 'equal_size', 'equal_mass'",
+        ),
         ("scaling_binning", {"fit_fraction": 1.0}, r"fit_fraction must be in \(0.0, 1.0\)"),
         ("dirichlet", {"off_diagonal_l2": -1}, r"off_diagonal_l2 must be in \[0"),
         ("matrix_scaling", {"max_iter": -3}, "max_iter must be an integer >= 0"),
@@ -105,7 +135,11 @@ def test_name_and_hyperparameters_are_recorded():
     calibrator = build_calibrator("temperature_grid_ece", preset="wang", n_bins=10)
     assert calibrator.name == "temperature_grid_ece"
     assert calibrator.hyperparameters == {
-        "preset": "wang", "start": 0.01, "stop": 10.0, "step": 0.01, "n_bins": 10,
+        "preset": "wang",
+        "start": 0.01,
+        "stop": 10.0,
+        "step": 0.01,
+        "n_bins": 10,
     }
     json.dumps(calibrator.hyperparameters)
 
@@ -146,7 +180,9 @@ def test_predict_checks_fitted_state_and_class_count(name, fitted, data):
 
 def test_single_class_problem_is_rejected():
     with pytest.raises(ValueError, match="at least 2 classes"):
-        build_calibrator("temperature_nll").fit(torch.randn(10, 1), torch.zeros(10, dtype=torch.long))
+        build_calibrator("temperature_nll").fit(
+            torch.randn(10, 1), torch.zeros(10, dtype=torch.long)
+        )
 
 
 # --------------------------------------------------------------------------- outputs, pickle
@@ -174,7 +210,10 @@ def test_pickle_round_trip_and_json_learned(name, fitted, data):
     restored = pickle.loads(pickle.dumps(calibrator))
     assert torch.equal(restored.predict_proba(data["test"]), calibrator.predict_proba(data["test"]))
     assert restored.learned() == calibrator.learned()
-    assert (restored.name, restored.hyperparameters) == (calibrator.name, calibrator.hyperparameters)
+    assert (restored.name, restored.hyperparameters) == (
+        calibrator.name,
+        calibrator.hyperparameters,
+    )
     assert restored.converged is calibrator.converged is True
     assert restored.warnings == calibrator.warnings == []
     json.dumps(calibrator.learned(), allow_nan=False)
@@ -184,7 +223,9 @@ def test_binary_one_column_logits_are_accepted():
     logits, labels = make_logits(300, 2, scale=3.0, seed=5)
     margin = logits[:, 1] - logits[:, 0]
     calibrator = build_calibrator("temperature_nll").fit(margin, labels)
-    two_column = build_calibrator("temperature_nll").fit(torch.stack([0 * margin, margin], 1), labels)
+    two_column = build_calibrator("temperature_nll").fit(
+        torch.stack([0 * margin, margin], 1), labels
+    )
     assert calibrator.temperature == pytest.approx(two_column.temperature, rel=1e-12)
     assert calibrator.predict_proba(margin).shape == (300, 2)
 
@@ -192,7 +233,9 @@ def test_binary_one_column_logits_are_accepted():
 # --------------------------------------------------------------------------- temperature scaling
 
 
-@pytest.mark.parametrize(("scale", "k", "seed"), [(0.4, 3, 0), (1.0, 10, 1), (3.0, 10, 2), (8.0, 50, 3)])
+@pytest.mark.parametrize(
+    ("scale", "k", "seed"), [(0.4, 3, 0), (1.0, 10, 1), (3.0, 10, 2), (8.0, 50, 3)]
+)
 def test_nll_temperature_matches_scipy_on_the_float64_objective(scale, k, seed):
     logits, labels = make_logits(1500, k, scale=scale, seed=seed)
     calibrator = build_calibrator("temperature_nll").fit(logits, labels)
@@ -267,7 +310,9 @@ def test_sb_ece_temperature_minimises_the_soft_binned_objective(data):
         return float(metrics.sb_ece(z / t, data["val_labels"]))
 
     dense = np.exp(np.linspace(math.log(0.05), math.log(20.0), 1500))
-    assert calibrator.learned()["sb_ece"] == pytest.approx(objective(calibrator.temperature), rel=1e-12)
+    assert calibrator.learned()["sb_ece"] == pytest.approx(
+        objective(calibrator.temperature), rel=1e-12
+    )
     assert objective(calibrator.temperature) <= min(objective(t) for t in dense) + 1e-9
     assert calibrator.converged
 
@@ -291,14 +336,18 @@ def test_fixed_temperature_defaults_to_singh_value(fitted):
 
 def test_bins_are_closed_on_the_right_and_empty_bins_keep_the_score():
     binned = BinnedMap(
-        np.array([0.0, 0.25, 0.5, 0.75, 1.0]), np.array([0.1, np.nan, 0.6, 0.8]), np.array([1, 0, 1, 1])
+        np.array([0.0, 0.25, 0.5, 0.75, 1.0]),
+        np.array([0.1, np.nan, 0.6, 0.8]),
+        np.array([1, 0, 1, 1]),
     )
     scores = torch.tensor([0.0, 0.1, 0.25, 0.26, 0.5, 0.75, 0.9, 1.0], dtype=torch.float64)
     assert binned(scores).tolist() == [0.1, 0.1, 0.1, 0.26, 0.5, 0.6, 0.8, 0.8]
     assert binned.learned()["bin_values"] == [0.1, None, 0.6, 0.8]
 
 
-def binary_logits(confidences: list[float], correct: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+def binary_logits(
+    confidences: list[float], correct: list[bool]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Two-class logits whose class 1 has the given confidence; labels make it (in)correct."""
     c = torch.tensor(confidences, dtype=torch.float64)
     logits = torch.stack([torch.zeros_like(c), torch.log(c / (1 - c))], dim=1)
@@ -338,7 +387,9 @@ def test_equal_mass_histogram_binning_hand_computed_edges():
     confidences = [0.55, 0.6, 0.65, 0.7, 0.8, 0.85, 0.9, 0.95]
     correct = [False, True, True, False, True, True, True, True]
     logits, labels = binary_logits(confidences, correct)
-    calibrator = build_calibrator("histogram_binning", n_bins=4, binning="equal_mass").fit(logits, labels)
+    calibrator = build_calibrator("histogram_binning", n_bins=4, binning="equal_mass").fit(
+        logits, labels
+    )
     learned = calibrator.learned()
     assert learned["bin_edges"] == pytest.approx([0.0, 0.625, 0.75, 0.875, 1.0])
     assert learned["bin_counts"] == [2, 2, 2, 2]
@@ -347,7 +398,9 @@ def test_equal_mass_histogram_binning_hand_computed_edges():
 
 def test_equal_mass_binning_never_splits_ties():
     logits, labels = binary_logits([0.7] * 6 + [0.9, 0.95], [True, False] * 4)
-    calibrator = build_calibrator("histogram_binning", n_bins=4, binning="equal_mass").fit(logits, labels)
+    calibrator = build_calibrator("histogram_binning", n_bins=4, binning="equal_mass").fit(
+        logits, labels
+    )
     learned = calibrator.learned()
     assert learned["bin_edges"] == pytest.approx([0.0, 0.7, 0.7, 0.8, 1.0])
     assert learned["bin_counts"] == [6, 0, 0, 2]
@@ -363,7 +416,9 @@ def test_top_label_isotonic_equals_scikit_learn(data):
     )
     test_confidence = torch.softmax(data["test"].double(), 1).max(1).values.numpy()
     expected = reference.predict(test_confidence)
-    np.testing.assert_allclose(calibrator.calibrate_confidence(data["test"]).numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(
+        calibrator.calibrate_confidence(data["test"]).numpy(), expected, rtol=1e-12
+    )
     top = calibrator.predict_proba(data["test"]).max(1).values.numpy()
     np.testing.assert_allclose(top, np.maximum(expected, 1 / 5 + 1e-9), rtol=1e-12)
     assert calibrator.learned()["x_thresholds"] == pytest.approx(reference.X_thresholds_.tolist())
@@ -391,7 +446,9 @@ def test_one_vs_rest_isotonic_equals_scikit_learn_per_class(data, fitted):
         axis=1,
     )
     expected = columns / columns.sum(1, keepdims=True)
-    np.testing.assert_allclose(fitted["isotonic_one_vs_rest"].predict_proba(data["test"]).numpy(), expected)
+    np.testing.assert_allclose(
+        fitted["isotonic_one_vs_rest"].predict_proba(data["test"]).numpy(), expected
+    )
 
 
 def test_isotonic_with_one_distinct_confidence_warns():
@@ -415,7 +472,7 @@ def test_platt_matches_unregularised_logistic_regression(data):
     confidence, prediction = probabilities.max(1)
     correct = (prediction == data["val_labels"]).double()
     log_odds = torch.log(confidence) - torch.log1p(-confidence)
-    slope, intercept, converged = fit_platt(log_odds, correct, target_smoothing=False)
+    slope, intercept, converged, _ = fit_platt(log_odds, correct, target_smoothing=False)
     reference = LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(
         log_odds.numpy()[:, None], correct.numpy()
     )
@@ -482,7 +539,9 @@ def test_matrix_scaling_odir_shrinks_off_diagonal_weights(data):
 
 def test_vector_scaling_recovers_a_temperature(data):
     calibrator = build_calibrator("vector_scaling").fit(data["val"], data["val_labels"])
-    temperature = build_calibrator("temperature_nll").fit(data["val"], data["val_labels"]).temperature
+    temperature = (
+        build_calibrator("temperature_nll").fit(data["val"], data["val_labels"]).temperature
+    )
     weights = np.asarray(calibrator.learned()["weights"])
     np.testing.assert_allclose(weights, 1 / temperature, rtol=0.35)
 

@@ -36,17 +36,29 @@ def test_stratified_subsample_keeps_class_proportions():
     labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 20)
     index = stratified_subsample(labels, 25, seed=3)
     assert index.numel() == 25 and torch.unique(index).numel() == 25
-    assert torch.bincount(labels[index], minlength=3).tolist() == [13, 7, 5]  # 12.5 → 13 (largest fraction)
+    assert torch.bincount(labels[index], minlength=3).tolist() == [
+        13,
+        7,
+        5,
+    ]  # 12.5 → 13 (largest fraction)
     assert torch.equal(index, stratified_subsample(labels, 25, seed=3))
     assert not torch.equal(index, stratified_subsample(labels, 25, seed=4))
-    assert torch.equal(torch.sort(stratified_subsample(labels, 100, seed=0)).values, torch.arange(100))
+    assert torch.equal(
+        torch.sort(stratified_subsample(labels, 100, seed=0)).values, torch.arange(100)
+    )
 
 
 def test_validation_size_sweep_rows_match_fits_on_the_same_subsamples(split):
     val_logits, val_labels, test_logits, test_labels = split
     rows = validation_size_sweep(
-        "temperature_grid_ece", val_logits, val_labels, test_logits, test_labels,
-        sizes=[40, 200], seeds=[0, 1], preset="mukhoti",
+        "temperature_grid_ece",
+        val_logits,
+        val_labels,
+        test_logits,
+        test_labels,
+        sizes=[40, 200],
+        seeds=[0, 1],
+        preset="mukhoti",
     )
     assert [(r["size"], r["seed"]) for r in rows] == [(40, 0), (40, 1), (200, 0), (200, 1)]
     index = stratified_subsample(val_labels, 200, 1)
@@ -55,15 +67,25 @@ def test_validation_size_sweep_rows_match_fits_on_the_same_subsamples(split):
     )
     expected = float(metrics.ece(calibrator.transform_logits(test_logits), test_labels))
     assert rows[3] == {
-        "calibrator": "temperature_grid_ece", "size": 200, "seed": 1, "metric": "ece",
-        "value": pytest.approx(expected, abs=1e-12), "temperature": calibrator.temperature,
-        "converged": True, "warnings": "",
+        "calibrator": "temperature_grid_ece",
+        "size": 200,
+        "seed": 1,
+        "metric": "ece",
+        "value": pytest.approx(expected, abs=1e-12),
+        "temperature": calibrator.temperature,
+        "converged": True,
+        "warnings": "",
     }
 
 
 def test_validation_size_sweep_scores_probability_calibrators(split):
     rows = validation_size_sweep(
-        "histogram_binning", *split, sizes=[100], seeds=[0], stratified=False, metric="ece_em",
+        "histogram_binning",
+        *split,
+        sizes=[100],
+        seeds=[0],
+        stratified=False,
+        metric="ece_em",
         binning="equal_mass",
     )
     val_logits, val_labels, test_logits, test_labels = split
@@ -73,13 +95,18 @@ def test_validation_size_sweep_scores_probability_calibrators(split):
     )
     scores, inputs = calibrated_scores(calibrator, test_logits)
     assert inputs == "probs" and rows[0]["temperature"] is None
-    assert rows[0]["value"] == pytest.approx(float(metrics.ece_em(scores, test_labels, inputs="probs")))
+    assert rows[0]["value"] == pytest.approx(
+        float(metrics.ece_em(scores, test_labels, inputs="probs"))
+    )
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"test_logits": torch.zeros(300, 5)}, "validation logits have 4 classes but test logits have 5"),
+        (
+            {"test_logits": torch.zeros(300, 5)},
+            "validation logits have 4 classes but test logits have 5",
+        ),
         ({"sizes": [0, 10]}, r"sizes must be .* in \[1, 500\]"),
         ({"sizes": [501]}, r"in \[1, 500\]"),
         ({"seeds": [-1]}, "seeds must be"),
@@ -87,15 +114,25 @@ def test_validation_size_sweep_scores_probability_calibrators(split):
         ({"name": "platt"}, "unknown calibrator 'platt'"),
         ({"n_bins": 0}, "n_bins must be"),
         ({"val_logits": torch.full((500, 4), math.nan)}, "NaN"),
-        ({"val_logits": torch.zeros(0, 4), "val_labels": torch.zeros(0, dtype=torch.long)}, "empty input"),
+        (
+            {"val_logits": torch.zeros(0, 4), "val_labels": torch.zeros(0, dtype=torch.long)},
+            "empty input",
+        ),
         ({"test_labels": torch.full((300,), 7)}, "labels out of range"),
     ],
 )
-def test_validation_size_sweep_rejects_bad_input_before_fitting(split, monkeypatch, change, message):
+def test_validation_size_sweep_rejects_bad_input_before_fitting(
+    split, monkeypatch, change, message
+):
     val_logits, val_labels, test_logits, test_labels = split
     arguments = {
-        "name": "histogram_binning", "val_logits": val_logits, "val_labels": val_labels,
-        "test_logits": test_logits, "test_labels": test_labels, "sizes": [50], "seeds": [0],
+        "name": "histogram_binning",
+        "val_logits": val_logits,
+        "val_labels": val_labels,
+        "test_logits": test_logits,
+        "test_labels": test_labels,
+        "sizes": [50],
+        "seeds": [0],
     }
     arguments.update(change)
     from calib_pipeline.calibration import _posthoc_base

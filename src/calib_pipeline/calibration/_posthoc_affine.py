@@ -43,9 +43,7 @@ class AffineCalibration(LogitCalibrator):
     diagonal: ClassVar[bool]
     log_probability_features: ClassVar[bool]
 
-    def __init__(
-        self, *, off_diagonal_l2: float, intercept_l2: float, max_iter: int
-    ) -> None:
+    def __init__(self, *, off_diagonal_l2: float, intercept_l2: float, max_iter: int) -> None:
         off_diagonal_l2 = check_range("off_diagonal_l2", off_diagonal_l2, low=0.0)
         intercept_l2 = check_range("intercept_l2", intercept_l2, low=0.0)
         max_iter = check_count("max_iter", max_iter, low=0)
@@ -64,9 +62,7 @@ class AffineCalibration(LogitCalibrator):
 
     def _transform_logits(self, logits: Tensor) -> Tensor:
         device = logits.device
-        return self._affine(
-            self._features(logits), self.weights.to(device), self.bias.to(device)
-        )
+        return self._affine(self._features(logits), self.weights.to(device), self.bias.to(device))
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         features = self._features(logits).cpu()
@@ -74,8 +70,10 @@ class AffineCalibration(LogitCalibrator):
         one_hot = torch.nn.functional.one_hot(labels.cpu(), k).to(torch.float64)
         weight_shape = (k,) if self.diagonal else (k, k)
         n_weights = int(np.prod(weight_shape))
-        off_diagonal = torch.zeros(weight_shape, dtype=torch.float64) if self.diagonal else (
-            1.0 - torch.eye(k, dtype=torch.float64)
+        off_diagonal = (
+            torch.zeros(weight_shape, dtype=torch.float64)
+            if self.diagonal
+            else (1.0 - torch.eye(k, dtype=torch.float64))
         )
         lam = self.hyperparameters["off_diagonal_l2"] / (k * (k - 1))
         mu = self.hyperparameters["intercept_l2"] / k
@@ -119,9 +117,10 @@ class AffineCalibration(LogitCalibrator):
                     method="L-BFGS-B",
                     options={"maxiter": max_iter},
                 )
-            theta, converged, self.iterations = result.x, bool(result.success), int(result.nit)
-            if not converged:
-                self._warn(f"L-BFGS-B stopped without converging: {result.message}")
+            theta, self.iterations = result.x, int(result.nit)
+            converged = self._checked_convergence(
+                bool(result.success), f"L-BFGS-B: {result.message}"
+            )
         parameters = torch.from_numpy(np.ascontiguousarray(theta))
         self.weights = parameters[:n_weights].reshape(weight_shape).clone()
         self.bias = parameters[n_weights:].clone()

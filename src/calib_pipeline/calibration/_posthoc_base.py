@@ -48,6 +48,14 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """Validate a boolean hyperparameter; the error quotes the value."""
+    if not isinstance(value, bool):
+        # ValueError, not TypeError: the registry contract for every bad hyperparameter
+        raise ValueError(f"{name} must be True or False, got {value!r}")  # noqa: TRY004
+    return value
+
+
 def check_count(name: str, value: Any, *, low: int) -> int:
     """Validate an integer hyperparameter ``>= low``; the error quotes the value."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -91,9 +99,11 @@ class Calibrator:
         z, y = check_logits_labels(logits, labels)
         z = z.detach().to(torch.float64)
         if z.shape[1] < 2:
-            raise ValueError(f"calibration needs at least 2 classes, got logits of shape {tuple(z.shape)}")
+            raise ValueError(
+                f"calibration needs at least 2 classes, got logits of shape {tuple(z.shape)}"
+            )
         self.warnings = []
-        self.n_classes = z.shape[1]
+        self.n_classes = None  # a fit that raises leaves the calibrator unfitted
         present = torch.unique(y)
         if present.numel() == 1:
             self._warn(
@@ -101,6 +111,7 @@ class Calibrator:
                 "the fitted map is degenerate"
             )
         self.converged = self._fit(z, y)
+        self.n_classes = z.shape[1]
         return self
 
     def predict_proba(self, logits: Tensor | np.ndarray) -> Tensor:
@@ -129,6 +140,12 @@ class Calibrator:
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         logger.warning("%s: %s", self.name, message)
+
+    def _checked_convergence(self, converged: bool, message: str) -> bool:
+        """``converged``, warning with the optimiser's ``message`` when it is False."""
+        if not converged:
+            self._warn(f"the optimiser stopped without converging: {message}")
+        return converged
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         raise NotImplementedError
@@ -168,8 +185,8 @@ def top_label(logits: Tensor) -> TopLabel:
     Returns:
         ``TopLabel(prediction, confidence, log_odds)`` with ``prediction`` the first
         maximal class, ``confidence = max_k softmax(z)_k`` and
-        ``log_odds = log c − log(1 − c) = −log Σ_{k≠top} exp(z_k − z_top)``, computed from
-        the logits so that it stays finite when ``c`` rounds to 1.
+        ``log_odds = log c − log(1 − c) = −log Σ_{k≠top} exp(z_k − z_top)``, computed
+        from the logits so that it stays finite when ``c`` rounds to 1.
     """
     top, prediction = logits.max(dim=1)
     gaps = logits - top.unsqueeze(1)
@@ -244,7 +261,9 @@ class TopLabelCalibrator(Calibrator):
         """The calibrated top-label confidence alone (N,), before any flooring at 1/K."""
         return self._calibrate_top_label(top_label(self._checked_logits(logits)))
 
-    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
+    def _fit_top_label(
+        self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor
+    ) -> bool:
         raise NotImplementedError
 
     def _calibrate_top_label(self, top: TopLabel) -> Tensor:

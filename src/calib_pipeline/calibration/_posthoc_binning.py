@@ -20,12 +20,13 @@ from torch import Tensor
 
 from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration._posthoc_base import (
+    CONFIDENCE_FLOOR_MARGIN,
     Calibrator,
     TopLabel,
     TopLabelCalibrator,
     check_choice,
     check_count,
-    CONFIDENCE_FLOOR_MARGIN,
+    check_flag,
     redistribute_top_label,
     register,
 )
@@ -82,7 +83,9 @@ class HistogramBinning(TopLabelCalibrator):
         binning = check_choice("binning", binning, tuple(BINNING_SCHEMES))
         super().__init__(n_bins=n_bins, binning=binning)
 
-    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
+    def _fit_top_label(
+        self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor
+    ) -> bool:
         bins = metrics.reliability_bins(
             logits,
             labels,
@@ -107,7 +110,10 @@ def _fit_isotonic(scores: np.ndarray, targets: np.ndarray) -> IsotonicRegression
 
 
 def _isotonic_learned(model: IsotonicRegression) -> dict[str, list[float]]:
-    return {"x_thresholds": model.X_thresholds_.tolist(), "y_thresholds": model.y_thresholds_.tolist()}
+    return {
+        "x_thresholds": model.X_thresholds_.tolist(),
+        "y_thresholds": model.y_thresholds_.tolist(),
+    }
 
 
 @register
@@ -125,7 +131,9 @@ class TopLabelIsotonic(TopLabelCalibrator):
     def __init__(self) -> None:
         super().__init__()
 
-    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
+    def _fit_top_label(
+        self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor
+    ) -> bool:
         scores = top.confidence.cpu().numpy()
         if np.unique(scores).size < 2:
             self._warn("fewer than 2 distinct validation confidences; the isotonic map is constant")
@@ -183,7 +191,9 @@ class OneVsRestIsotonic(Calibrator):
         }
 
 
-def fit_platt(log_odds: Tensor, correct: Tensor, *, target_smoothing: bool) -> tuple[float, float, bool]:
+def fit_platt(
+    log_odds: Tensor, correct: Tensor, *, target_smoothing: bool
+) -> tuple[float, float, bool, str]:
     """Logistic regression ``σ(a·s + b)`` of correctness on the log-odds ``s`` (Platt 1999).
 
     Minimises the mean binary cross-entropy ``mean[softplus(u) − t·u]``, ``u = a·s + b``,
@@ -193,7 +203,7 @@ def fit_platt(log_odds: Tensor, correct: Tensor, *, target_smoothing: bool) -> t
     the validation predictions are all correct or separable.
 
     Returns:
-        ``(a, b, converged)``.
+        ``(a, b, converged, optimiser message)``.
     """
     s = log_odds.cpu().numpy()
     y = correct.cpu().numpy()
@@ -220,7 +230,7 @@ def fit_platt(log_odds: Tensor, correct: Tensor, *, target_smoothing: bool) -> t
         method="trust-exact",
         options={"gtol": 1e-8},
     )
-    return float(result.x[0]), float(result.x[1]), bool(result.success)
+    return float(result.x[0]), float(result.x[1]), bool(result.success), str(result.message)
 
 
 def platt_map(log_odds: Tensor, slope: float, intercept: float) -> Tensor:
@@ -246,15 +256,16 @@ class PlattScaling(TopLabelCalibrator):
     name = "platt_top_label"
 
     def __init__(self, *, target_smoothing: bool = True) -> None:
-        if not isinstance(target_smoothing, bool):
-            raise ValueError(f"target_smoothing must be True or False, got {target_smoothing!r}")
+        target_smoothing = check_flag("target_smoothing", target_smoothing)
         super().__init__(target_smoothing=target_smoothing)
 
-    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
-        self.slope, self.intercept, converged = fit_platt(
+    def _fit_top_label(
+        self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor
+    ) -> bool:
+        self.slope, self.intercept, converged, message = fit_platt(
             top.log_odds, correct, target_smoothing=self.hyperparameters["target_smoothing"]
         )
-        return converged
+        return self._checked_convergence(converged, message)
 
     def _calibrate_top_label(self, top: TopLabel) -> Tensor:
         return platt_map(top.log_odds, self.slope, self.intercept)
@@ -294,16 +305,22 @@ class ScalingBinning(TopLabelCalibrator):
     ) -> None:
         n_bins = check_count("n_bins", n_bins, low=1)
         fit_fraction = check_range(
-            "fit_fraction", fit_fraction, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False
+            "fit_fraction",
+            fit_fraction,
+            low=0.0,
+            high=1.0,
+            low_inclusive=False,
+            high_inclusive=False,
         )
         seed = check_count("seed", seed, low=0)
-        if not isinstance(target_smoothing, bool):
-            raise ValueError(f"target_smoothing must be True or False, got {target_smoothing!r}")
+        target_smoothing = check_flag("target_smoothing", target_smoothing)
         super().__init__(
             n_bins=n_bins, fit_fraction=fit_fraction, seed=seed, target_smoothing=target_smoothing
         )
 
-    def _fit_top_label(self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor) -> bool:
+    def _fit_top_label(
+        self, logits: Tensor, labels: Tensor, top: TopLabel, correct: Tensor
+    ) -> bool:
         options = self.hyperparameters
         n = labels.numel()
         if n < 2:
@@ -312,12 +329,13 @@ class ScalingBinning(TopLabelCalibrator):
         order = torch.randperm(n, generator=generator).to(labels.device)
         n_fit = min(max(round(options["fit_fraction"] * n), 1), n - 1)
         fit_part, bin_part = order[:n_fit], order[n_fit:]
-        self.slope, self.intercept, converged = fit_platt(
+        self.slope, self.intercept, converged, message = fit_platt(
             top.log_odds[fit_part], correct[fit_part], target_smoothing=options["target_smoothing"]
         )
         if bin_part.numel() < options["n_bins"]:
             self._warn(
-                f"only {bin_part.numel()} samples to form {options['n_bins']} bins; some bins are empty"
+                f"only {bin_part.numel()} samples to form {options['n_bins']} bins; "
+                "some bins are empty"
             )
         # Binning the rebuilt probabilities makes their top-label confidence — the scaled
         # confidence g, floored at 1/K like every output — the binned score, so the
@@ -329,7 +347,7 @@ class ScalingBinning(TopLabelCalibrator):
             scaled, labels[bin_part], n_bins=options["n_bins"], scheme="mass", inputs="probs"
         )
         self.map = BinnedMap(bins["edges"], bins["confidence"], bins["counts"])
-        return converged
+        return self._checked_convergence(converged, message)
 
     def _scale(self, log_odds: Tensor) -> Tensor:
         return platt_map(log_odds, self.slope, self.intercept)

@@ -15,7 +15,7 @@ import torch
 from scipy.optimize import minimize_scalar
 from torch import Tensor
 
-from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register
+from calib_pipeline.calibration._posthoc_base import LogitCalibrator, check_flag, register
 from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE, ece, sb_ece
 from calib_pipeline.registry import check_range
 
@@ -190,12 +190,20 @@ class NLLTemperatureScaling(TemperatureScaling):
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         fit = fit_temperature_nll(logits, labels, **self.hyperparameters)
-        self.temperature, self.iterations, self.at_bound = fit.temperature, fit.iterations, fit.at_bound
+        self.temperature, self.iterations, self.at_bound = (
+            fit.temperature,
+            fit.iterations,
+            fit.at_bound,
+        )
         if not fit.identifiable:
             self._warn("every row of logits is constant; T is not identifiable, set to 1")
         if fit.at_bound:
-            self._warn(f"T = {fit.temperature:.6g} is at a search bound; the NLL optimum lies beyond")
-        return fit.converged
+            self._warn(
+                f"T = {fit.temperature:.6g} is at a search bound; the NLL optimum lies beyond"
+            )
+        return self._checked_convergence(
+            fit.converged, f"Newton stopped after {fit.iterations} steps"
+        )
 
     def _learned(self) -> dict[str, Any]:
         return {
@@ -210,8 +218,9 @@ class GridTemperatureScaling(TemperatureScaling):
     """Temperature scaling by grid search minimising the validation ECE (Mukhoti; Wang).
 
     Every grid temperature is scored with ``metrics.ece(z / T, labels, n_bins=n_bins)``
-    on float32 logits ``z`` (float64 input is rounded once) and the smallest ECE wins; ties go to the first (smallest) T, as a brute-force
-    ``min`` over the grid would. A winner at either end of the grid warns.
+    on float32 logits ``z`` (float64 input is rounded once) and the smallest ECE wins;
+    ties go to the first (smallest) T, as a brute-force ``min`` over the grid would. A
+    winner at either end of the grid warns.
 
     Hyperparameters:
         preset: ``"mukhoti"`` (T = 0.1…10 step 0.1, the default) or ``"wang"``
@@ -312,8 +321,7 @@ class SBECETemperatureScaling(TemperatureScaling):
         soft_bin_temperature = check_range(
             "soft_bin_temperature", soft_bin_temperature, low=0.0, low_inclusive=False
         )
-        if not isinstance(label_binned, bool):
-            raise ValueError(f"label_binned must be True or False, got {label_binned!r}")
+        label_binned = check_flag("label_binned", label_binned)
         p = check_range("p", p, low=1.0)
         t_min = check_range("t_min", t_min, low=1e-6, high=1e6)
         t_max = check_range("t_max", t_max, low=t_min, high=1e6, low_inclusive=False)
@@ -362,10 +370,14 @@ class SBECETemperatureScaling(TemperatureScaling):
         self.at_bound = best in (0, len(log_grid) - 1)
         if self.at_bound:
             self._warn(f"T = {self.temperature:.6g} is at a search bound; widen [t_min, t_max]")
-        return bool(result.success)
+        return self._checked_convergence(bool(result.success), f"Brent: {result.message}")
 
     def _learned(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "at_bound": self.at_bound, "sb_ece": self.objective}
+        return {
+            "temperature": self.temperature,
+            "at_bound": self.at_bound,
+            "sb_ece": self.objective,
+        }
 
 
 @register

@@ -197,15 +197,20 @@ def validation_size_sweep(
     test_z, test_y = check_logits_labels(test_logits, test_labels)
     if val_z.shape[1] != test_z.shape[1]:
         raise ValueError(
-            f"validation logits have {val_z.shape[1]} classes but test logits have {test_z.shape[1]}"
+            f"validation logits have {val_z.shape[1]} classes "
+            f"but test logits have {test_z.shape[1]}"
         )
     n_val = val_z.shape[0]
     bad_sizes = [s for s in sizes if isinstance(s, bool) or int(s) != s or not 1 <= s <= n_val]
     if bad_sizes or not sizes:
-        raise ValueError(f"sizes must be a non-empty list of integers in [1, {n_val}], got {list(sizes)}")
+        raise ValueError(
+            f"sizes must be a non-empty list of integers in [1, {n_val}], got {list(sizes)}"
+        )
     bad_seeds = [s for s in seeds if isinstance(s, bool) or int(s) != s or s < 0]
     if bad_seeds or not seeds:
-        raise ValueError(f"seeds must be a non-empty list of non-negative integers, got {list(seeds)}")
+        raise ValueError(
+            f"seeds must be a non-empty list of non-negative integers, got {list(seeds)}"
+        )
     val_y_cpu = val_y.cpu()
     rows = []
     for size in sizes:
