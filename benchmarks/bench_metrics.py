@@ -1,6 +1,7 @@
 """Benchmark of calib_pipeline.calibration.metrics against anchors measured in the same run.
 
-Prints three figures (medians of >= 5 repeats, one CPU thread for every side of a ratio):
+Prints three figures (medians of >= 5 alternating rounds, the same number of CPU threads --
+one by default -- for every side of a ratio):
 
 1. ECE (15 equal-width bins, l1, left closure as torchmetrics) on 1,000,000 x 100 float32
    logits: speed-up over torchmetrics' ``multiclass_calibration_error`` (target >= 5x) and
@@ -9,8 +10,9 @@ Prints three figures (medians of >= 5 repeats, one CPU thread for every side of 
 3. ECE of 100 runs of 10,000 x 10 scored by ``calibration_metrics_batched`` vs a Python loop
    over torchmetrics (target >= 20x).
 
-Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--quick]`` (``--quick`` shrinks
-the sizes tenfold for a smoke run; its ratios are not the targets' figures).
+Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]``
+(``--quick`` shrinks the sizes tenfold for a smoke run; its ratios are not the targets'
+figures).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def median_seconds(contenders: dict[str, Callable[[], object]], repeats: int) ->
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def random_predictions(shape: tuple[int, ...], n_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def random_predictions(
+    shape: tuple[int, ...], n_classes: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(*shape, n_classes, generator=generator) * 3
     labels = torch.randint(0, n_classes, shape, generator=generator)
@@ -55,56 +59,80 @@ def bench_large_ece(n: int, repeats: int) -> None:
         {
             "ours": lambda: metrics.ece(logits, labels, closure="left"),
             "read": lambda: logits.max(dim=1),
-            "torchmetrics": lambda: multiclass_calibration_error(logits, labels, num_classes=100, n_bins=15),
+            "torchmetrics": lambda: multiclass_calibration_error(
+                logits, labels, num_classes=100, n_bins=15
+            ),
         },
         repeats,
     )
-    print(f"[1] ECE on {n:,} x 100 float32 logits (CPU, 1 thread)")
-    print(f"    ours {t['ours'] * 1e3:8.1f} ms | torchmetrics {t['torchmetrics'] * 1e3:8.1f} ms | logits.max(dim=1) {t['read'] * 1e3:8.1f} ms")
+    print(f"[1] ECE on {n:,} x 100 float32 logits (CPU)")
+    ms = {name: value * 1e3 for name, value in t.items()}
+    print(
+        f"    ours {ms['ours']:8.1f} ms | torchmetrics {ms['torchmetrics']:8.1f} ms"
+        f" | logits.max(dim=1) {ms['read']:8.1f} ms"
+    )
     print(f"    speed-up over torchmetrics: {t['torchmetrics'] / t['ours']:5.1f}x (target >= 5x)")
     print(f"    time / one read of the logits: {t['ours'] / t['read']:5.2f}x (target <= 2x)")
 
 
 def bench_suite(n: int, repeats: int) -> None:
     logits, labels = random_predictions((n,), 100, seed=1)
-    contenders = {key: (lambda key=key: metrics.METRICS[key](logits, labels)) for key in metrics.metric_names()}
+    contenders = {
+        key: (lambda key=key: metrics.METRICS[key](logits, labels))
+        for key in metrics.metric_names()
+    }
     contenders["suite"] = lambda: metrics.calibration_metrics(logits, labels)
     t = median_seconds(contenders, repeats)
     total = t.pop("suite")
     slowest = max(t, key=t.get)
     print(f"[2] full calibration_metrics suite ({len(t)} keys) on {n:,} x 100")
-    print(f"    total {total * 1e3:8.1f} ms; slowest metric alone: {slowest} {t[slowest] * 1e3:8.1f} ms")
+    print(
+        f"    total {total * 1e3:8.1f} ms; slowest metric alone: {slowest}"
+        f" {t[slowest] * 1e3:.1f} ms"
+    )
     ranked = sorted(t.items(), key=lambda item: -item[1])
-    print("    per metric (ms, each call validates and scores alone): " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in ranked))
+    print(
+        "    per metric (ms, each call validates and scores alone): "
+        + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in ranked)
+    )
 
 
 def bench_batched(runs: int, n: int, repeats: int) -> None:
     logits, labels = random_predictions((runs, n), 10, seed=2)
 
     def loop() -> list[torch.Tensor]:
-        return [multiclass_calibration_error(logits[r], labels[r], num_classes=10, n_bins=15) for r in range(runs)]
+        return [
+            multiclass_calibration_error(logits[r], labels[r], num_classes=10, n_bins=15)
+            for r in range(runs)
+        ]
 
     cheap_keys = [k for k in metrics.metric_names() if k not in ("sece", "smooth_ece")]
     t = median_seconds(
         {
-            "batched": lambda: metrics.calibration_metrics_batched(logits, labels, keys=["ece"], closure="left"),
+            "batched": lambda: metrics.calibration_metrics_batched(
+                logits, labels, keys=["ece"], closure="left"
+            ),
             "loop": loop,
             "suite": lambda: metrics.calibration_metrics_batched(logits, labels, keys=cheap_keys),
         },
         repeats,
     )
     print(f"[3] ECE of {runs} runs of {n:,} x 10")
-    print(f"    batched {t['batched'] * 1e3:8.1f} ms | loop over torchmetrics {t['loop'] * 1e3:8.1f} ms")
+    print(f"    batched {t['batched'] * 1e3:8.1f} ms | torchmetrics loop {t['loop'] * 1e3:8.1f} ms")
     print(f"    speed-up: {t['loop'] / t['batched']:5.1f}x (target >= 20x)")
-    print(f"    (all keys but sece and smooth_ece, batched over the {runs} runs: {t['suite'] * 1e3:.1f} ms)")
+    print(f"    (all keys but sece and smooth_ece, {runs} runs batched: {t['suite'] * 1e3:.1f} ms)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tenfold smaller inputs (smoke run)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads, the same for every side"
+    )
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
     scale = 10 if args.quick else 1
     bench_large_ece(1_000_000 // scale, args.repeats)
     bench_suite(10_000 // scale, args.repeats)

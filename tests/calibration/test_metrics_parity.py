@@ -23,7 +23,9 @@ def _generator(seed):
 
 
 def _probs(n, k, seed, scale=2.0, dtype=torch.float64):
-    return torch.softmax(torch.randn(n, k, generator=_generator(seed), dtype=torch.float64) * scale, -1).to(dtype)
+    return torch.softmax(
+        torch.randn(n, k, generator=_generator(seed), dtype=torch.float64) * scale, -1
+    ).to(dtype)
 
 
 def _labels(n, k, seed):
@@ -68,7 +70,9 @@ def test_ece_matches_torchmetrics_with_left_closure(case, norm):
     probs, labels = _case(case)
     assert float(probs.max()) < 1.0  # confidence 1.0 is the documented difference below
     ours = M.ece(probs, labels, inputs="probs", n_bins=15, norm=norm, closure="left")
-    theirs = torchmetrics_cal.multiclass_calibration_error(probs, labels, num_classes=probs.shape[1], n_bins=15, norm=norm)
+    theirs = torchmetrics_cal.multiclass_calibration_error(
+        probs, labels, num_classes=probs.shape[1], n_bins=15, norm=norm
+    )
     assert float(ours) == pytest.approx(float(theirs), abs=TOL)
 
 
@@ -77,7 +81,9 @@ def test_ece_matches_torchmetrics_on_float64_logits_with_many_bins():
     labels = _labels(3000, 100, 10)
     for n_bins in (10, 100, 1000):
         ours = M.ece(logits, labels, n_bins=n_bins, closure="left")
-        theirs = torchmetrics_cal.multiclass_calibration_error(logits, labels, num_classes=100, n_bins=n_bins)
+        theirs = torchmetrics_cal.multiclass_calibration_error(
+            logits, labels, num_classes=100, n_bins=n_bins
+        )
         assert float(ours) == pytest.approx(float(theirs), abs=TOL)
 
 
@@ -91,14 +97,27 @@ def test_confidence_one_differs_from_torchmetrics_hidden_extra_bin():
     underconfident = torch.full((2000, 10), 0.04 / 9, dtype=torch.float64)
     underconfident[:, 0] = 0.96
     probs = torch.cat([probs, saturated, underconfident])
-    labels = torch.cat([labels, torch.tensor([0] * 150 + [1] * 50), torch.zeros(2000, dtype=torch.long)])
+    labels = torch.cat(
+        [labels, torch.tensor([0] * 150 + [1] * 50), torch.zeros(2000, dtype=torch.long)]
+    )
     n, ones = probs.shape[0], probs.amax(1) == 1.0
     for norm in ("l1", "l2"):
-        theirs = float(torchmetrics_cal.multiclass_calibration_error(probs, labels, num_classes=10, n_bins=15, norm=norm))
+        theirs = float(
+            torchmetrics_cal.multiclass_calibration_error(
+                probs, labels, num_classes=10, n_bins=15, norm=norm
+            )
+        )
         ours = float(M.ece(probs, labels, inputs="probs", norm=norm, closure="left"))
         rest = float(M.ece(probs[~ones], labels[~ones], inputs="probs", norm=norm, closure="left"))
-        weight, gap = 200 / n, 1.0 - 0.75  # the extra bin: 200 samples at confidence 1, accuracy .75
-        expected = (1 - weight) * rest + weight * gap if norm == "l1" else ((1 - weight) * rest**2 + weight * gap**2) ** 0.5
+        weight, gap = (
+            200 / n,
+            1.0 - 0.75,
+        )  # the extra bin: 200 samples at confidence 1, accuracy .75
+        expected = (
+            (1 - weight) * rest + weight * gap
+            if norm == "l1"
+            else ((1 - weight) * rest**2 + weight * gap**2) ** 0.5
+        )
         # torchmetrics sums 2,000 equal float32 confidences in float32: ~1e-5 rounding
         assert theirs == pytest.approx(expected, abs=1e-4)
         assert abs(ours - theirs) > 1e-3
@@ -112,7 +131,11 @@ def test_debiased_l2_matches_torchmetrics_internal_debiased_estimator(case):
 
     probs, labels = _case(case)
     confidence, correct = _top_label(probs, labels)
-    theirs = float(_ce_compute(torch.from_numpy(confidence), torch.from_numpy(correct), 15, norm="l2", debias=True))
+    theirs = float(
+        _ce_compute(
+            torch.from_numpy(confidence), torch.from_numpy(correct), 15, norm="l2", debias=True
+        )
+    )
     ours = float(M.debiased_ece_l2(probs, labels, inputs="probs", scheme="width", closure="left"))
     bins = M.reliability_bins(probs, labels, inputs="probs", closure="left")
     single = bins["counts"] == 1
@@ -153,9 +176,11 @@ def test_equal_mass_ece_matches_netcal_when_sample_count_is_one_mod_bins(n_sampl
 
 
 def test_equal_mass_edges_differ_from_netcal_quantiles_otherwise():
-    """netcal's np.quantile edges put ceil((N-1) j / M) samples below edge j; ours floor(j N / M)."""
+    """netcal's np.quantile edges put ceil((N-1) j/M) samples below edge j, ours floor(j N/M)."""
     probs, labels = _probs(100, 10, 12), _labels(100, 10, 12)
-    ours = M.reliability_bins(probs, labels, inputs="probs", scheme="mass", closure="left")["counts"]
+    ours = M.reliability_bins(probs, labels, inputs="probs", scheme="mass", closure="left")[
+        "counts"
+    ]
     below = np.cumsum(ours)[:-1]
     assert below.tolist() == [j * 100 // 15 for j in range(1, 15)]
     quantile_rule = [int(np.ceil(99 * j / 15)) for j in range(1, 15)]
@@ -182,11 +207,16 @@ def _top_label(probs, labels):
     return probs.max(1), (probs.argmax(1) == labels.numpy()).astype(float)
 
 
-@pytest.mark.parametrize("case", ["random", "tied", "fp16", "class_absent", "k2", "k1000", "n1", "all_correct", "all_wrong"])
+@pytest.mark.parametrize(
+    "case",
+    ["random", "tied", "fp16", "class_absent", "k2", "k1000", "n1", "all_correct", "all_wrong"],
+)
 def test_smooth_ece_matches_relplot(case):
     probs, labels = _case(case)
     confidence, correct = _top_label(probs, labels)
-    assert float(M.smooth_ece(probs, labels, inputs="probs")) == pytest.approx(relplot.smECE(confidence, correct), abs=TOL)
+    assert float(M.smooth_ece(probs, labels, inputs="probs")) == pytest.approx(
+        relplot.smECE(confidence, correct), abs=TOL
+    )
 
 
 @pytest.mark.parametrize("bandwidth", [0.003, 0.05, 0.3])
@@ -194,7 +224,9 @@ def test_fixed_bandwidth_smooth_ece_matches_relplot(bandwidth):
     probs, labels = _case("random")
     confidence, correct = _top_label(probs, labels)
     ours = M.smooth_ece(probs, labels, inputs="probs", bandwidth=bandwidth)
-    assert float(ours) == pytest.approx(relplot.smECE_sigma(confidence, correct, bandwidth), abs=TOL)
+    assert float(ours) == pytest.approx(
+        relplot.smECE_sigma(confidence, correct, bandwidth), abs=TOL
+    )
 
 
 # --------------------------------------------------------------------------- scikit-learn
@@ -206,13 +238,20 @@ def test_auroc_nll_brier_match_scikit_learn(case):
     confidence, correct = _top_label(probs, labels)
     k = probs.shape[1]
     if 0 < correct.sum() < len(correct):
-        assert float(M.auroc(probs, labels, inputs="probs")) == pytest.approx(sk_metrics.roc_auc_score(correct, confidence), abs=TOL)
+        assert float(M.auroc(probs, labels, inputs="probs")) == pytest.approx(
+            sk_metrics.roc_auc_score(correct, confidence), abs=TOL
+        )
     else:
         assert np.isnan(float(M.auroc(probs, labels, inputs="probs")))
-    if probs.dtype == torch.float64:  # sklearn renormalises rows, float32 fp16-rounded rows are off by ~1e-4
+    if (
+        probs.dtype == torch.float64
+    ):  # sklearn renormalises rows, float32 fp16-rounded rows are off by ~1e-4
         assert float(M.nll(probs, labels, inputs="probs")) == pytest.approx(
             sk_metrics.log_loss(labels.numpy(), probs.numpy(), labels=list(range(k))), abs=TOL
         )
         assert float(M.brier(probs, labels, inputs="probs")) == pytest.approx(
-            sk_metrics.brier_score_loss(labels.numpy(), probs.numpy(), labels=list(range(k)), scale_by_half=False), abs=TOL
+            sk_metrics.brier_score_loss(
+                labels.numpy(), probs.numpy(), labels=list(range(k)), scale_by_half=False
+            ),
+            abs=TOL,
         )

@@ -44,7 +44,8 @@ EXPECTED = {
     "ece_l2": math.sqrt(0.5 * 0.1**2 + 0.5 * 0.325**2),
     # label-binned: |.5-.55|, |.5-.65|, |.5-.75|, |.5-.9|
     "ece_lb": math.sqrt((0.05**2 + 0.15**2 + 0.25**2 + 0.4**2) / 4),
-    # class 0: p = .9(y0=1) .75(0) .35(0) .45(1) in bins 4,3,1,2 -> gaps .1,.75,.35,.55; class 1 mirrors it
+    # class 0: p = .9(y=0) .75 .35 .45(y=0) in bins 4,3,1,2 -> gaps .1,.75,.35,.55;
+    # class 1 mirrors it
     "classwise_ece": (0.1 + 0.75 + 0.35 + 0.55) / 4,
     # sum_b w_b conf_b max(conf_b - acc_b, 0): (.6,.8] .5*.7*.2; (.4,.6] .25*.55*.55
     "overconfidence_error": 0.5 * 0.7 * 0.2 + 0.25 * 0.55 * 0.55,
@@ -56,9 +57,16 @@ EXPECTED = {
     "decomp_beta": 0.75 * 2 * 2 * 2 / 16,
     "decomp_gamma": (4 + 4) / 32,
 }
-OPTIONS = {"ece": {"n_bins": 5}, "mce": {"n_bins": 5}, "classwise_ece": {"n_bins": 5},
-           "overconfidence_error": {"n_bins": 5}, "ece_em": {"n_bins": 2}, "ece_l2": {"n_bins": 2},
-           "ece_lb": {"n_bins": 2}, "debiased_ece_l2": {"n_bins": 2}}
+OPTIONS = {
+    "ece": {"n_bins": 5},
+    "mce": {"n_bins": 5},
+    "classwise_ece": {"n_bins": 5},
+    "overconfidence_error": {"n_bins": 5},
+    "ece_em": {"n_bins": 2},
+    "ece_l2": {"n_bins": 2},
+    "ece_lb": {"n_bins": 2},
+    "debiased_ece_l2": {"n_bins": 2},
+}
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
@@ -70,16 +78,20 @@ def test_hand_computed_toy_value(key):
 
 def test_logits_give_the_same_values_as_their_probabilities():
     logits = PROBS.log()
-    for key in EXPECTED:
+    for key, expected in EXPECTED.items():
         from_logits = float(M.METRICS[key](logits, LABELS, **OPTIONS.get(key, {})))
-        assert from_logits == pytest.approx(EXPECTED[key], abs=1e-12), key
+        assert from_logits == pytest.approx(expected, abs=1e-12), key
 
 
 def test_ece_l2_width_and_left_closure_toy():
     # same width bins as 'ece'; no confidence sits on an edge, so left closure agrees
     expected = math.sqrt(0.25 * 0.1**2 + 0.5 * 0.2**2 + 0.25 * 0.55**2)
-    assert float(M.ece(PROBS, LABELS, inputs="probs", n_bins=5, norm="l2")) == pytest.approx(expected)
-    assert float(M.ece(PROBS, LABELS, inputs="probs", n_bins=5, closure="left")) == pytest.approx(EXPECTED["ece"])
+    assert float(M.ece(PROBS, LABELS, inputs="probs", n_bins=5, norm="l2")) == pytest.approx(
+        expected
+    )
+    assert float(M.ece(PROBS, LABELS, inputs="probs", n_bins=5, closure="left")) == pytest.approx(
+        EXPECTED["ece"]
+    )
 
 
 def test_edge_closure_decides_the_bin_of_a_confidence_on_an_edge():
@@ -90,8 +102,12 @@ def test_edge_closure_decides_the_bin_of_a_confidence_on_an_edge():
     left = M.reliability_bins(probs, labels, n_bins=4, inputs="probs", closure="left")
     assert right["counts"].tolist() == [0, 1, 1, 0]  # (.25,.5] and (.5,.75]
     assert left["counts"].tolist() == [0, 0, 2, 0]  # [.5,.75) holds both
-    assert float(M.ece(probs, labels, inputs="probs", n_bins=4, closure="right")) == pytest.approx(0.55)
-    assert float(M.ece(probs, labels, inputs="probs", n_bins=4, closure="left")) == pytest.approx(0.05)
+    assert float(M.ece(probs, labels, inputs="probs", n_bins=4, closure="right")) == pytest.approx(
+        0.55
+    )
+    assert float(M.ece(probs, labels, inputs="probs", n_bins=4, closure="left")) == pytest.approx(
+        0.05
+    )
 
 
 def test_confidence_one_goes_to_the_last_bin_under_both_closures():
@@ -104,7 +120,9 @@ def test_confidence_one_goes_to_the_last_bin_under_both_closures():
 def test_debiased_ece_l2_toys():
     # one bin, three wrong predictions at confidence .95: (0 - .95)^2 - 0 -> .95
     probs = torch.tensor([[0.95, 0.05]] * 3, dtype=torch.float64)
-    assert float(M.debiased_ece_l2(probs, [1, 1, 1], inputs="probs", n_bins=1)) == pytest.approx(0.95)
+    assert float(M.debiased_ece_l2(probs, [1, 1, 1], inputs="probs", n_bins=1)) == pytest.approx(
+        0.95
+    )
     # four samples at .8, two correct: (.5 - .8)^2 - .5*.5/3
     probs = torch.tensor([[0.8, 0.2]] * 4, dtype=torch.float64)
     value = M.debiased_ece_l2(probs, [0, 0, 1, 1], inputs="probs", n_bins=1)
@@ -133,7 +151,9 @@ def test_constant_confidence_toys_for_the_kernel_and_soft_estimators():
     assert float(M.sece(probs, labels, inputs="probs")) == pytest.approx(0.2, abs=1e-12)
     assert float(M.dece(probs, labels, inputs="probs")) == pytest.approx(0.2, abs=1e-12)
     assert float(M.sb_ece(probs, labels, inputs="probs")) == pytest.approx(0.2, abs=1e-12)
-    assert float(M.sb_ece(probs, labels, inputs="probs", label_binned=True, p=1)) == pytest.approx(0.2, abs=1e-12)
+    assert float(M.sb_ece(probs, labels, inputs="probs", label_binned=True, p=1)) == pytest.approx(
+        0.2, abs=1e-12
+    )
     # smooth ECE: kernel regression of the constant residual -.2; 1e-4 density floor (relplot)
     assert float(M.smooth_ece(probs, labels, inputs="probs")) == pytest.approx(0.2, abs=1e-5)
 
@@ -143,7 +163,9 @@ def test_sece_with_narrow_kernel_separates_distant_confidence_groups():
     probs = torch.tensor([[0.9, 0.1]] * 4 + [[0.6, 0.4]] * 4, dtype=torch.float64)
     labels = torch.tensor([0, 0, 0, 1, 0, 1, 1, 1])
     expected = (abs(0.75 - 0.9) + abs(0.25 - 0.6)) / 2
-    assert float(M.sece(probs, labels, inputs="probs", bandwidth=0.01)) == pytest.approx(expected, abs=1e-9)
+    assert float(M.sece(probs, labels, inputs="probs", bandwidth=0.01)) == pytest.approx(
+        expected, abs=1e-9
+    )
 
 
 def test_sb_ece_tends_to_hard_equal_width_binning_as_temperature_vanishes():

@@ -18,11 +18,18 @@ def _logits(n=6, k=3, dtype=torch.float32):
 
 @pytest.mark.parametrize(
     ("dtype", "expected"),
-    [(torch.float64, torch.float64), (torch.float32, torch.float32), (torch.float16, torch.float32),
-     (torch.bfloat16, torch.float32), (torch.int64, torch.float32)],
+    [
+        (torch.float64, torch.float64),
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.int64, torch.float32),
+    ],
 )
 def test_dtype_rule_float64_kept_everything_else_float32(dtype, expected):
-    scores, labels = check_logits_labels(_logits().mul(4).to(dtype), torch.tensor([0, 1, 2, 0, 1, 2]))
+    scores, labels = check_logits_labels(
+        _logits().mul(4).to(dtype), torch.tensor([0, 1, 2, 0, 1, 2])
+    )
     assert scores.dtype == expected
     assert labels.dtype == torch.int64
     assert scores.shape == (6, 3)
@@ -67,7 +74,10 @@ def test_fp16_quantised_probabilities_pass_the_tolerance():
     assert float((probs.float().sum(-1) - 1).abs().max()) > 1e-6
     scores, _ = check_logits_labels(probs, torch.zeros(200, dtype=torch.long), inputs="probs")
     assert scores.dtype == torch.float32
-    assert probability_tolerance(torch.bfloat16) == 1e-2 and probability_tolerance(torch.float32) == 1e-3
+    assert (
+        probability_tolerance(torch.bfloat16) == 1e-2
+        and probability_tolerance(torch.float32) == 1e-3
+    )
 
 
 @pytest.mark.parametrize(

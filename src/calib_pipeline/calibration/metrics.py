@@ -43,9 +43,9 @@ CLOSURES = ("right", "left")
 #: the membership of its own.
 SB_ECE_TEMPERATURE = 1.0 / (15**2 * math.log(1e4))
 
-# Rows per block when scanning logits on CPU: 2^18 floats (1 MiB) keep a block in cache
-# across its max / exp / sum passes, so the logits are read from memory once, while the
-# per-block Python overhead stays small.
+# Logits per block and CPU thread when scanning logits: 2^18 floats (1 MiB) keep a block in
+# cache across its max / exp / sum passes, so the logits are read from memory once, while
+# the per-block overhead (Python, thread wake-ups) stays small.
 _BLOCK_ELEMENTS = 2**18
 # Kernel-matrix entries per block for the O(N^2) SECE kernel (1 MiB in float32, in cache).
 _KERNEL_BLOCK_ELEMENTS = 2**18
@@ -77,7 +77,8 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
 
 def _check_positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        # a hyperparameter of the wrong type is a bad value for registries: ValueError
+        raise ValueError(f"{name} must be a positive number, got {value!r}")  # noqa: TRY004
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
@@ -89,11 +90,15 @@ def _check_positive(name: str, value: float) -> float:
 def _row_max(block: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     n_classes = block.shape[-1]
     if n_classes < _SHORT_ROWS and not block.is_cuda:
-        return out.copy_(torch.nn.functional.max_pool1d(block.reshape(1, 1, -1), n_classes).view(-1))
+        return out.copy_(
+            torch.nn.functional.max_pool1d(block.reshape(1, 1, -1), n_classes).view(-1)
+        )
     return torch.amax(block, dim=1, out=out)
 
 
-def _top_label_from_scores(scores: torch.Tensor, labels: torch.Tensor, inputs: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _top_label_from_scores(
+    scores: torch.Tensor, labels: torch.Tensor, inputs: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Confidence max_k p_k and correctness 1[argmax_k p_k = y] of every sample.
 
     Works on detached ``(..., K)`` scores in their dtype, block by block so that each block
@@ -108,24 +113,34 @@ def _top_label_from_scores(scores: torch.Tensor, labels: torch.Tensor, inputs: s
     flat = scores.reshape(-1, n_classes)
     targets = labels.reshape(-1)
     n, dtype, device = flat.shape[0], flat.dtype, flat.device
-    rows = n if flat.is_cuda else max(1, _BLOCK_ELEMENTS // n_classes)
+    # one cache-sized share per CPU thread, so parallel ops split a block and stay in cache
+    rows = n if flat.is_cuda else max(1, _BLOCK_ELEMENTS * torch.get_num_threads() // n_classes)
     top = torch.empty(n, dtype=dtype, device=device)
     label_score = torch.empty_like(top)
     mass = torch.empty_like(top) if inputs == "logits" else None
     row_offsets = torch.arange(min(rows, n), device=device) * n_classes
     ones = torch.ones(n_classes, dtype=dtype, device=device)
-    buffer = torch.empty(min(rows, n), n_classes, dtype=dtype, device=device) if mass is not None else None
+    buffer = (
+        torch.empty(min(rows, n), n_classes, dtype=dtype, device=device)
+        if mass is not None
+        else None
+    )
     for start in range(0, n, rows):
         block = flat[start : start + rows]
         size = block.shape[0]
         peak = _row_max(block, out=top[start : start + size])
-        label_score[start : start + size] = torch.take(block, row_offsets[:size] + targets[start : start + size])
+        label_score[start : start + size] = torch.take(
+            block, row_offsets[:size] + targets[start : start + size]
+        )
         if mass is not None:
             shifted = torch.sub(block, peak.unsqueeze(1), out=buffer[:size])
             torch.mv(shifted.mul_(_LOG2_E).exp2_(), ones, out=mass[start : start + size])
     correct = label_score == top
     if mass is None:
-        confidence, tie_possible = top, top <= 0.51  # two maxima need 2 p <= 1 + tolerance (<= 1e-2)
+        confidence, tie_possible = (
+            top,
+            top <= 0.51,
+        )  # two maxima need 2 p <= 1 + tolerance (<= 1e-2)
     else:
         tie_possible, confidence = mass >= 2, mass.reciprocal_()
     suspect = (correct & tie_possible).nonzero().squeeze(1)
@@ -137,9 +152,9 @@ def _top_label_from_scores(scores: torch.Tensor, labels: torch.Tensor, inputs: s
 class _Predictions:
     """Validated scores of R runs (R x N x K) and their per-sample statistics, computed once.
 
-    ``sample`` (B x N indices into the N samples of a single run) makes a bootstrap view:
-    per-sample statistics are gathered from the parent and the full scores are gathered
-    only if a metric needs them.
+    :meth:`resample` (B x N indices into the samples of a single run) makes a bootstrap
+    view: per-sample statistics are gathered from the parent and the full scores are
+    gathered only if a metric needs them.
     """
 
     def __init__(self, scores: torch.Tensor, labels: torch.Tensor, inputs: str) -> None:
@@ -160,8 +175,7 @@ class _Predictions:
 
     def resample(self, index: torch.Tensor) -> _Predictions:
         """Bootstrap view: run r of the result is run 0 at samples ``index[r]``."""
-        view = _ResampledPredictions(self, index)
-        return view
+        return _ResampledPredictions(self, index)
 
     def _cached(self, key: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key not in self._cache:
@@ -176,7 +190,7 @@ class _Predictions:
     def n_classes(self) -> int:
         return self.scores.shape[-1]
 
-    def _top_label(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _top_label(self) -> torch.Tensor:
         confidence, correct = _top_label_from_scores(self.scores.detach(), self.labels, self.inputs)
         self._cache["correct"] = correct
         return confidence
@@ -214,6 +228,8 @@ class _Predictions:
 
 
 class _ResampledPredictions(_Predictions):
+    """Resampled runs of a single-run parent; gathers the parent's cached statistics."""
+
     def __init__(self, parent: _Predictions, index: torch.Tensor) -> None:
         self.parent = parent
         self.index = index
@@ -269,7 +285,9 @@ def _bin_edges(confidence: torch.Tensor, n_bins: int, scheme: str) -> torch.Tens
     ``right`` closure, above it under ``left``), which can leave bins unequal or empty.
     """
     if scheme == "width":
-        return torch.linspace(0, 1, n_bins + 1, dtype=confidence.dtype, device=confidence.device).unsqueeze(0)
+        return torch.linspace(
+            0, 1, n_bins + 1, dtype=confidence.dtype, device=confidence.device
+        ).unsqueeze(0)
     values = confidence.to(torch.float64)
     ordered = torch.nn.functional.pad(values.sort(dim=-1).values, (1, 0))
     counts_below = torch.arange(1, n_bins, device=values.device) * values.shape[-1] // n_bins
@@ -278,7 +296,9 @@ def _bin_edges(confidence: torch.Tensor, n_bins: int, scheme: str) -> torch.Tens
     return torch.cat([outer * 0, interior, outer], dim=1)
 
 
-def _bin_index(confidence: torch.Tensor, edges: torch.Tensor, scheme: str, closure: str) -> torch.Tensor:
+def _bin_index(
+    confidence: torch.Tensor, edges: torch.Tensor, scheme: str, closure: str
+) -> torch.Tensor:
     """Bin of every confidence, given :func:`_bin_edges` (for ``mass``, of the same runs).
 
     ``right`` closure: bin j is (e_j, e_{j+1}] and the first bin also holds 0; ``left``:
@@ -287,7 +307,11 @@ def _bin_index(confidence: torch.Tensor, edges: torch.Tensor, scheme: str, closu
     if scheme == "width":
         return _width_index(confidence, edges[0], closure)
     # searchsorted(right=True) counts edges <= x, which makes [lo, hi) bins
-    return torch.searchsorted(edges[:, 1:-1].contiguous(), confidence.to(edges.dtype).contiguous(), right=closure == "left")
+    return torch.searchsorted(
+        edges[:, 1:-1].contiguous(),
+        confidence.to(edges.dtype).contiguous(),
+        right=closure == "left",
+    )
 
 
 def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int, int]]:
@@ -299,7 +323,11 @@ def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int
     if on_cuda:
         return [(0, runs, 0, n)]
     if n >= _SAMPLE_BLOCK:
-        return [(r, r + 1, s, min(s + _SAMPLE_BLOCK, n)) for r in range(runs) for s in range(0, n, _SAMPLE_BLOCK)]
+        return [
+            (r, r + 1, s, min(s + _SAMPLE_BLOCK, n))
+            for r in range(runs)
+            for s in range(0, n, _SAMPLE_BLOCK)
+        ]
     rows = _SAMPLE_BLOCK // n
     return [(r, min(r + rows, runs), 0, n) for r in range(0, runs, rows)]
 
@@ -307,7 +335,9 @@ def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int
 def _binned(
     confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, scheme: str, closure: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Edges (:func:`_bin_edges`) and per-bin count, sum of confidences and number correct (R x M, float64).
+    """Edges (:func:`_bin_edges`) and per-bin count, confidence sum and number correct.
+
+    Counts and sums are R x M float64.
 
     One bincount per block over run-offset bin ids (bin + M * run): no loop over bins or runs.
     """
@@ -319,17 +349,32 @@ def _binned(
     totals = torch.zeros(3, runs, n_bins, dtype=torch.float64, device=confidence.device)
     for first, last, start, stop in _sample_blocks(runs, n, confidence.is_cuda):
         block = confidence[first:last, start:stop]
-        index = _bin_index(block, edges if scheme == "width" else edges[first:last], scheme, closure)
+        index = _bin_index(
+            block, edges if scheme == "width" else edges[first:last], scheme, closure
+        )
         offsets = n_bins * torch.arange(last - first, device=index.device).unsqueeze(1)
         flat = (index + offsets).reshape(-1)
         size = (last - first) * n_bins
-        weights = (None, block.reshape(-1).to(torch.float64), correct[first:last, start:stop].reshape(-1).to(torch.float64))
+        weights = (
+            None,
+            block.reshape(-1).to(torch.float64),
+            correct[first:last, start:stop].reshape(-1).to(torch.float64),
+        )
         for row, weight in enumerate(weights):
-            totals[row, first:last] += torch.bincount(flat, weight, minlength=size).view(last - first, n_bins)
+            totals[row, first:last] += torch.bincount(flat, weight, minlength=size).view(
+                last - first, n_bins
+            )
     return edges, totals[0], totals[1], totals[2]
 
 
-def _binned_error(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, scheme: str, norm: str, closure: str) -> torch.Tensor:
+def _binned_error(
+    confidence: torch.Tensor,
+    correct: torch.Tensor,
+    n_bins: int,
+    scheme: str,
+    norm: str,
+    closure: str,
+) -> torch.Tensor:
     """ECE_{bin,p} of every run (Karandikar et al. eq. 6; Guo et al. for l1, max = MCE).
 
     l1: sum_b (n_b/N) |acc_b - conf_b|; l2: sqrt(sum_b (n_b/N) (acc_b - conf_b)^2);
@@ -357,6 +402,24 @@ def metric_names() -> list[str]:
     return list(METRICS)
 
 
+_METRIC_ARGS_DOC = """
+
+    Args:
+        logits: N x K logits, or probabilities with ``inputs="probs"`` (torch or NumPy, any
+            device; a 1-D array is a binary problem, scored top-label).
+        labels: N integer class labels.
+        inputs: ``"logits"`` or ``"probs"``.
+        Further keywords: the options in the signature (see docs/metrics.md).
+
+    Returns:
+        0-d tensor: float64 and detached for hard metrics; in the scores' dtype with the
+        autograd graph for ``sece``, ``sb_ece`` and ``dece``.
+
+    Raises:
+        ValueError: invalid input (see ``validation.check_logits_labels``) or option.
+    """
+
+
 def _metric(key: str) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
     """Register ``compute(pred: _Predictions, **options) -> R-vector`` under ``key``.
 
@@ -369,18 +432,24 @@ def _metric(key: str) -> Callable[[Callable[..., torch.Tensor]], Callable[..., t
         options = [p for p in inspect.signature(compute).parameters.values()][1:]
 
         @functools.wraps(compute)
-        def metric(logits: Any, labels: Any, *, inputs: str = "logits", **kwargs: Any) -> torch.Tensor:
+        def metric(
+            logits: Any, labels: Any, *, inputs: str = "logits", **kwargs: Any
+        ) -> torch.Tensor:
             _check_options(key, kwargs)
             return compute(_Predictions.single(logits, labels, inputs), **kwargs)[0]
 
         params = [
             inspect.Parameter("logits", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Any),
             inspect.Parameter("labels", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Any),
-            inspect.Parameter("inputs", inspect.Parameter.KEYWORD_ONLY, default="logits", annotation=str),
+            inspect.Parameter(
+                "inputs", inspect.Parameter.KEYWORD_ONLY, default="logits", annotation=str
+            ),
             *options,
         ]
-        metric.__signature__ = inspect.Signature(params, return_annotation=torch.Tensor)  # type: ignore[attr-defined]
+        signature = inspect.Signature(params, return_annotation=torch.Tensor)
+        metric.__signature__ = signature  # type: ignore[attr-defined]
         metric.__name__ = metric.__qualname__ = key
+        metric.__doc__ = (compute.__doc__ or "").rstrip() + _METRIC_ARGS_DOC
         METRICS[key] = metric
         _RUN_METRICS[key] = compute
         return metric
@@ -418,7 +487,10 @@ def error(pred: _Predictions) -> torch.Tensor:
 
 @_metric("nll")
 def nll(pred: _Predictions) -> torch.Tensor:
-    """Negative log-likelihood -(1/N) sum_i log p_{i,y_i} (+inf if a probability input gives the label 0)."""
+    """Negative log-likelihood -(1/N) sum_i log p_{i,y_i}.
+
+    +inf if a probability input gives a label probability 0 (no clipping).
+    """
     picked = pred.log_probs.gather(-1, pred.labels.unsqueeze(-1)).squeeze(-1)
     return -picked.to(torch.float64).mean(-1)
 
@@ -445,31 +517,58 @@ def mean_entropy(pred: _Predictions) -> torch.Tensor:
 
 
 @_metric("ece")
-def ece(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", norm: str = "l1", closure: str = "right") -> torch.Tensor:
-    """Top-label binned ECE (Guo et al.; Karandikar eq. 6): sum_b (n_b/N) |acc_b - conf_b| for l1."""
+def ece(
+    pred: _Predictions,
+    *,
+    n_bins: int = 15,
+    scheme: str = "width",
+    norm: str = "l1",
+    closure: str = "right",
+) -> torch.Tensor:
+    """Top-label binned ECE (Guo et al.; Karandikar eq. 6).
+
+    l1: sum_b (n_b/N) |acc_b - conf_b|; l2: sqrt(sum_b (n_b/N)(acc_b - conf_b)^2);
+    max: max over non-empty bins.
+    """
     return _binned_error(pred.confidence, pred.correct, n_bins, scheme, norm, closure)
 
 
 @_metric("ece_em")
-def ece_em(pred: _Predictions, *, n_bins: int = 15, norm: str = "l1", closure: str = "right") -> torch.Tensor:
+def ece_em(
+    pred: _Predictions, *, n_bins: int = 15, norm: str = "l1", closure: str = "right"
+) -> torch.Tensor:
     """Adaptive (equal-mass) top-label ECE (Nixon et al. 'ACE' as in Mukhoti's AdaECE)."""
     return _binned_error(pred.confidence, pred.correct, n_bins, "mass", norm, closure)
 
 
 @_metric("mce")
-def mce(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", closure: str = "right") -> torch.Tensor:
+def mce(
+    pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", closure: str = "right"
+) -> torch.Tensor:
     """Maximum calibration error max_b |acc_b - conf_b| over non-empty bins (Naeini et al.)."""
     return _binned_error(pred.confidence, pred.correct, n_bins, scheme, "max", closure)
 
 
 @_metric("ece_l2")
-def ece_l2(pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", closure: str = "right") -> torch.Tensor:
-    """RMS calibration error sqrt(sum_b (n_b/N)(acc_b - conf_b)^2), equal-mass (Karandikar et al.)."""
+def ece_l2(
+    pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", closure: str = "right"
+) -> torch.Tensor:
+    """RMS calibration error sqrt(sum_b (n_b/N)(acc_b - conf_b)^2).
+
+    Equal-mass by default, as reported by Karandikar et al. (paper 002).
+    """
     return _binned_error(pred.confidence, pred.correct, n_bins, scheme, "l2", closure)
 
 
 @_metric("ece_lb")
-def ece_lb(pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", norm: str = "l2", closure: str = "right") -> torch.Tensor:
+def ece_lb(
+    pred: _Predictions,
+    *,
+    n_bins: int = 15,
+    scheme: str = "mass",
+    norm: str = "l2",
+    closure: str = "right",
+) -> torch.Tensor:
     """Label-binned ECE (Roelofs et al.; Karandikar eq. 7): ((1/N) sum_i |A_{b_i} - c_i|^p)^{1/p}.
 
     ``max`` gives max_i |A_{b_i} - c_i|. By Jensen, ece_lb >= the binned ECE of the same norm.
@@ -487,7 +586,14 @@ def ece_lb(pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", norm: 
 
 
 @_metric("classwise_ece")
-def classwise_ece(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", norm: str = "l1", closure: str = "right") -> torch.Tensor:
+def classwise_ece(
+    pred: _Predictions,
+    *,
+    n_bins: int = 15,
+    scheme: str = "width",
+    norm: str = "l1",
+    closure: str = "right",
+) -> torch.Tensor:
     """Classwise ECE (Kull et al.; Mukhoti et al.): (1/K) sum_k ECE of p_k against 1[y = k].
 
     Every class k in 0..K-1 of the scores counts, including classes absent from the labels.
@@ -502,7 +608,9 @@ def classwise_ece(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width"
 
 
 @_metric("overconfidence_error")
-def overconfidence_error(pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", closure: str = "right") -> torch.Tensor:
+def overconfidence_error(
+    pred: _Predictions, *, n_bins: int = 15, scheme: str = "width", closure: str = "right"
+) -> torch.Tensor:
     """OE (Thulasidasan et al.): sum_b (n_b/N) conf_b max(conf_b - acc_b, 0)."""
     _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
     mean_conf = conf_sum / count.clamp_min(1)
@@ -510,10 +618,14 @@ def overconfidence_error(pred: _Predictions, *, n_bins: int = 15, scheme: str = 
 
 
 @_metric("debiased_ece_l2")
-def debiased_ece_l2(pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", closure: str = "right") -> torch.Tensor:
-    """Debiased l2 ECE (Kumar et al. 2019): sqrt(max(0, sum_b (n_b/N)[(acc_b - conf_b)^2 - acc_b(1 - acc_b)/(n_b - 1)])).
+def debiased_ece_l2(
+    pred: _Predictions, *, n_bins: int = 15, scheme: str = "mass", closure: str = "right"
+) -> torch.Tensor:
+    """Debiased l2 ECE of Kumar et al. (2019).
 
-    Bins with fewer than 2 samples contribute 0 (their variance term is undefined).
+    sqrt(max(0, sum_b (n_b/N)[(acc_b - conf_b)^2 - acc_b (1 - acc_b)/(n_b - 1)])): the
+    plug-in squared gap minus the binomial variance of acc_b. Bins with fewer than 2 samples
+    contribute 0 (their variance term is undefined), as in Kumar et al.'s library.
     """
     _, count, conf_sum, hits = _binned(pred.confidence, pred.correct, n_bins, scheme, closure)
     safe = count.clamp_min(1)
@@ -558,7 +670,10 @@ def decomp_alpha(pred: _Predictions) -> torch.Tensor:
 
 @_metric("decomp_beta")
 def decomp_beta(pred: _Predictions) -> torch.Tensor:
-    """beta = r 2PN/n^2 with r the AUROC, P/N the numbers of correct/wrong predictions (eq. 9); 0 when PN = 0."""
+    """beta = r 2PN/n^2 (Singh et al. 000, eq. 9).
+
+    r is the AUROC, P and N the numbers of correct and wrong predictions; 0 when PN = 0.
+    """
     positives = pred.correct.to(torch.float64).sum(-1)
     negatives = pred.n_samples - positives
     product = 2 * positives * negatives / pred.n_samples**2
@@ -573,7 +688,7 @@ def decomp_gamma(pred: _Predictions) -> torch.Tensor:
     return (positives.square() + negatives.square()) / (2 * pred.n_samples**2)
 
 
-# --------------------------------------------------------------------------- differentiable estimators
+# ----------------------------------------------------------------- differentiable estimators
 
 
 def _soft_bins(logits: torch.Tensor) -> torch.Tensor:
@@ -628,7 +743,14 @@ def sece(pred: _Predictions, *, bandwidth: float = 0.01, tau_a: float = 100.0) -
 
 
 @_metric("sb_ece")
-def sb_ece(pred: _Predictions, *, n_bins: int = 15, temperature: float = SB_ECE_TEMPERATURE, label_binned: bool = False, p: float = 2.0) -> torch.Tensor:
+def sb_ece(
+    pred: _Predictions,
+    *,
+    n_bins: int = 15,
+    temperature: float = SB_ECE_TEMPERATURE,
+    label_binned: bool = False,
+    p: float = 2.0,
+) -> torch.Tensor:
     """Soft-binned ECE (Karandikar et al. eq. 11-12), differentiable; the p-th root is taken.
 
     u_j(c) = softmax_j(-(c - xi_j)^2 / T), xi_j = (j - 1/2)/M; S_j = sum_i u_j(c_i),
@@ -643,7 +765,9 @@ def sb_ece(pred: _Predictions, *, n_bins: int = 15, temperature: float = SB_ECE_
     probs = torch.softmax(scores, -1) if pred.inputs == "logits" else scores
     confidence = probs.amax(-1)
     hits = pred.correct.to(confidence.dtype)
-    centres = (torch.arange(n_bins, dtype=confidence.dtype, device=confidence.device) + 0.5) / n_bins
+    centres = (
+        torch.arange(n_bins, dtype=confidence.dtype, device=confidence.device) + 0.5
+    ) / n_bins
     membership = _soft_bins(-(confidence.unsqueeze(-1) - centres).square() / temperature)
     size = membership.sum(-2)
     safe = size.clamp_min(torch.finfo(size.dtype).tiny)
@@ -657,7 +781,9 @@ def sb_ece(pred: _Predictions, *, n_bins: int = 15, temperature: float = SB_ECE_
 
 
 @_metric("dece")
-def dece(pred: _Predictions, *, n_bins: int = 15, tau_a: float = 100.0, tau_b: float = 0.01) -> torch.Tensor:
+def dece(
+    pred: _Predictions, *, n_bins: int = 15, tau_a: float = 100.0, tau_b: float = 0.01
+) -> torch.Tensor:
     """Differentiable ECE of Bohdal et al. (meta-calibration), as used by 004.
 
     Soft bins u(c) = softmax((w c + b) / tau_b) with w = (1..M), b = cumsum(-(0, 1/M, ..,
@@ -719,16 +845,27 @@ def _smooth_ece_at(confidence: torch.Tensor, residual: torch.Tensor, sigma: floa
     n_eval = max(round(10 / sigma), 200)
     size = max(2000, round(20 / sigma)) // 2 + 1
     nodes_eval = torch.linspace(0, 1, n_eval, dtype=torch.float64, device=confidence.device)
-    smoothed_residual = _interpolate(nodes_eval, _reflected_smooth(_grid_deposit(confidence, residual, size), sigma))
-    density = _interpolate(nodes_eval, _reflected_smooth(_grid_deposit(confidence, torch.ones_like(residual), size), sigma)) + 1e-4
+    smoothed_residual = _interpolate(
+        nodes_eval, _reflected_smooth(_grid_deposit(confidence, residual, size), sigma)
+    )
+    density = (
+        _interpolate(
+            nodes_eval,
+            _reflected_smooth(_grid_deposit(confidence, torch.ones_like(residual), size), sigma),
+        )
+        + 1e-4
+    )
     return float(((smoothed_residual / density).abs() * density).sum() / density.sum())
 
 
-def _smooth_ece_run(confidence: torch.Tensor, correct: torch.Tensor, bandwidth: float | None) -> float:
+def _smooth_ece_run(
+    confidence: torch.Tensor, correct: torch.Tensor, bandwidth: float | None
+) -> float:
     confidence = confidence.to(torch.float64)
     residual = confidence - correct.to(torch.float64)
     if bandwidth is not None:
         return _smooth_ece_at(confidence, residual, bandwidth)
+
     # Fixed point smECE_sigma = sigma by 10 bisection steps on (0, 1] (relplot's search).
     def below_fixed_point(sigma: float) -> bool:
         return sigma < 1e-3 or sigma < _smooth_ece_at(confidence, residual, sigma)
@@ -756,7 +893,8 @@ def smooth_ece(pred: _Predictions, *, bandwidth: float | None = None) -> torch.T
     if bandwidth is not None:
         bandwidth = _check_positive("bandwidth", bandwidth)
     values = [
-        _smooth_ece_run(conf, hit, bandwidth) for conf, hit in zip(pred.confidence, pred.correct, strict=True)
+        _smooth_ece_run(conf, hit, bandwidth)
+        for conf, hit in zip(pred.confidence, pred.correct, strict=True)
     ]
     return torch.tensor(values, dtype=torch.float64, device=pred.confidence.device)
 
@@ -764,26 +902,41 @@ def smooth_ece(pred: _Predictions, *, bandwidth: float | None = None) -> torch.T
 # --------------------------------------------------------------------------- suite entry points
 
 
-def _run_suite(pred: _Predictions, n_bins: int, keys: Iterable[str] | None, options: dict[str, Any]) -> dict[str, torch.Tensor]:
+def _run_suite(
+    pred: _Predictions, n_bins: int, keys: Iterable[str] | None, options: dict[str, Any]
+) -> dict[str, torch.Tensor]:
     keys = metric_names() if keys is None else list(keys)
     for key in keys:
         if key not in METRICS:
-            raise ValueError(f"unknown metric {key!r}; valid metrics are: {', '.join(metric_names())}")
+            raise ValueError(
+                f"unknown metric {key!r}; valid metrics are: {', '.join(metric_names())}"
+            )
     accepted = {name for key in keys for name in _accepted_options(key)}
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown}; the selected metrics accept: {', '.join(sorted(accepted))}")
+        raise ValueError(
+            f"unknown option(s) {unknown}; the selected metrics accept: "
+            f"{', '.join(sorted(accepted))}"
+        )
     options = {"n_bins": n_bins, **options}
     results = {}
     with torch.no_grad():
         for key in keys:
-            wanted = {name: value for name, value in options.items() if name in _accepted_options(key)}
+            wanted = {
+                name: value for name, value in options.items() if name in _accepted_options(key)
+            }
             results[key] = _RUN_METRICS[key](pred, **wanted)
     return results
 
 
 def calibration_metrics(
-    logits: Any, labels: Any, *, n_bins: int = 15, inputs: str = "logits", keys: Iterable[str] | None = None, **options: Any
+    logits: Any,
+    labels: Any,
+    *,
+    n_bins: int = 15,
+    inputs: str = "logits",
+    keys: Iterable[str] | None = None,
+    **options: Any,
 ) -> dict[str, float]:
     """Every metric of the suite on one run, as floats.
 
@@ -806,7 +959,13 @@ def calibration_metrics(
 
 
 def calibration_metrics_batched(
-    logits: Any, labels: Any, *, n_bins: int = 15, inputs: str = "logits", keys: Iterable[str] | None = None, **options: Any
+    logits: Any,
+    labels: Any,
+    *,
+    n_bins: int = 15,
+    inputs: str = "logits",
+    keys: Iterable[str] | None = None,
+    **options: Any,
 ) -> dict[str, np.ndarray]:
     """Every metric on R runs at once: logits R x N x K, labels N (shared) or R x N.
 
@@ -817,11 +976,19 @@ def calibration_metrics_batched(
         ``{key: float64 array of shape (R,)}``.
     """
     pred = _Predictions.batched(logits, labels, inputs)
-    return {key: value.cpu().numpy() for key, value in _run_suite(pred, n_bins, keys, options).items()}
+    return {
+        key: value.cpu().numpy() for key, value in _run_suite(pred, n_bins, keys, options).items()
+    }
 
 
 def reliability_bins(
-    logits: Any, labels: Any, *, n_bins: int = 15, scheme: str = "width", closure: str = "right", inputs: str = "logits"
+    logits: Any,
+    labels: Any,
+    *,
+    n_bins: int = 15,
+    scheme: str = "width",
+    closure: str = "right",
+    inputs: str = "logits",
 ) -> dict[str, np.ndarray]:
     """Per-bin statistics of the top-label confidence, for reliability diagrams.
 
@@ -865,9 +1032,15 @@ def bootstrap_ci(
         the resampled values, NaN-ignoring), ``level``, ``n_resamples``.
     """
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; valid metrics are: {', '.join(metric_names())}")
+        raise ValueError(
+            f"unknown metric {metric!r}; valid metrics are: {', '.join(metric_names())}"
+        )
     _check_options(metric, options)
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+    if (
+        isinstance(n_resamples, bool)
+        or not isinstance(n_resamples, (int, np.integer))
+        or n_resamples < 1
+    ):
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
@@ -879,6 +1052,17 @@ def bootstrap_ci(
     block = max(1, 2**24 // (n * k))
     with torch.no_grad():
         point = float(compute(pred, **options)[0])
-        values = torch.cat([compute(pred.resample(index[s : s + block]), **options) for s in range(0, n_resamples, block)])
+        values = torch.cat(
+            [
+                compute(pred.resample(index[s : s + block]), **options)
+                for s in range(0, n_resamples, block)
+            ]
+        )
     low, high = np.nanquantile(values.cpu().numpy(), [(1 - level) / 2, (1 + level) / 2])
-    return {"point": point, "low": float(low), "high": float(high), "level": float(level), "n_resamples": int(n_resamples)}
+    return {
+        "point": point,
+        "low": float(low),
+        "high": float(high),
+        "level": float(level),
+        "n_resamples": int(n_resamples),
+    }

@@ -52,8 +52,10 @@ def to_tensor(x: Any, *, name: str = "input") -> torch.Tensor:
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
         raise ValueError(f"{name} must be numeric, got an array of dtype {array.dtype}")
     # torch.from_numpy needs native byte order, non-negative strides and writable memory.
-    if not array.flags.writeable or array.dtype.byteorder not in "=|" or any(
-        s < 0 for s in array.strides
+    if (
+        not array.flags.writeable
+        or array.dtype.byteorder not in "=|"
+        or any(s < 0 for s in array.strides)
     ):
         array = np.array(array, dtype=array.dtype.newbyteorder("="), copy=True)
     return torch.from_numpy(array)
@@ -110,7 +112,9 @@ def _check_probabilities(scores: torch.Tensor, tolerance: float) -> None:
         )
 
 
-def _as_labels(labels: Any, shape: tuple[int, ...], n_classes: int, device: torch.device) -> torch.Tensor:
+def _as_labels(
+    labels: Any, shape: tuple[int, ...], n_classes: int, device: torch.device
+) -> torch.Tensor:
     labels = to_tensor(labels, name="labels")
     if labels.dtype == torch.bool or labels.is_complex():
         raise ValueError(f"labels must be integer class indices, got dtype {labels.dtype}")
@@ -120,7 +124,9 @@ def _as_labels(labels: Any, shape: tuple[int, ...], n_classes: int, device: torc
         fractional = labels != labels.round()
         if bool(fractional.any()):
             value = float(labels[fractional].reshape(-1)[0])
-            raise ValueError(f"labels must be integer class indices; found non-integer value {value}")
+            raise ValueError(
+                f"labels must be integer class indices; found non-integer value {value}"
+            )
     if tuple(labels.shape) not in (shape, shape[-1:]):
         raise ValueError(
             f"shape mismatch: scores describe {shape} samples but labels have shape "
@@ -134,7 +140,9 @@ def _as_labels(labels: Any, shape: tuple[int, ...], n_classes: int, device: torc
     return labels.expand(shape)
 
 
-def _check(logits: Any, labels: Any, inputs: str, batched: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _check(
+    logits: Any, labels: Any, inputs: str, batched: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     name = "logits" if inputs == "logits" else "probabilities"
     raw = to_tensor(logits, name=name)
     scores = _as_float_scores(raw, inputs, name)
