@@ -12,9 +12,9 @@ import logging
 from typing import Any
 
 import pandas as pd
-import torch
 
 from calib_pipeline.calibration.metrics import calibration_metrics, reliability_bins
+from calib_pipeline.calibration.posthoc import calibrated_scores
 from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report
 
 logger = logging.getLogger(__name__)
@@ -26,21 +26,16 @@ TIDY_COLUMNS = [
 UNCALIBRATED = "none"
 
 
-def calibrated_scores(calibrator: Any, logits: torch.Tensor) -> tuple[torch.Tensor, str]:
-    """Scores to evaluate after calibration: calibrated logits where the calibrator maps
-    logits to logits (exact softmax downstream), probabilities otherwise."""
-    if calibrator is None:
-        return logits, "logits"
-    if hasattr(calibrator, "transform_logits"):
-        return calibrator.transform_logits(logits), "logits"
-    return calibrator.predict_proba(logits), "probs"
-
-
 def _cells(run: dict[str, Any]) -> list[tuple[str, str, int, dict[str, Any]]]:
-    """(split, shift, severity, entry) of every evaluated set of a run."""
+    """(split, shift, severity, entry) of every evaluated set of a run.
+
+    Shift entries carry their split (``"test"``, or ``"val"`` for shifted validation sets;
+    older caches have none: test); skipped corruptions have no logits and no cell.
+    """
     cells = [(part, "none", 0, run["logits"][part]) for part in ("val", "test") if part in run["logits"]]
     for entry in (run.get("shift") or {}).values():
-        cells.append(("test", entry["shift"], int(entry["severity"]), entry))
+        if "logits" in entry:
+            cells.append((entry.get("split", "test"), entry["shift"], int(entry["severity"]), entry))
     return cells
 
 
@@ -78,7 +73,10 @@ def evaluate_runs(
         for cal_name in [UNCALIBRATED, *calibrators]:
             calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
             for split, shift, severity, entry in _cells(run):
-                scores, kind = calibrated_scores(calibrator, entry["logits"])
+                scores, kind = (
+                    (entry["logits"], "logits") if calibrator is None
+                    else calibrated_scores(calibrator, entry["logits"])
+                )
                 values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
                 base = {
                     "dataset": dataset, "study": study, "method": method,
