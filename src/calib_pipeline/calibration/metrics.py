@@ -809,35 +809,37 @@ def dece(
 
 
 def _grid_deposit(points: torch.Tensor, weights: torch.Tensor, size: int) -> torch.Tensor:
-    """Spread each weight linearly onto the two nearest nodes of a ``size``-node grid on [0, 1]."""
+    """Spread weights (W x N) linearly onto the two nearest of ``size`` grid nodes on [0, 1]."""
     scaled = points * (size - 1)
     left = scaled.long().clamp(0, size - 2)
     frac = scaled - left
-    grid = torch.zeros(size, dtype=torch.float64, device=points.device)
-    grid.index_add_(0, left, (1 - frac) * weights)
-    grid.index_add_(0, left + 1, frac * weights)
+    grid = torch.zeros(weights.shape[0], size, dtype=torch.float64, device=points.device)
+    grid.index_add_(1, left, (1 - frac) * weights)
+    grid.index_add_(1, left + 1, frac * weights)
     return grid
 
 
 def _reflected_smooth(grid: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Convolve grid values with a Gaussian (std sigma), reflecting the data at 0 and 1."""
-    size = grid.shape[0]
+    """Convolve each row of grid values with a Gaussian (std sigma), reflecting at 0 and 1."""
+    size = grid.shape[-1]
     nodes = torch.linspace(0, 1, size, dtype=torch.float64, device=grid.device)
     kernel = torch.exp(-(nodes - 0.5).square() / (2 * sigma**2)) / (math.sqrt(2 * math.pi) * sigma)
-    extended = torch.cat([grid.flip(0)[:-1], grid, grid.flip(0)[1:]])
-    length = extended.shape[0] + size - 1
+    extended = torch.cat([grid.flip(-1)[:, :-1], grid, grid.flip(-1)[:, 1:]], dim=-1)
+    # zero-padding to a power of two keeps the FFT fast; the linear convolution is unchanged
+    length = 1 << (extended.shape[-1] + size - 2).bit_length()
     spectrum = torch.fft.rfft(extended, length) * torch.fft.rfft(kernel, length)
     full = torch.fft.irfft(spectrum, length)
     # 'valid' part of the full convolution starts at size - 1; keep the centred size nodes
     start = size - 1 + size // 2
-    return full[start : start + size]
+    return full[:, start : start + size]
 
 
 def _interpolate(nodes_eval: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    size = values.shape[0]
+    """Linear interpolation of rows of values on a uniform grid over [0, 1] at nodes_eval."""
+    size = values.shape[-1]
     left = (nodes_eval * (size - 1)).long().clamp(0, size - 2)
     frac = (nodes_eval - left / (size - 1)) * (size - 1)
-    return values[left] * (1 - frac) + values[left + 1] * frac
+    return values[:, left] * (1 - frac) + values[:, left + 1] * frac
 
 
 def _smooth_ece_at(confidence: torch.Tensor, residual: torch.Tensor, sigma: float) -> float:
@@ -845,17 +847,12 @@ def _smooth_ece_at(confidence: torch.Tensor, residual: torch.Tensor, sigma: floa
     n_eval = max(round(10 / sigma), 200)
     size = max(2000, round(20 / sigma)) // 2 + 1
     nodes_eval = torch.linspace(0, 1, n_eval, dtype=torch.float64, device=confidence.device)
-    smoothed_residual = _interpolate(
-        nodes_eval, _reflected_smooth(_grid_deposit(confidence, residual, size), sigma)
+    weights = torch.stack([residual, torch.ones_like(residual)])
+    smoothed = _interpolate(
+        nodes_eval, _reflected_smooth(_grid_deposit(confidence, weights, size), sigma)
     )
-    density = (
-        _interpolate(
-            nodes_eval,
-            _reflected_smooth(_grid_deposit(confidence, torch.ones_like(residual), size), sigma),
-        )
-        + 1e-4
-    )
-    return float(((smoothed_residual / density).abs() * density).sum() / density.sum())
+    density = smoothed[1] + 1e-4
+    return float(((smoothed[0] / density).abs() * density).sum() / density.sum())
 
 
 def _smooth_ece_run(
