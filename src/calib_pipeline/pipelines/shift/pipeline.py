@@ -5,7 +5,16 @@ from calib_pipeline.pipelines.training.pipeline import run_prefix
 
 
 def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
-    nodes = [node(make_shift_sets, ["raw_data", "params:shift"], "shift_sets", name="make_shift_sets", tags=["shift"])]
+    """One planning node (the shifted sets, shared by every run) and one logits node per run."""
+    nodes = [
+        node(
+            make_shift_sets,
+            ["raw_data", "params:splits", "params:shift"],
+            "shift_sets",
+            name="make_shift_sets",
+            tags=["shift"],
+        )
+    ]
     nodes += [
         node(
             compute_shift_logits,
