@@ -105,7 +105,13 @@ def test_unknown_name_lists_valid_names():
             "either preset or start/stop/step",
         ),
         ("temperature_grid_ece", {"start": 0.1, "stop": 2.0}, "needs start, stop and step"),
-        ("temperature_grid_ece", {"start": 0.1, "stop": 2.0, "step": -1}, r"step must be in \(0"),
+        ("temperature_grid_ece", {"start": 0.1, "stop": 2.0, "step": -1}, r"step must be in \(1.8999"),
+        (
+            "temperature_grid_ece",
+            {"start": 0.1, "stop": 10.1, "step": 1e-6},
+            r"step must be in \(0.0001",
+        ),
+        ("temperature_grid_ece", {"n_bins": 1.5}, "n_bins must be an integer >= 1"),
         (
             "temperature_sb_ece",
             {"soft_bin_temperature": -1.0},
@@ -309,7 +315,7 @@ def test_sb_ece_temperature_minimises_the_soft_binned_objective(data):
     def objective(t: float) -> float:
         return float(metrics.sb_ece(z / t, data["val_labels"]))
 
-    dense = np.exp(np.linspace(math.log(0.05), math.log(20.0), 1500))
+    dense = np.exp(np.linspace(math.log(0.05), math.log(20.0), 400))
     assert calibrator.learned()["sb_ece"] == pytest.approx(
         objective(calibrator.temperature), rel=1e-12
     )

@@ -15,7 +15,12 @@ import torch
 from scipy.optimize import minimize_scalar
 from torch import Tensor
 
-from calib_pipeline.calibration._posthoc_base import LogitCalibrator, check_flag, register
+from calib_pipeline.calibration._posthoc_base import (
+    LogitCalibrator,
+    check_count,
+    check_flag,
+    register,
+)
 from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE, ece, sb_ece
 from calib_pipeline.registry import check_range
 
@@ -27,6 +32,10 @@ TEMPERATURE_GRIDS: dict[str, tuple[float, float, float]] = {
     "mukhoti": (0.1, 10.0, 0.1),
     "wang": (0.01, 10.0, 0.01),
 }
+
+
+# Each grid point costs one ECE pass over the validation logits.
+MAX_GRID_POINTS = 100_000
 
 
 class TemperatureFit(NamedTuple):
@@ -241,7 +250,7 @@ class GridTemperatureScaling(TemperatureScaling):
         n_bins: int = 15,
     ) -> None:
         start, stop, step = _grid_arguments(preset, start, stop, step)
-        n_bins = int(check_range("n_bins", n_bins, low=1))
+        n_bins = check_count("n_bins", n_bins, low=1)
         super().__init__(preset=preset, start=start, stop=stop, step=step, n_bins=n_bins)
         self.grid = temperature_grid(start, stop, step)
         self.objective = math.nan
@@ -283,7 +292,7 @@ def _grid_arguments(
         raise ValueError(f"a custom grid needs start, stop and step, got {custom}")
     start = check_range("start", start, low=0.0, low_inclusive=False)
     stop = check_range("stop", stop, low=start)
-    step = check_range("step", step, low=0.0, low_inclusive=False)
+    step = check_range("step", step, low=(stop - start) / MAX_GRID_POINTS, low_inclusive=False)
     return start, stop, step
 
 
@@ -317,7 +326,7 @@ class SBECETemperatureScaling(TemperatureScaling):
         t_min: float = 0.05,
         t_max: float = 20.0,
     ) -> None:
-        n_bins = int(check_range("n_bins", n_bins, low=1))
+        n_bins = check_count("n_bins", n_bins, low=1)
         soft_bin_temperature = check_range(
             "soft_bin_temperature", soft_bin_temperature, low=0.0, low_inclusive=False
         )
