@@ -16,6 +16,7 @@ calibrators, so the reports re-run without retraining.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -27,10 +28,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-from scipy import stats  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
 
 from calib_pipeline.calibration import metrics, posthoc  # noqa: E402
+from calib_pipeline.calibration.stats import significance_direction, t_test  # noqa: E402
 from calib_pipeline.pipelines.reporting.reports import StudyResults, report  # noqa: E402
+from calib_pipeline.pipelines.reporting.selection import select_sweep_members  # noqa: E402
+from calib_pipeline.registry import check_range  # noqa: E402
 
 UNCALIBRATED = "none"
 ORACLE = "oracle"
@@ -41,11 +45,14 @@ DEFAULT_CALIBRATORS = ("ts_grid_wang", "hist_binning")
 # equal-size bins on the top-label confidence. Same specs as conf/base/parameters.yml.
 WANG_CALIBRATORS: dict[str, dict[str, Any]] = {
     "ts_grid_wang": {"name": "temperature_grid_ece", "params": {"preset": "wang"}},
-    "hist_binning": {"name": "histogram_binning", "params": {"n_bins": 15, "binning": "equal_size"}},
+    "hist_binning": {
+        "name": "histogram_binning",
+        "params": {"n_bins": 15, "binning": "equal_size"},
+    },
 }
 ORACLE_NOTE = (
     "**ORACLE bound, not a calibration result:** T is searched on the TEST logits themselves "
-    "(Wang et al.'s \"optimal ECE\"), so it lower-bounds what any validation-fitted "
+    '(Wang et al.\'s "optimal ECE"), so it lower-bounds what any validation-fitted '
     "temperature on the same grid can reach. Never compare it as a method."
 )
 
@@ -60,7 +67,11 @@ def _ordered_methods(results: StudyResults) -> list[str]:
 
 
 def _identity(results: StudyResults, method: str) -> dict[str, str]:
-    return {"group": results.groups.get(method, method), "method": method, "label": results.labels.get(method, method)}
+    return {
+        "group": results.groups.get(method, method),
+        "method": method,
+        "label": results.labels.get(method, method),
+    }
 
 
 def _runs(results: StudyResults, kind: str) -> Iterator[tuple[str, int, Any]]:
@@ -84,13 +95,17 @@ def _cell(mean: float, std: float, count: int, digits: int = 2) -> str:
     """``mean ± std`` (sample std over seeds), the mean alone for one seed, ``–`` for none."""
     if count == 0 or np.isnan(mean):
         return "–"
-    return f"{mean:.{digits}f} ± {np.nan_to_num(std):.{digits}f}" if count > 1 else f"{mean:.{digits}f}"
+    return (
+        f"{mean:.{digits}f} ± {np.nan_to_num(std):.{digits}f}"
+        if count > 1
+        else f"{mean:.{digits}f}"
+    )
 
 
 def _aggregate(frame: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:
     """Mean, sample std and count of ``value`` per ``by`` cell, in first-seen order."""
-    stats_ = frame.groupby(by, sort=False)[value].agg(["mean", "std", "count"]).reset_index()
-    return stats_.rename(columns={"count": "n"})
+    summary = frame.groupby(by, sort=False)[value].agg(["mean", "std", "count"]).reset_index()
+    return summary.rename(columns={"count": "n"})
 
 
 def _percent_ece(scores: torch.Tensor, labels: torch.Tensor, inputs: str, n_bins: int) -> float:
@@ -134,24 +149,66 @@ def _calibratability_runs(
     for method, seed, logits in _runs(results, "logits"):
         base = {**_identity(results, method), "seed": seed}
         z, y = logits["test"]["logits"], logits["test"]["labels"]
-        rows.append({**base, "calibrator": UNCALIBRATED, "quantity": "ece", "value": _percent_ece(z, y, "logits", n_bins)})
+        rows.append(
+            {
+                **base,
+                "calibrator": UNCALIBRATED,
+                "quantity": "ece",
+                "value": _percent_ece(z, y, "logits", n_bins),
+            }
+        )
         fitted = results.calibrators[(method, seed)]
         for key in keys:
             calibrator = fitted[key]
             scores, inputs = posthoc.calibrated_scores(calibrator, z)
-            rows.append({**base, "calibrator": key, "quantity": "ece", "value": _percent_ece(scores, y, inputs, n_bins)})
+            rows.append(
+                {
+                    **base,
+                    "calibrator": key,
+                    "quantity": "ece",
+                    "value": _percent_ece(scores, y, inputs, n_bins),
+                }
+            )
             temperature = calibrator.learned().get("temperature")
             if temperature is not None:
-                rows.append({**base, "calibrator": key, "quantity": "temperature", "value": float(temperature)})
+                rows.append(
+                    {
+                        **base,
+                        "calibrator": key,
+                        "quantity": "temperature",
+                        "value": float(temperature),
+                    }
+                )
             if calibrator.warnings or not calibrator.converged:
-                notes.append({**base, "calibrator": key, "converged": calibrator.converged,
-                              "warnings": "; ".join(calibrator.warnings)})
+                notes.append(
+                    {
+                        **base,
+                        "calibrator": key,
+                        "converged": calibrator.converged,
+                        "warnings": "; ".join(calibrator.warnings),
+                    }
+                )
         oracle = posthoc.oracle_temperature(z, y, grid=oracle_grid, n_bins=n_bins)
-        rows.append({**base, "calibrator": ORACLE, "quantity": "ece", "value": 100.0 * oracle["oracle_ece"]})
-        rows.append({**base, "calibrator": ORACLE, "quantity": "temperature", "value": oracle["oracle_temperature"]})
+        rows.append(
+            {**base, "calibrator": ORACLE, "quantity": "ece", "value": 100.0 * oracle["oracle_ece"]}
+        )
+        rows.append(
+            {
+                **base,
+                "calibrator": ORACLE,
+                "quantity": "temperature",
+                "value": oracle["oracle_temperature"],
+            }
+        )
         if oracle["at_grid_bound"]:
-            notes.append({**base, "calibrator": ORACLE, "converged": True,
-                          "warnings": f"oracle T = {oracle['oracle_temperature']:g} is at a grid bound"})
+            notes.append(
+                {
+                    **base,
+                    "calibrator": ORACLE,
+                    "converged": True,
+                    "warnings": f"oracle T = {oracle['oracle_temperature']:g} is at a grid bound",
+                }
+            )
     columns = ["group", "method", "label", "seed", "calibrator", "converged", "warnings"]
     return pd.DataFrame(rows), pd.DataFrame(notes, columns=columns)
 
@@ -159,56 +216,52 @@ def _calibratability_runs(
 def compare_to_baseline(runs: pd.DataFrame, baseline: str, alpha: float) -> pd.DataFrame:
     """Two-sided two-sample Student t-test (pooled variance) of every method against ``baseline``.
 
-    For each (calibrator, quantity) cell, ``t = (x̄_m - x̄_b) / (s_p √(1/n_m + 1/n_b))`` on the
-    per-seed values, as in Wang et al. Table 2. The mark is ``▲`` when the method's mean is
-    higher than the baseline's (for ECE: worse) and ``p < alpha``, ``▼`` when lower and
-    ``p < alpha``, empty otherwise (including the baseline itself and cells with fewer than
-    two seeds on either side, whose p-value is NaN).
+    For each (calibrator, quantity) cell, ``stats.t_test(method, baseline, test="student")``
+    on the per-seed values, ``t = (x̄_m - x̄_b) / (s_p √(1/n_m + 1/n_b))``, as in Wang et al.
+    Table 2. The mark is ``▲`` when the method's mean is significantly higher than the
+    baseline's (for ECE: worse) at ``alpha``, ``▼`` when significantly lower, empty
+    otherwise -- also for the baseline itself and where either side has fewer than two
+    seeds (p-value NaN).
 
     Args:
         runs: per-run rows with columns method, seed, calibrator, quantity, value.
         baseline: the reference method.
-        alpha: significance level.
+        alpha: significance level in (0, 1).
 
     Returns:
         One row per (method, calibrator, quantity): ``p_value`` and ``mark``.
     """
-    out = []
-    for (calibrator, quantity), cell in runs.groupby(["calibrator", "quantity"], sort=False):
-        wide = cell.pivot(index="seed", columns="method", values="value")
-        methods = [m for m in dict.fromkeys(cell["method"]) if m != baseline]
-        reference = wide[baseline].dropna().to_numpy()
-        counts = wide[methods].notna().sum().to_numpy()
-        p_values = np.full(len(methods), np.nan)
-        if reference.size >= 2 and methods:
-            with warnings.catch_warnings():
-                # zero variance on both sides gives NaN, which correctly marks nothing
-                warnings.simplefilter("ignore", RuntimeWarning)
-                tested = stats.ttest_ind(wide[methods].to_numpy(), reference[:, None], axis=0,
-                                         nan_policy="omit", equal_var=True).pvalue
-            p_values = np.where(counts >= 2, np.asarray(tested, dtype=float), np.nan)
-        difference = wide[methods].mean().to_numpy() - reference.mean() if reference.size else np.full(len(methods), np.nan)
-        significant = p_values < alpha
-        marks = np.where(significant & (difference > 0), HIGHER, np.where(significant & (difference < 0), LOWER, ""))
-        out.append(pd.DataFrame({"method": methods, "calibrator": calibrator, "quantity": quantity,
-                                 "p_value": p_values, "mark": marks}))
-        out.append(pd.DataFrame({"method": [baseline], "calibrator": calibrator, "quantity": quantity,
-                                 "p_value": [np.nan], "mark": [""]}))
-    return pd.concat(out, ignore_index=True)
+    rows = []
+    for (method, calibrator, quantity), cell in runs.groupby(
+        ["method", "calibrator", "quantity"], sort=False
+    ):
+        reference = runs.loc[
+            (runs["method"] == baseline)
+            & (runs["calibrator"] == calibrator)
+            & (runs["quantity"] == quantity),
+            "value",
+        ].to_numpy()
+        values = cell["value"].to_numpy()
+        p_value, mark = np.nan, ""
+        if method != baseline and values.size >= 2 and reference.size >= 2:
+            result = t_test(values, reference, test="student")
+            p_value = result.p_value
+            mark = {1: HIGHER, -1: LOWER, 0: ""}[significance_direction(result, alpha)]
+        rows.append(
+            {
+                "method": method,
+                "calibrator": calibrator,
+                "quantity": quantity,
+                "p_value": p_value,
+                "mark": mark,
+            }
+        )
+    return pd.DataFrame(rows, columns=["method", "calibrator", "quantity", "p_value", "mark"])
 
 
-def test_selected_members(summary: pd.DataFrame, select_by: str) -> dict[str, str]:
-    """Group -> the sweep member with the lowest mean test ECE under ``select_by``.
-
-    This is Wang et al.'s rule (Table 1: "according to the ECE on test data"); groups with
-    a single member select nothing.
-    """
-    ece = summary[(summary["calibrator"] == select_by) & (summary["quantity"] == "ece")]
-    swept = ece[ece.groupby("group")["method"].transform("count") > 1]
-    return {group: cell.loc[cell["mean"].idxmin(), "method"] for group, cell in swept.groupby("group", sort=False)}
-
-
-def _wide(summary: pd.DataFrame, columns: list[tuple[str, str, str]], digits: dict[str, int]) -> pd.DataFrame:
+def _wide(
+    summary: pd.DataFrame, columns: list[tuple[str, str, str]], digits: dict[str, int]
+) -> pd.DataFrame:
     """Rows (group, method, label) x formatted ``mean ± std[ mark]`` columns.
 
     ``columns`` holds ``(calibrator, quantity, header)``; the ECE cells carry the t-test mark.
@@ -221,7 +274,11 @@ def _wide(summary: pd.DataFrame, columns: list[tuple[str, str, str]], digits: di
             (_cell(m, s, n, digits[quantity]) + (f" {mark}" if mark and quantity == "ece" else ""))
             for m, s, n, mark in zip(cell["mean"], cell["std"], cell["n"], cell["mark"])
         ]
-        table = table.merge(pd.DataFrame({"method": cell["method"].to_numpy(), header: text}), on="method", how="left")
+        table = table.merge(
+            pd.DataFrame({"method": cell["method"].to_numpy(), header: text}),
+            on="method",
+            how="left",
+        )
     return table.fillna("–")
 
 
@@ -238,8 +295,9 @@ def calibratability_table(
     """Wang et al. Table 2: test ECE (%) before / after val-fitted calibrators, fitted T, t-test vs CE.
 
     Every method of the study is a row, sweep members under their group; in each swept
-    group the member with the lowest mean test ECE under ``select_by`` is marked
-    ``test-selected`` (Wang's coefficient choice, made on test data). The ORACLE ECE
+    group the member chosen by the shared rule ``selection.select_sweep_members(rule=
+    "test_ece")`` -- lowest mean test ECE of the study's tidy table under ``select_by`` --
+    is marked ``test-selected`` (Wang's coefficient choice, made on test data). The ORACLE ECE
     (``posthoc.oracle_temperature``: T searched on the test logits on ``oracle_grid``) is
     a separate table, never a column of the val-fitted one.
 
@@ -251,30 +309,42 @@ def calibratability_table(
         alpha: t-test significance level.
         n_bins: ECE bins (Wang: 15).
         oracle_grid: ``TEMPERATURE_GRIDS`` preset or ``[start, stop, step]`` of the oracle.
-        select_by: ``"none"`` (uncalibrated, Wang) or a calibrator key deciding the
-            test-selected member.
+        select_by: ``"none"`` (uncalibrated, Wang Table 1) or a shown calibrator key
+            whose test ECE decides the test-selected member.
 
     Returns:
         ``calibratability`` (formatted table), ``oracle`` (formatted oracle table),
         ``calibratability_stats`` (numeric mean/std/n/p/mark per cell),
-        ``calibratability_runs`` (per-seed values), ``fit_warnings`` (when any) and the
-        Markdown ``calibratability_table``.
+        ``calibratability_runs`` (per-seed values), ``selection`` (the selection record),
+        ``fit_warnings`` (when any) and the Markdown ``calibratability_table``.
 
     Raises:
         ValueError: unknown calibrator key (lists the valid ones), baseline not in the
-            study, ``select_by`` not among the shown calibrators.
+            study, ``select_by`` not among the shown calibrators, bad ``alpha``/``n_bins``.
     """
     keys = _check_calibrator_keys(results, calibrators)
     if baseline not in results.methods:
-        raise ValueError(f"baseline {baseline!r} is not a method of study {results.study!r}: {results.methods}")
+        raise ValueError(
+            f"baseline {baseline!r} is not a method of study {results.study!r}: {results.methods}"
+        )
     if select_by not in (UNCALIBRATED, *keys):
         raise ValueError(f"select_by must be one of {[UNCALIBRATED, *keys]}, got {select_by!r}")
     n_bins = _check_positive_int("n_bins", n_bins)
+    alpha = check_range(
+        "alpha", alpha, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False
+    )
     runs, notes = _calibratability_runs(results, keys, n_bins, oracle_grid)
     summary = _aggregate(runs, ["group", "method", "label", "calibrator", "quantity"])
-    summary = summary.merge(compare_to_baseline(runs, baseline, alpha), on=["method", "calibrator", "quantity"], how="left")
-    selected = test_selected_members(summary, select_by)
-    summary.insert(3, "selection", np.where(summary["method"].isin(selected.values()), SELECTED, ""))
+    summary = summary.merge(
+        compare_to_baseline(runs, baseline, alpha),
+        on=["method", "calibrator", "quantity"],
+        how="left",
+    )
+    _, record = select_sweep_members(
+        results.metrics, results.groups, "test_ece", metric="ece", calibrator=select_by
+    )
+    selected = set(record["method"])
+    summary.insert(3, "selection", np.where(summary["method"].isin(selected), SELECTED, ""))
 
     digits = {"ece": 2, "temperature": 2}
     val_fitted = summary[summary["calibrator"] != ORACLE]
@@ -284,18 +354,34 @@ def calibratability_table(
         if ((val_fitted["calibrator"] == key) & (val_fitted["quantity"] == "temperature")).any():
             columns.append((key, "temperature", f"T of {key}"))
     table = _wide(val_fitted, columns, digits)
-    table.insert(3, "selection", np.where(table["method"].isin(selected.values()), SELECTED, ""))
-    oracle = _wide(summary[summary["calibrator"].isin([ORACLE, UNCALIBRATED])],
-                   [(UNCALIBRATED, "ece", "ECE (%) uncalibrated"),
-                    (ORACLE, "ece", "ORACLE ECE (%), T searched on test"),
-                    (ORACLE, "temperature", "ORACLE T (test-fitted)")], digits)
-    markdown = _calibratability_markdown(results, table, oracle, notes, keys=keys, baseline=baseline,
-                                         alpha=alpha, n_bins=n_bins, select_by=select_by, grid=oracle_grid)
+    table.insert(3, "selection", np.where(table["method"].isin(selected), SELECTED, ""))
+    oracle = _wide(
+        summary[summary["calibrator"].isin([ORACLE, UNCALIBRATED])],
+        [
+            (UNCALIBRATED, "ece", "ECE (%) uncalibrated"),
+            (ORACLE, "ece", "ORACLE ECE (%), T searched on test"),
+            (ORACLE, "temperature", "ORACLE T (test-fitted)"),
+        ],
+        digits,
+    )
+    markdown = _calibratability_markdown(
+        results,
+        table,
+        oracle,
+        notes,
+        keys=keys,
+        baseline=baseline,
+        alpha=alpha,
+        n_bins=n_bins,
+        select_by=select_by,
+        grid=oracle_grid,
+    )
     artifacts: dict[str, Any] = {
         "calibratability": table,
         "oracle": oracle,
         "calibratability_stats": summary,
         "calibratability_runs": runs,
+        "selection": record,
         "calibratability_table": markdown,
     }
     if not notes.empty:
@@ -304,22 +390,39 @@ def calibratability_table(
 
 
 def _calibratability_markdown(
-    results: StudyResults, table: pd.DataFrame, oracle: pd.DataFrame, notes: pd.DataFrame, *,
-    keys: list[str], baseline: str, alpha: float, n_bins: int, select_by: str, grid: Any,
+    results: StudyResults,
+    table: pd.DataFrame,
+    oracle: pd.DataFrame,
+    notes: pd.DataFrame,
+    *,
+    keys: list[str],
+    baseline: str,
+    alpha: float,
+    n_bins: int,
+    select_by: str,
+    grid: Any,
 ) -> str:
     seeds = len(results.seeds)
     lines = [
         f"# Calibratability: {results.study} on {results.dataset}",
         "",
-        f"Test ECE (%, {n_bins} equal-width bins), mean ± std over {seeds} seed(s), before and after the "
-        f"post-hoc calibrators {', '.join(keys)} fitted on the validation split (Wang et al. Table 2); "
-        "`T of …` is the fitted temperature.",
-        f"{HIGHER} / {LOWER}: mean ECE significantly higher (worse) / lower (better) than "
-        f"`{baseline}` in a two-sided two-sample Student t-test over seeds at {alpha}"
-        + ("" if seeds >= 2 else " -- not computed: the t-test needs at least 2 seeds") + ".",
-        f"`{SELECTED}`: in each swept group, the member with the lowest mean test ECE "
-        f"({'uncalibrated' if select_by == UNCALIBRATED else 'after ' + select_by}) -- Wang et al. pick "
-        "coefficients this way, i.e. the choice itself uses test data.",
+        (
+            f"- Test ECE (%, {n_bins} equal-width bins), mean ± std over {seeds} seed(s), before and "
+            f"after the post-hoc calibrators {', '.join(keys)} fitted on the validation split "
+            "(Wang et al. Table 2); `T of …` is the fitted temperature."
+        ),
+        (
+            f"- {HIGHER} / {LOWER}: mean ECE significantly higher (worse) / lower (better) than "
+            f"`{baseline}` in a two-sided two-sample Student t-test over seeds at {alpha}"
+            + ("" if seeds >= 2 else " -- not computed: the t-test needs at least 2 seeds")
+            + "."
+        ),
+        (
+            f"- `{SELECTED}`: in each swept group, the member with the lowest mean test ECE "
+            f"({'uncalibrated' if select_by == UNCALIBRATED else 'after ' + select_by}; the study's "
+            "evaluation table, see table `selection`) -- Wang et al. pick coefficients this way, so "
+            "the choice itself has seen the test set."
+        ),
         "",
         table.to_markdown(index=False),
         "",
@@ -343,20 +446,30 @@ def _calibratability_markdown(
 
 
 def _check_sizes(sizes: Sequence[int | str]) -> list[int | str]:
-    bad = [s for s in sizes if s != "all" and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1)]
+    bad = [
+        s
+        for s in sizes
+        if s != "all" and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1)
+    ]
     if bad or not sizes:
-        raise ValueError(f"sizes must be a non-empty list of positive integers or 'all', got {list(sizes)}")
+        raise ValueError(
+            f"sizes must be a non-empty list of positive integers or 'all', got {list(sizes)}"
+        )
     return list(sizes)
 
 
-def _check_calibrator_specs(specs: dict[str, dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
+def _check_calibrator_specs(
+    specs: dict[str, dict[str, Any]],
+) -> dict[str, tuple[str, dict[str, Any]]]:
     """``key -> (registry name, params)``, every one built once so bad specs fail before fitting."""
     if not isinstance(specs, dict) or not specs:
         raise ValueError(f"calibrators must map keys to {{name, params}} specs, got {specs!r}")
     out = {}
     for key, spec in specs.items():
         if not isinstance(spec, dict) or "name" not in spec:
-            raise ValueError(f"calibrator {key!r} needs a 'name' (a calibrator registry name), got {spec!r}")
+            raise ValueError(
+                f"calibrator {key!r} needs a 'name' (a calibrator registry name), got {spec!r}"
+            )
         params = dict(spec.get("params") or {})
         try:
             posthoc.build_calibrator(spec["name"], **params)
@@ -407,31 +520,77 @@ def validation_size_sweep(
     for method, seed, logits in _runs(results, "logits"):
         val, test = logits["val"], logits["test"]
         n_val = int(val["labels"].numel())
-        plan = [(n_val if s == "all" else int(s), _size_label(s)) for s in sizes if s == "all" or int(s) <= n_val]
+        plan = [
+            (n_val if s == "all" else int(s), _size_label(s))
+            for s in sizes
+            if s == "all" or int(s) <= n_val
+        ]
         skipped.update({_size_label(s): n_val for s in sizes if s != "all" and int(s) > n_val})
         for key, (name, params) in specs.items():
             for size, label in plan:
                 fitted = posthoc.validation_size_sweep(
-                    name, val["logits"], val["labels"], test["logits"], test["labels"],
-                    sizes=[size], seeds=list(subsample_seeds)[:1] if size == n_val else list(subsample_seeds),
-                    stratified=stratified, **params,
+                    name,
+                    val["logits"],
+                    val["labels"],
+                    test["logits"],
+                    test["labels"],
+                    sizes=[size],
+                    seeds=list(subsample_seeds)[:1] if size == n_val else list(subsample_seeds),
+                    stratified=stratified,
+                    **params,
                 )
                 frame = pd.DataFrame(fitted).rename(columns={"seed": "subsample_seed"})
                 frame["value"] *= 100.0
-                rows.append(frame.assign(**_identity(results, method), seed=seed, calibrator=key, size_label=label))
+                rows.append(
+                    frame.assign(
+                        **_identity(results, method), seed=seed, calibrator=key, size_label=label
+                    )
+                )
+    if not rows:
+        raise ValueError(
+            f"every size in {sizes} is larger than the validation split; largest usable: {max(skipped.values())}"
+        )
     runs = pd.concat(rows, ignore_index=True)
-    runs = runs[["group", "method", "label", "seed", "calibrator", "size_label", "size", "subsample_seed",
-                 "value", "temperature", "converged", "warnings"]]
+    runs = runs[
+        [
+            "group",
+            "method",
+            "label",
+            "seed",
+            "calibrator",
+            "size_label",
+            "size",
+            "subsample_seed",
+            "value",
+            "temperature",
+            "converged",
+            "warnings",
+        ]
+    ]
     summary = _aggregate(runs, ["group", "method", "label", "calibrator", "size_label"])
-    summary["cell"] = [_cell(m, s, n) for m, s, n in zip(summary["mean"], summary["std"], summary["n"])]
-    order = [_size_label(s) for s in sizes if _size_label(s) not in skipped]
-    table = summary.pivot(index=["group", "method", "label", "calibrator"], columns="size_label", values="cell")
+    summary["cell"] = [
+        _cell(m, s, n) for m, s, n in zip(summary["mean"], summary["std"], summary["n"])
+    ]
+    order = [label for label in map(_size_label, sizes) if label in set(summary["size_label"])]
+    table = summary.pivot(
+        index=["group", "method", "label", "calibrator"], columns="size_label", values="cell"
+    )
     table = table.reindex(columns=order).reset_index()
-    table = table.set_index("method").loc[list(dict.fromkeys(summary["method"]))].reset_index()
-    table = table[["group", "method", "label", "calibrator", *order]]
+    table["calibrator"] = pd.Categorical(table["calibrator"], categories=list(specs), ordered=True)
+    table["method"] = pd.Categorical(
+        table["method"], categories=list(dict.fromkeys(summary["method"])), ordered=True
+    )
+    table = table.sort_values(["method", "calibrator"]).astype({"method": str, "calibrator": str})
+    table = table[["group", "method", "label", "calibrator", *order]].reset_index(drop=True)
     figure = _size_figure(results, summary, list(specs), order)
+    warned = int((runs["warnings"] != "").sum() + (~runs["converged"]).sum())
     note = "".join(
-        f"- size {label} skipped: larger than the validation split ({n} rows)\n" for label, n in skipped.items()
+        f"- size {label} skipped: larger than the validation split ({n} rows)\n"
+        for label, n in skipped.items()
+    ) + (
+        f"- {warned} of {len(runs)} fits warned or did not converge (see `validation_size_runs`)\n"
+        if warned
+        else ""
     )
     markdown = (
         f"# Validation-size sweep: {results.study} on {results.dataset}\n\n"
@@ -440,7 +599,8 @@ def validation_size_sweep(
         f"(Wang et al. Fig. 3); mean ± std over {len(results.seeds)} training seed(s) × "
         f"{len(subsample_seeds)} subsample seed(s) (`all`: the whole split, one fit per training seed).\n\n"
         + (note + "\n" if note else "")
-        + table.to_markdown(index=False) + "\n"
+        + table.to_markdown(index=False)
+        + "\n"
     )
     return {
         "validation_size": table,
@@ -456,18 +616,30 @@ def _method_colors(methods: list[str]) -> dict[str, Any]:
     return {m: palette(i % palette.N) for i, m in enumerate(methods)}
 
 
-def _size_figure(results: StudyResults, summary: pd.DataFrame, keys: list[str], order: list[str]) -> plt.Figure:
+def _size_figure(
+    results: StudyResults, summary: pd.DataFrame, keys: list[str], order: list[str]
+) -> plt.Figure:
     """One panel per calibrator: ECE vs validation size, a line (± std bar) per method."""
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys) + 2.0, 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(keys), figsize=(4.2 * len(keys) + 2.0, 3.6), squeeze=False, sharey=True
+    )
     methods = list(dict.fromkeys(summary["method"]))
     colors = _method_colors(methods)
     position = {label: i for i, label in enumerate(order)}
     for ax, key in zip(axes[0], keys):
         for method in methods:
             cell = summary[(summary["calibrator"] == key) & (summary["method"] == method)]
-            ax.errorbar(cell["size_label"].map(position), cell["mean"], yerr=cell["std"].fillna(0.0),
-                        marker="o", markersize=3, capsize=2, linewidth=1, color=colors[method],
-                        label=results.labels.get(method, method))
+            ax.errorbar(
+                cell["size_label"].map(position),
+                cell["mean"],
+                yerr=cell["std"].fillna(0.0),
+                marker="o",
+                markersize=3,
+                capsize=2,
+                linewidth=1,
+                color=colors[method],
+                label=results.labels.get(method, method),
+            )
         ax.set_xticks(range(len(order)), order)
         ax.set_title(f"after {key}", fontsize=9)
         ax.set_xlabel("validation samples used for fitting", fontsize=8)
@@ -524,35 +696,64 @@ def optimal_ece_per_epoch(
         labels = logits["test"]["labels"]
         epochs = sorted({*range(1, len(per_epoch) + 1, stride), len(per_epoch)})
         for epoch in epochs:
-            found = posthoc.oracle_temperature(per_epoch[epoch - 1], labels, grid=grid, n_bins=n_bins)
-            rows.append({**_identity(results, method), "seed": seed, "epoch": epoch,
-                         "oracle_ece": 100.0 * found["oracle_ece"], "raw_ece": 100.0 * found["uncalibrated_ece"],
-                         "oracle_temperature": found["oracle_temperature"], "at_grid_bound": found["at_grid_bound"]})
+            found = posthoc.oracle_temperature(
+                per_epoch[epoch - 1], labels, grid=grid, n_bins=n_bins
+            )
+            rows.append(
+                {
+                    **_identity(results, method),
+                    "seed": seed,
+                    "epoch": epoch,
+                    "oracle_ece": 100.0 * found["oracle_ece"],
+                    "raw_ece": 100.0 * found["uncalibrated_ece"],
+                    "oracle_temperature": found["oracle_temperature"],
+                    "at_grid_bound": found["at_grid_bound"],
+                }
+            )
     skipped = [m for m in _ordered_methods(results) if m not in recorded]
     partial = {m: s for m, s in recorded.items() if len(s) < len(results.seeds)}
     lines = [
         f"# Optimal ECE per epoch: {results.study} on {results.dataset}",
         "",
-        f"{ORACLE_NOTE} Per epoch, test ECE (%, {n_bins} bins) with T searched on that epoch's test "
-        f"logits (grid {grid}), and the raw ECE (Wang et al. Fig. 4); line: mean over seeds, band: min–max.",
+        (
+            f"{ORACLE_NOTE} Per epoch, test ECE (%, {n_bins} bins) with T searched on that epoch's "
+            f"test logits (grid {grid}), and the raw ECE (Wang et al. Fig. 4); line: mean over seeds, "
+            "band: min–max."
+        ),
         "",
     ]
-    lines += [f"- skipped `{m}`: no per-epoch test logits (set `record_epoch_logits: true`)" for m in skipped]
+    lines += [
+        f"- skipped `{m}`: no per-epoch test logits (set `record_epoch_logits: true`)"
+        for m in skipped
+    ]
     lines += [f"- `{m}`: per-epoch logits only for seed(s) {s}" for m, s in partial.items()]
     if not rows:
-        return {"optimal_ece_per_epoch_md": "\n".join([*lines, "", "No method recorded per-epoch logits."]) + "\n"}
+        return {
+            "optimal_ece_per_epoch_md": "\n".join(
+                [*lines, "", "No method recorded per-epoch logits."]
+            )
+            + "\n"
+        }
     runs = pd.DataFrame(rows)
     summary = (
         runs.groupby(["group", "method", "label", "epoch"], sort=False)
-        .agg(oracle_ece_mean=("oracle_ece", "mean"), oracle_ece_min=("oracle_ece", "min"),
-             oracle_ece_max=("oracle_ece", "max"), raw_ece_mean=("raw_ece", "mean"),
-             raw_ece_min=("raw_ece", "min"), raw_ece_max=("raw_ece", "max"),
-             oracle_temperature_mean=("oracle_temperature", "mean"), n=("seed", "count"))
+        .agg(
+            oracle_ece_mean=("oracle_ece", "mean"),
+            oracle_ece_min=("oracle_ece", "min"),
+            oracle_ece_max=("oracle_ece", "max"),
+            raw_ece_mean=("raw_ece", "mean"),
+            raw_ece_min=("raw_ece", "min"),
+            raw_ece_max=("raw_ece", "max"),
+            oracle_temperature_mean=("oracle_temperature", "mean"),
+            n=("seed", "count"),
+        )
         .reset_index()
     )
     at_bound = int(runs["at_grid_bound"].sum())
     if at_bound:
-        lines.append(f"- {at_bound} (run, epoch) oracle temperature(s) at a grid bound: the bound may be loose there")
+        lines.append(
+            f"- {at_bound} (run, epoch) oracle temperature(s) at a grid bound: the bound may be loose there"
+        )
     lines += ["", summary.round(3).to_markdown(index=False)]
     return {
         "optimal_ece": summary,
@@ -564,8 +765,11 @@ def optimal_ece_per_epoch(
 
 def _epoch_figure(results: StudyResults, summary: pd.DataFrame) -> plt.Figure:
     """Oracle ECE, raw ECE and oracle T against epoch; mean line and min–max band per method."""
-    panels = [("oracle_ece", "ORACLE ECE (%), T searched on test"), ("raw_ece", "raw ECE (%)"),
-              ("oracle_temperature", "ORACLE T")]
+    panels = [
+        ("oracle_ece", "ORACLE ECE (%), T searched on test"),
+        ("raw_ece", "raw ECE (%)"),
+        ("oracle_temperature", "ORACLE T"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(13.0, 3.6), squeeze=False)
     methods = list(dict.fromkeys(summary["method"]))
     colors = _method_colors(methods)
@@ -573,13 +777,26 @@ def _epoch_figure(results: StudyResults, summary: pd.DataFrame) -> plt.Figure:
         cell = summary[summary["method"] == method]
         for ax, (quantity, _) in zip(axes[0], panels):
             mean = cell[f"{quantity}_mean"]
-            ax.plot(cell["epoch"], mean, color=colors[method], linewidth=1.2, label=results.labels.get(method, method))
+            ax.plot(
+                cell["epoch"],
+                mean,
+                color=colors[method],
+                linewidth=1.2,
+                label=results.labels.get(method, method),
+            )
             if f"{quantity}_min" in cell:
-                ax.fill_between(cell["epoch"], cell[f"{quantity}_min"], cell[f"{quantity}_max"],
-                                color=colors[method], alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    cell["epoch"],
+                    cell[f"{quantity}_min"],
+                    cell[f"{quantity}_max"],
+                    color=colors[method],
+                    alpha=0.2,
+                    linewidth=0,
+                )
     for ax, (_, title) in zip(axes[0], panels):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes[0, -1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.suptitle(f"{results.study}: optimal (oracle) ECE per epoch", fontsize=10)
     fig.tight_layout()
@@ -595,15 +812,25 @@ def _epoch_edges(epoch_bins: int | Sequence[int], last_epoch: int) -> np.ndarray
         count = _check_positive_int("epoch_bins", epoch_bins)
         return np.unique(np.round(np.linspace(1, last_epoch + 1, count + 1)).astype(int))
     edges = np.asarray(epoch_bins)
-    if edges.ndim != 1 or edges.size < 2 or edges.dtype.kind not in "iu" or edges[0] < 1 or np.any(np.diff(edges) <= 0):
-        raise ValueError(f"epoch_bins must be a positive integer or increasing integer edges >= 1, got {epoch_bins!r}")
+    if (
+        edges.ndim != 1
+        or edges.size < 2
+        or edges.dtype.kind not in "iu"
+        or edges[0] != 1
+        or np.any(np.diff(edges) <= 0)
+    ):
+        raise ValueError(
+            f"epoch_bins must be a positive integer or increasing integer edges starting at 1, got {epoch_bins!r}"
+        )
     if edges[-1] <= last_epoch:
-        raise ValueError(f"epoch_bins edges {edges.tolist()} must end above the last learned epoch {last_epoch}")
+        raise ValueError(
+            f"epoch_bins edges {edges.tolist()} must end above the last learned epoch {last_epoch}"
+        )
     return edges
 
 
 def _epoch_bin_labels(edges: np.ndarray) -> list[str]:
-    return [f"{lo}" if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(edges[:-1], edges[1:])]
+    return [f"{lo}" if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in itertools.pairwise(edges)]
 
 
 @report("max_logit_histograms", needs=("logits",))
@@ -642,28 +869,60 @@ def max_logit_histograms(
                 f"{method} seed {seed}: learned_epoch has {learned.shape[0]} entries but the train split "
                 f"has {max_logit.shape[0]} rows"
             )
-        pooled.setdefault(method, []).append(pd.DataFrame({"max_logit": max_logit, "learned_epoch": learned}))
+        pooled.setdefault(method, []).append(
+            pd.DataFrame({"max_logit": max_logit, "learned_epoch": learned})
+        )
         is_learned = learned > 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # constant input: rho is NaN, reported as such
-            rho = stats.spearmanr(learned[is_learned], max_logit[is_learned]).statistic if is_learned.sum() > 2 else np.nan
-        per_run.append({**_identity(results, method), "seed": seed, "spearman": float(rho),
-                        "max_logit_std": float(max_logit.std(ddof=1))})
+            rho = (
+                spearmanr(learned[is_learned], max_logit[is_learned]).statistic
+                if is_learned.sum() > 2
+                else np.nan
+            )
+        per_run.append(
+            {
+                **_identity(results, method),
+                "seed": seed,
+                "spearman": float(rho),
+                "max_logit_std": float(max_logit.std(ddof=1)),
+            }
+        )
     samples = {m: pd.concat(frames, ignore_index=True) for m, frames in pooled.items()}
     last_epoch = int(max(int(f["learned_epoch"].max()) for f in samples.values()))
     edges = _epoch_edges(epoch_bins, max(last_epoch, 1))
     names = ["never learned", *_epoch_bin_labels(edges)]
     for frame in samples.values():
-        frame["bin"] = np.where(frame["learned_epoch"] == 0, 0,
-                                np.searchsorted(edges, frame["learned_epoch"], side="right"))
+        frame["bin"] = np.where(
+            frame["learned_epoch"] == 0,
+            0,
+            np.searchsorted(edges, frame["learned_epoch"], side="right"),
+        )
     by_bin = _max_logit_table(results, samples, names)
-    correlation = _aggregate(pd.DataFrame(per_run).melt(id_vars=["group", "method", "label", "seed"],
-                                                        var_name="statistic"), ["group", "method", "label", "statistic"])
-    correlation["cell"] = [_cell(m, s, n, 3) for m, s, n in zip(correlation["mean"], correlation["std"], correlation["n"])]
-    correlation = correlation.pivot(index=["group", "method", "label"], columns="statistic", values="cell")
-    correlation = correlation.reindex(list(dict.fromkeys(by_bin["method"])), level="method").reset_index()
-    correlation = correlation.rename(columns={"spearman": "Spearman(learned epoch, max logit)",
-                                              "max_logit_std": "std of max logit"})
+    correlation = _aggregate(
+        pd.DataFrame(per_run).melt(
+            id_vars=["group", "method", "label", "seed"], var_name="statistic"
+        ),
+        ["group", "method", "label", "statistic"],
+    )
+    correlation["cell"] = [
+        _cell(m, s, n, 3)
+        for m, s, n in zip(correlation["mean"], correlation["std"], correlation["n"])
+    ]
+    correlation = (
+        by_bin[["group", "method", "label"]]
+        .drop_duplicates()
+        .merge(
+            correlation.pivot(index="method", columns="statistic", values="cell").reset_index(),
+            on="method",
+        )
+    )
+    correlation = correlation.rename(
+        columns={
+            "spearman": "Spearman(learned epoch, max logit)",
+            "max_logit_std": "std of max logit",
+        }
+    )
     figure = _histogram_figure(results, samples, names, logit_bins)
     markdown = (
         f"# Maximum training logit by learned epoch: {results.study} on {results.dataset}\n\n"
@@ -671,7 +930,10 @@ def max_logit_histograms(
         "classified (0: never learned); seeds pooled. A wide, epoch-ordered spread (strongly negative "
         "Spearman correlation: later-learned, harder samples get smaller maximum logits) is the "
         "hardness information that post-hoc calibration can use.\n\n"
-        + correlation.to_markdown(index=False) + "\n\n" + by_bin.round(3).to_markdown(index=False) + "\n"
+        + correlation.to_markdown(index=False)
+        + "\n\n"
+        + by_bin.round(3).to_markdown(index=False)
+        + "\n"
     )
     return {
         "max_logit_by_learned_epoch": by_bin,
@@ -681,25 +943,34 @@ def max_logit_histograms(
     }
 
 
-def _max_logit_table(results: StudyResults, samples: dict[str, pd.DataFrame], names: list[str]) -> pd.DataFrame:
+def _max_logit_table(
+    results: StudyResults, samples: dict[str, pd.DataFrame], names: list[str]
+) -> pd.DataFrame:
     """Count, fraction, mean, std and median of the max logit per method × learned-epoch bin."""
     frames = []
     for method, frame in samples.items():
-        stats_ = frame.groupby("bin")["max_logit"].agg(["count", "mean", "std", "median"]).reset_index()
-        stats_["fraction"] = stats_["count"] / len(frame)
-        stats_.insert(0, "learned_epochs", [names[b] for b in stats_["bin"]])
-        frames.append(stats_.drop(columns="bin").assign(**_identity(results, method)))
+        summary = (
+            frame.groupby("bin")["max_logit"].agg(["count", "mean", "std", "median"]).reset_index()
+        )
+        summary["fraction"] = summary["count"] / len(frame)
+        summary.insert(0, "learned_epochs", [names[b] for b in summary["bin"]])
+        frames.append(summary.drop(columns="bin").assign(**_identity(results, method)))
     table = pd.concat(frames, ignore_index=True)
-    return table[["group", "method", "label", "learned_epochs", "count", "fraction", "mean", "std", "median"]]
+    return table[
+        ["group", "method", "label", "learned_epochs", "count", "fraction", "mean", "std", "median"]
+    ]
 
 
-def _histogram_figure(results: StudyResults, samples: dict[str, pd.DataFrame], names: list[str],
-                      logit_bins: int) -> plt.Figure:
+def _histogram_figure(
+    results: StudyResults, samples: dict[str, pd.DataFrame], names: list[str], logit_bins: int
+) -> plt.Figure:
     """A stacked max-logit histogram per method, coloured by learned-epoch bin."""
     methods = list(samples)
     cols = min(4, len(methods))
     rows = -(-len(methods) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False, sharex=True
+    )
     values = np.concatenate([f["max_logit"].to_numpy() for f in samples.values()])
     bins = np.linspace(values.min(), values.max() + 1e-9, logit_bins + 1)
     colors = ["0.6", *plt.get_cmap("viridis")(np.linspace(0.0, 0.9, len(names) - 1))]
@@ -708,12 +979,14 @@ def _histogram_figure(results: StudyResults, samples: dict[str, pd.DataFrame], n
         groups = [frame.loc[frame["bin"] == b, "max_logit"].to_numpy() for b in range(len(names))]
         ax.hist(groups, bins=bins, stacked=True, color=colors, label=names)
         ax.set_title(results.labels.get(method, method), fontsize=9)
-    for ax in axes.flat[len(methods):]:
+    for ax in axes.flat[len(methods) :]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("max logit (train)", fontsize=8)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, title="learned epoch", fontsize=7, title_fontsize=7, loc="upper right")
+    fig.legend(
+        handles, labels, title="learned epoch", fontsize=7, title_fontsize=7, loc="upper right"
+    )
     fig.suptitle(f"{results.study}: maximum training logit by learned epoch", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.88, 0.95))
     return fig
