@@ -95,11 +95,9 @@ def _cell(mean: float, std: float, count: int, digits: int = 2) -> str:
     """``mean ± std`` (sample std over seeds), the mean alone for one seed, ``–`` for none."""
     if count == 0 or np.isnan(mean):
         return "–"
-    return (
-        f"{mean:.{digits}f} ± {np.nan_to_num(std):.{digits}f}"
-        if count > 1
-        else f"{mean:.{digits}f}"
-    )
+    if count == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {np.nan_to_num(std):.{digits}f}"
 
 
 def _aggregate(frame: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:
@@ -149,66 +147,33 @@ def _calibratability_runs(
     for method, seed, logits in _runs(results, "logits"):
         base = {**_identity(results, method), "seed": seed}
         z, y = logits["test"]["logits"], logits["test"]["labels"]
-        rows.append(
-            {
-                **base,
-                "calibrator": UNCALIBRATED,
-                "quantity": "ece",
-                "value": _percent_ece(z, y, "logits", n_bins),
-            }
-        )
-        fitted = results.calibrators[(method, seed)]
+        values = {(UNCALIBRATED, "ece"): _percent_ece(z, y, "logits", n_bins)}
         for key in keys:
-            calibrator = fitted[key]
+            calibrator = results.calibrators[(method, seed)][key]
             scores, inputs = posthoc.calibrated_scores(calibrator, z)
-            rows.append(
-                {
-                    **base,
-                    "calibrator": key,
-                    "quantity": "ece",
-                    "value": _percent_ece(scores, y, inputs, n_bins),
-                }
-            )
+            values[(key, "ece")] = _percent_ece(scores, y, inputs, n_bins)
             temperature = calibrator.learned().get("temperature")
             if temperature is not None:
-                rows.append(
-                    {
-                        **base,
-                        "calibrator": key,
-                        "quantity": "temperature",
-                        "value": float(temperature),
-                    }
-                )
+                values[(key, "temperature")] = float(temperature)
             if calibrator.warnings or not calibrator.converged:
+                warning = "; ".join(calibrator.warnings)
                 notes.append(
                     {
                         **base,
                         "calibrator": key,
                         "converged": calibrator.converged,
-                        "warnings": "; ".join(calibrator.warnings),
+                        "warnings": warning,
                     }
                 )
         oracle = posthoc.oracle_temperature(z, y, grid=oracle_grid, n_bins=n_bins)
-        rows.append(
-            {**base, "calibrator": ORACLE, "quantity": "ece", "value": 100.0 * oracle["oracle_ece"]}
-        )
-        rows.append(
-            {
-                **base,
-                "calibrator": ORACLE,
-                "quantity": "temperature",
-                "value": oracle["oracle_temperature"],
-            }
-        )
+        values[(ORACLE, "ece")] = 100.0 * oracle["oracle_ece"]
+        values[(ORACLE, "temperature")] = oracle["oracle_temperature"]
         if oracle["at_grid_bound"]:
-            notes.append(
-                {
-                    **base,
-                    "calibrator": ORACLE,
-                    "converged": True,
-                    "warnings": f"oracle T = {oracle['oracle_temperature']:g} is at a grid bound",
-                }
-            )
+            warning = f"oracle T = {oracle['oracle_temperature']:g} is at a grid bound"
+            notes.append({**base, "calibrator": ORACLE, "converged": True, "warnings": warning})
+        rows.extend(
+            {**base, "calibrator": c, "quantity": q, "value": v} for (c, q), v in values.items()
+        )
     columns = ["group", "method", "label", "seed", "calibrator", "converged", "warnings"]
     return pd.DataFrame(rows), pd.DataFrame(notes, columns=columns)
 
