@@ -349,7 +349,8 @@ def _severity_lines(
     """Mean ``metric`` vs severity with ±1 SEM bars: a panel per ``panel`` value, a line per
     ``line`` value (severity 0 = clean test)."""
     panels = list(dict.fromkeys(summary[panel]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False, sharey=True,
+                             layout="constrained")
     scale = _scaled(metric)
     for ax, name in zip(axes[0], panels):
         for key, curve in summary[summary[panel] == name].groupby(line, sort=False):
@@ -362,7 +363,6 @@ def _severity_lines(
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel(f"{metric}{' (%)' if scale == 100 else ''}, mean ± SEM ({sem})", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -374,7 +374,8 @@ def _boxplots(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
     labels = list(dict.fromkeys(data["label"]))
     severities = sorted(data["severity"].unique())
     panel_width = max(4.0, 0.3 * len(severities) * len(labels) + 1.0)
-    fig, axes = plt.subplots(1, len(calibrators), figsize=(panel_width * len(calibrators), 3.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(calibrators), figsize=(panel_width * len(calibrators), 3.2), squeeze=False, sharey=True,
+                             layout="constrained")
     width = 0.8 / len(labels)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     scale = _scaled(metric)
@@ -394,7 +395,6 @@ def _boxplots(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel(f"{metric}{' (%)' if scale == 100 else ''} over corruption types", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -404,7 +404,8 @@ def _scatter(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
     wide = means.pivot_table(index=["label", "calibrator", "corruption", "severity"], columns="metric",
                              values="mean", sort=False).reset_index()
     calibrators = list(dict.fromkeys(wide["calibrator"]))
-    fig, axes = plt.subplots(1, len(calibrators), figsize=(3.6 * len(calibrators), 3.2), squeeze=False, sharex=True, sharey=True)
+    fig, axes = plt.subplots(1, len(calibrators), figsize=(3.6 * len(calibrators), 3.2), squeeze=False, sharex=True,
+                             sharey=True, layout="constrained")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, calibrator in zip(axes[0], calibrators):
         for i, (label, part) in enumerate(wide[wide["calibrator"] == calibrator].groupby("label", sort=False)):
@@ -417,5 +418,4 @@ def _scatter(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel(f"{metric}{' (%)' if _scaled(metric) == 100 else ''}", fontsize=8)
     fig.suptitle(f"{title}: accuracy vs {metric} (darker = more severe)", fontsize=10)
-    fig.tight_layout()
     return fig
