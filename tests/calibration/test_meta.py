@@ -355,7 +355,7 @@ def test_registry_names_and_defaults():
     assert learner.hyperparameters == {
         "meta_lr": 1e-3, "unroll": "last_layer", "max_grad_norm": None, "meta_ce_weight": 0.0,
         "meta_loss_weight": 1.0, "tau": 0.01, "detach_features": True, "detach_pt": False,
-        "bandwidth": 0.01,
+        "bandwidth": 0.01, "tau_a": 100.0,
     }  # fmt: skip
     assert build_meta_learner("ce_dece", num_classes=10, feature_dim=8).hyperparameters[
         "meta_loss_weight"] == 0.5  # fmt: skip
@@ -371,6 +371,7 @@ def test_registry_names_and_defaults():
         ("fl_gamma_sece", {"meta_lr": -1e-3}, "meta_lr"),
         ("fl_gamma_sece", {"tau": 0.0}, "tau"),
         ("fl_gamma_sece", {"bandwidth": 0.0}, "bandwidth"),
+        ("ce_sece", {"tau_a": 0.0}, "tau_a"),
         ("fl_gamma_sece", {"unroll": "first_layer"}, "unroll must be one of last_layer, full"),
         ("fl_gamma_sece", {"detach_features": "yes"}, "detach_features"),
         ("fl_gamma_sece", {"detach_pt": 1}, "detach_pt"),

@@ -287,10 +287,14 @@ class MetaLearner:
         # (a) Backbone update. The unrolled parameters enter as detached copies so the graph
         # of their gradient survives the in-place optimizer step below.
         fast = {name: named[name].detach().clone().requires_grad_(True) for name in unrolled}
-        features, logits = functional_call(
-            _FeaturesAndLogits(model), {f"model.{n}": t for n, t in fast.items()}, (inputs,)
-        )
         head = {name.removeprefix("head."): fast[name] for name in head_names}
+        if self.unroll == "full":
+            features, logits = functional_call(
+                _FeaturesAndLogits(model), {f"model.{n}": t for n, t in fast.items()}, (inputs,)
+            )
+        else:
+            features = model.forward_features(inputs)
+            logits = functional_call(model.head, head, (features,))
         loss, statistics = self.training_loss(logits, targets, features, head)
         others = [name for name in named if name not in fast]
         # Both calls keep the graph: the meta backward below runs through γ-Net's forward
@@ -441,9 +445,14 @@ def _checked_common(
     return checked
 
 
-def _sece_term(bandwidth: Any) -> tuple[Callable[[Tensor, Tensor], Tensor], dict[str, Any]]:
-    h = check_range("bandwidth", bandwidth, low=0.0, low_inclusive=False)
-    return (lambda logits, labels: sece(logits, labels, bandwidth=h)), {"bandwidth": h}
+def _sece_term(
+    bandwidth: Any, tau_a: Any
+) -> tuple[Callable[[Tensor, Tensor], Tensor], dict[str, Any]]:
+    settings = {
+        "bandwidth": check_range("bandwidth", bandwidth, low=0.0, low_inclusive=False),
+        "tau_a": check_range("tau_a", tau_a, low=0.0, low_inclusive=False),
+    }
+    return (lambda logits, labels: sece(logits, labels, **settings)), settings
 
 
 def _dece_term(
@@ -521,6 +530,7 @@ def fl_gamma_sece(
     num_classes: int,
     feature_dim: int,
     bandwidth: float = 0.01,
+    tau_a: float = 100.0,
     meta_loss_weight: float = 1.0,
     meta_ce_weight: float = 0.0,
     meta_lr: float = 1e-3,
@@ -532,7 +542,7 @@ def fl_gamma_sece(
 ) -> FocalGammaLearner:
     """FL_γ-SECE, the paper's method: γ-Net meta-learned on meta-val SECE alone (eq. 2)."""
     return _focal_gamma_learner(
-        "fl_gamma_sece", _sece_term(bandwidth), num_classes=num_classes, feature_dim=feature_dim,
+        "fl_gamma_sece", _sece_term(bandwidth, tau_a), num_classes=num_classes, feature_dim=feature_dim,
         tau=tau, detach_features=detach_features, detach_pt=detach_pt, meta_lr=meta_lr,
         unroll=unroll, max_grad_norm=max_grad_norm, meta_ce_weight=meta_ce_weight,
         meta_loss_weight=meta_loss_weight,
@@ -593,6 +603,7 @@ def ce_sece(
     num_classes: int,
     feature_dim: int,
     bandwidth: float = 0.01,
+    tau_a: float = 100.0,
     meta_loss_weight: float = 0.5,
     meta_ce_weight: float = 1.0,
     meta_lr: float = 1e-3,
@@ -601,7 +612,7 @@ def ce_sece(
 ) -> UnitwiseL2Learner:
     """CE-SECE: CE + meta-learned unit-wise L2, meta loss CE + 0.5·SECE."""
     return _unitwise_l2_learner(
-        "ce_sece", _sece_term(bandwidth), num_classes=num_classes, feature_dim=feature_dim,
+        "ce_sece", _sece_term(bandwidth, tau_a), num_classes=num_classes, feature_dim=feature_dim,
         meta_lr=meta_lr, unroll=unroll, max_grad_norm=max_grad_norm,
         meta_ce_weight=meta_ce_weight, meta_loss_weight=meta_loss_weight,
     )  # fmt: skip
