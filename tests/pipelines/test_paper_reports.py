@@ -13,8 +13,19 @@ from calib_pipeline.kedro_datasets import write_artifacts
 from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report, report_needs
 from calib_pipeline.pipelines.reporting.selection import select_sweep_members
 
-METRICS = ["accuracy", "error", "ece", "ece_em", "ece_l2", "classwise_ece", "brier", "auroc",
-           "decomp_alpha", "decomp_beta", "decomp_gamma"]
+METRICS = [
+    "accuracy",
+    "error",
+    "ece",
+    "ece_em",
+    "ece_l2",
+    "classwise_ece",
+    "brier",
+    "auroc",
+    "decomp_alpha",
+    "decomp_beta",
+    "decomp_gamma",
+]
 
 
 def tidy(labels, seeds, calibrators, values=None, shifts=()):
@@ -29,25 +40,43 @@ def tidy(labels, seeds, calibrators, values=None, shifts=()):
             for cal in ["none", *calibrators]:
                 for split, shift, severity in cells:
                     for metric in METRICS:
-                        given = values.get((method, cal, split, metric)) if shift == "none" else None
-                        rows.append({
-                            "dataset": "toy", "study": "study", "method": method, "label": label,
-                            "seed": seed, "calibrator": cal, "split": split, "shift": shift,
-                            "severity": severity, "metric": metric,
-                            "value": given[i] if given else float(rng.uniform(0.05, 0.9)),
-                        })
+                        given = (
+                            values.get((method, cal, split, metric)) if shift == "none" else None
+                        )
+                        rows.append(
+                            {
+                                "dataset": "toy",
+                                "study": "study",
+                                "method": method,
+                                "label": label,
+                                "seed": seed,
+                                "calibrator": cal,
+                                "split": split,
+                                "shift": shift,
+                                "severity": severity,
+                                "metric": metric,
+                                "value": given[i] if given else float(rng.uniform(0.05, 0.9)),
+                            }
+                        )
     return pd.DataFrame(rows)
 
 
 def study(labels, seeds, table, groups=None, **artifacts):
     return StudyResults(
-        study="study", dataset="toy", methods=list(labels), seeds=list(seeds), labels=dict(labels),
-        groups={m: (groups or {}).get(m, m) for m in labels}, metrics=table, bins=pd.DataFrame(), **artifacts,
+        study="study",
+        dataset="toy",
+        methods=list(labels),
+        seeds=list(seeds),
+        labels=dict(labels),
+        groups={m: (groups or {}).get(m, m) for m in labels},
+        metrics=table,
+        bins=pd.DataFrame(),
+        **artifacts,
     )
 
 
 def fitted_runs(methods, seeds, keys=("ts",), n=120, k=4):
-    """Random val/test logits per run (sharper for later runs) and NLL-TS calibrators fitted on val."""
+    """Random val/test logits per run (sharper for later runs), NLL-TS calibrators fitted on val."""
     generator = torch.Generator().manual_seed(0)
     logits, calibrators = {}, {}
     for i, (method, seed) in enumerate((m, s) for m in methods for s in seeds):
@@ -59,7 +88,8 @@ def fitted_runs(methods, seeds, keys=("ts",), n=120, k=4):
             run[split] = {"logits": z * (1 + i), "labels": labels}
         logits[(method, seed)] = run
         calibrators[(method, seed)] = {
-            key: build_calibrator("temperature_nll").fit(run["val"]["logits"], run["val"]["labels"]) for key in keys
+            key: build_calibrator("temperature_nll").fit(run["val"]["logits"], run["val"]["labels"])
+            for key in keys
         }
     return logits, calibrators
 
@@ -72,8 +102,12 @@ def cell(values, spread="std", scale=100.0):
 
 # --- selection ---------------------------------------------------------------------------
 
-LS = {"ce": "CE", "ls_epsilon_0p01": "LS (epsilon=0.01)", "ls_epsilon_0p03": "LS (epsilon=0.03)",
-      "ls_epsilon_0p05": "LS (epsilon=0.05)"}
+LS = {
+    "ce": "CE",
+    "ls_epsilon_0p01": "LS (epsilon=0.01)",
+    "ls_epsilon_0p03": "LS (epsilon=0.03)",
+    "ls_epsilon_0p05": "LS (epsilon=0.05)",
+}
 LS_GROUPS = {"ls_epsilon_0p01": "ls", "ls_epsilon_0p03": "ls", "ls_epsilon_0p05": "ls"}
 LS_VALUES = {
     # mean val accuracy: 0.90, 0.89 (exactly 1 point below: eligible), 0.87 (excluded)
@@ -100,17 +134,34 @@ def ls_table():
 def test_karandikar_rule_excludes_lowest_ece_outside_accuracy_window(ls_table):
     filtered, record = select_sweep_members(ls_table, LS_GROUPS, "karandikar")
     assert set(filtered["method"]) == {"ce", "ls_epsilon_0p03"}
-    assert record.to_dict("records") == [{
-        "group": "ls", "method": "ls_epsilon_0p03", "label": "LS (epsilon=0.03)", "rule": "karandikar",
-        "selected_on": "val", "metric": "ece_l2", "value": pytest.approx(0.04), "accuracy": pytest.approx(0.89),
-        "members": "ls_epsilon_0p01, ls_epsilon_0p03, ls_epsilon_0p05",
-    }]
-    assert set(filtered.groupby("method")["selected_on"].first().items()) == {("ce", "fixed"), ("ls_epsilon_0p03", "val")}
+    assert record.to_dict("records") == [
+        {
+            "group": "ls",
+            "method": "ls_epsilon_0p03",
+            "label": "LS (epsilon=0.03)",
+            "rule": "karandikar",
+            "selected_on": "val",
+            "metric": "ece_l2",
+            "value": pytest.approx(0.04),
+            "accuracy": pytest.approx(0.89),
+            "members": "ls_epsilon_0p01, ls_epsilon_0p03, ls_epsilon_0p05",
+        }
+    ]
+    assert set(filtered.groupby("method")["selected_on"].first().items()) == {
+        ("ce", "fixed"),
+        ("ls_epsilon_0p03", "val"),
+    }
     # every calibrator, split and seed of the chosen member is kept
     assert len(filtered) == len(ls_table) // 2
     # a wider window admits the lowest-ECE member; a configurable metric changes the choice
-    assert select_sweep_members(ls_table, LS_GROUPS, "karandikar", tolerance=0.05)[1]["method"][0] == "ls_epsilon_0p05"
-    assert select_sweep_members(ls_table, LS_GROUPS, "karandikar", metric="error")[1]["method"][0] == "ls_epsilon_0p01"
+    assert (
+        select_sweep_members(ls_table, LS_GROUPS, "karandikar", tolerance=0.05)[1]["method"][0]
+        == "ls_epsilon_0p05"
+    )
+    assert (
+        select_sweep_members(ls_table, LS_GROUPS, "karandikar", metric="error")[1]["method"][0]
+        == "ls_epsilon_0p01"
+    )
 
 
 def test_best_val_error_rule(ls_table):
@@ -122,7 +173,10 @@ def test_best_val_error_rule(ls_table):
 def test_test_ece_rule_labels_the_choice_everywhere(ls_table):
     filtered, record = select_sweep_members(ls_table, LS_GROUPS, "test_ece")
     assert record["method"].tolist() == ["ls_epsilon_0p05"]
-    assert record["selected_on"][0] == "test" and record["label"][0] == "LS (epsilon=0.05) [test-selected]"
+    assert (
+        record["selected_on"][0] == "test"
+        and record["label"][0] == "LS (epsilon=0.05) [test-selected]"
+    )
     chosen = filtered[filtered["method"] == "ls_epsilon_0p05"]
     assert set(chosen["label"]) == {"LS (epsilon=0.05) [test-selected]"}
     assert set(chosen["selected_on"]) == {"test"}
@@ -162,31 +216,58 @@ def focal_results():
     seeds = [0, 1, 2]
     logits, calibrators = fitted_runs(FOCAL, seeds, keys=("ts_grid",))
     histories = {
-        (m, s): pd.DataFrame({
-            "epoch": [1, 2, 3], "lr": [0.1] * 3, "train_loss": [2.0, 1.0, 0.5], "train_accuracy": [0.5, 0.7, 0.9],
-            "test_accuracy": [0.4, 0.6, 0.8], "test_nll": [1.0 + s, 2.0 + s, 3.0 + s], "test_ece": [0.1] * 3,
-            "test_nll_correct": [0.5] * 3, "test_nll_incorrect": [2.0, float("nan"), 3.0],
-            "test_entropy_correct": [0.3] * 3, "test_entropy_incorrect": [0.9] * 3,
-            "head_weight_norm": [1.0, 2.0, 3.0 + i],
-        })
+        (m, s): pd.DataFrame(
+            {
+                "epoch": [1, 2, 3],
+                "lr": [0.1] * 3,
+                "train_loss": [2.0, 1.0, 0.5],
+                "train_accuracy": [0.5, 0.7, 0.9],
+                "test_accuracy": [0.4, 0.6, 0.8],
+                "test_nll": [1.0 + s, 2.0 + s, 3.0 + s],
+                "test_ece": [0.1] * 3,
+                "test_nll_correct": [0.5] * 3,
+                "test_nll_incorrect": [2.0, float("nan"), 3.0],
+                "test_entropy_correct": [0.3] * 3,
+                "test_entropy_incorrect": [0.9] * 3,
+                "head_weight_norm": [1.0, 2.0, 3.0 + i],
+            }
+        )
         for i, (m, s) in enumerate((m, s) for m in FOCAL for s in seeds)
     }
-    return study(FOCAL, seeds, tidy(FOCAL, seeds, ["ts_grid"], FOCAL_VALUES), FOCAL_GROUPS,
-                 histories=histories, calibrators=calibrators, logits=logits)
+    return study(
+        FOCAL,
+        seeds,
+        tidy(FOCAL, seeds, ["ts_grid"], FOCAL_VALUES),
+        FOCAL_GROUPS,
+        histories=histories,
+        calibrators=calibrators,
+        logits=logits,
+    )
 
 
 def test_mukhoti_table_cells_and_temperatures(focal_results):
     out = build_report("mukhoti_table", focal_results)
     table = out["table"]
     assert list(table.columns) == [
-        "Method", "Error", "ECE Pre T", "ECE Post T", "AdaECE Pre T", "AdaECE Post T",
-        "Classwise-ECE Pre T", "Classwise-ECE Post T",
+        "Method",
+        "Error",
+        "ECE Pre T",
+        "ECE Post T",
+        "AdaECE Pre T",
+        "AdaECE Post T",
+        "Classwise-ECE Pre T",
+        "Classwise-ECE Post T",
     ]
     assert table["Method"].tolist() == list(FOCAL.values())
     ce = table.iloc[0]
     assert ce["Error"] == "25.00 ± 5.00"
     assert ce["ECE Pre T"] == "12.00 ± 2.00"
-    t = np.mean([focal_results.calibrators[("ce", s)]["ts_grid"].learned()["temperature"] for s in (0, 1, 2)])
+    t = np.mean(
+        [
+            focal_results.calibrators[("ce", s)]["ts_grid"].learned()["temperature"]
+            for s in (0, 1, 2)
+        ]
+    )
     assert ce["ECE Post T"] == f"3.00 ± 1.00 ({t:.2f})"
     assert out["temperatures"].shape == (9, 3)
     paper = out["paper_ece"]
@@ -225,9 +306,17 @@ def test_mukhoti_curves_mean_over_seeds(focal_results):
     assert curves.loc[("ce", "nll_incorrect", 2), "n"] == 0  # NaN epochs are skipped, not zeros
     assert curves.loc[("ce", "head_weight_norm", 3), "mean"] == pytest.approx(4.0)  # 3, 4, 5
     assert set(out["curves"]["quantity"]) == {
-        "nll", "nll_correct", "nll_incorrect", "entropy_correct", "entropy_incorrect", "head_weight_norm"}
+        "nll",
+        "nll_correct",
+        "nll_incorrect",
+        "entropy_correct",
+        "entropy_incorrect",
+        "head_weight_norm",
+    }
     assert len(out["epochs_by_method"].axes) == 6 and len(out["overview"].axes) == 3
-    assert [t.get_text() for t in out["epochs_by_method"].axes[0].get_legend().get_texts()] == list(FOCAL.values())
+    assert [t.get_text() for t in out["epochs_by_method"].axes[0].get_legend().get_texts()] == list(
+        FOCAL.values()
+    )
 
 
 def test_mukhoti_curves_failure_paths(focal_results):
@@ -241,8 +330,13 @@ def test_mukhoti_curves_failure_paths(focal_results):
 
 # --- Karandikar et al. -------------------------------------------------------------------
 
-SOFT = {"ce": "CE", "sc_nll_mmce_beta_0p5": "NLL + MMCE (beta=0.5)", "sc_nll_mmce_beta_1": "NLL + MMCE (beta=1)",
-        "sc_focal_none": "Focal", "sc_focal_sb_ece": "Focal + SB-ECE"}
+SOFT = {
+    "ce": "CE",
+    "sc_nll_mmce_beta_0p5": "NLL + MMCE (beta=0.5)",
+    "sc_nll_mmce_beta_1": "NLL + MMCE (beta=1)",
+    "sc_focal_none": "Focal",
+    "sc_focal_sb_ece": "Focal + SB-ECE",
+}
 SOFT_GROUPS = {"sc_nll_mmce_beta_0p5": "sc_nll_mmce", "sc_nll_mmce_beta_1": "sc_nll_mmce"}
 SOFT_VALUES = {
     ("ce", "none", "test", "ece_l2"): [0.09, 0.10, 0.11],
@@ -265,9 +359,20 @@ def soft_results():
 def test_karandikar_table_layout_and_cells(soft_results):
     out = build_report("karandikar_table", soft_results)
     table = out["table"]
-    assert list(table.columns) == ["Primary", "Secondary", "Accuracy", "ECE", "ECE+TS", "ECE+TS-SB-ECE"]
+    assert list(table.columns) == [
+        "Primary",
+        "Secondary",
+        "Accuracy",
+        "ECE",
+        "ECE+TS",
+        "ECE+TS-SB-ECE",
+    ]
     assert table[["Primary", "Secondary"]].values.tolist() == [
-        ["NLL", "none"], ["NLL", "MMCE"], ["Focal", "none"], ["Focal", "SB-ECE"]]
+        ["NLL", "none"],
+        ["NLL", "MMCE"],
+        ["Focal", "none"],
+        ["Focal", "SB-ECE"],
+    ]
     assert table.loc[0, "ECE"] == cell([0.09, 0.10, 0.11], "sem")
     assert table.loc[0, "Accuracy"] == cell([0.78, 0.79, 0.80], "sem")
     assert table.loc[1, "ECE"] == cell([0.04, 0.05, 0.07], "sem")  # the selected beta = 1 member
@@ -283,14 +388,22 @@ def test_karandikar_table_layout_and_cells(soft_results):
 
 
 def test_karandikar_table_loss_mapping_and_failures(soft_results):
-    losses = {"ce": ["CE", "-"], "sc_nll_mmce_beta_1": ["CE", "MMCE"], "sc_focal_none": ["FL", "-"],
-              "sc_focal_sb_ece": ["FL", "SB-ECE"]}
+    losses = {
+        "ce": ["CE", "-"],
+        "sc_nll_mmce_beta_1": ["CE", "MMCE"],
+        "sc_focal_none": ["FL", "-"],
+        "sc_focal_sb_ece": ["FL", "SB-ECE"],
+    }
     table = build_report("karandikar_table", soft_results, losses=losses)["table"]
     assert table["Primary"].tolist() == ["CE", "CE", "FL", "FL"]
     with pytest.raises(ValueError, match="share a .primary, secondary. cell"):
         build_report("karandikar_table", soft_results, selection=None)
     with pytest.raises(ValueError, match="missing: \\['sc_focal_sb_ece'\\]"):
-        build_report("karandikar_table", soft_results, losses={k: v for k, v in losses.items() if k != "sc_focal_sb_ece"})
+        build_report(
+            "karandikar_table",
+            soft_results,
+            losses={k: v for k, v in losses.items() if k != "sc_focal_sb_ece"},
+        )
     with pytest.raises(ValueError, match=r"valid calibrator keys: \['ts', 'ts_sb_ece'\]"):
         build_report("karandikar_table", soft_results, ts="ts_nll")
     with pytest.raises(ValueError, match="unknown selection rule"):
@@ -303,14 +416,23 @@ def test_karandikar_effects_cohens_d_and_p_value(soft_results):
     none, mmce = np.array([0.09, 0.10, 0.11]), np.array([0.04, 0.05, 0.07])
     pooled = math.sqrt((2 * none.var(ddof=1) + 2 * mmce.var(ddof=1)) / 4)
     row = effects.loc[("NLL", "MMCE")]
-    assert row["cohens_d"] == pytest.approx((none.mean() - mmce.mean()) / pooled)  # positive: MMCE lowers ECE
-    assert row["p_value"] == pytest.approx(scipy_stats.ttest_ind(none, mmce, equal_var=False).pvalue)
+    assert row["cohens_d"] == pytest.approx(
+        (none.mean() - mmce.mean()) / pooled
+    )  # positive: MMCE lowers ECE
+    assert row["p_value"] == pytest.approx(
+        scipy_stats.ttest_ind(none, mmce, equal_var=False).pvalue
+    )
     assert bool(row["significant"]) and row["n_none"] == 3
+    assert row["mean_none"] == pytest.approx(10.0) and row["mean_secondary"] == pytest.approx(
+        16 / 3
+    )  # ×100
     assert sorted(effects.index) == [("Focal", "SB-ECE"), ("NLL", "MMCE")]
     every = build_report("karandikar_effects", soft_results)["effects"]
     assert sorted(set(every["calibrator"])) == ["none", "ts", "ts_sb_ece"]
     assert len(out["effect_sizes"].axes) == 1
-    student = build_report("karandikar_effects", soft_results, calibrators=["none"], test="student")["effects"]
+    student = build_report(
+        "karandikar_effects", soft_results, calibrators=["none"], test="student"
+    )["effects"]
     assert student.loc[0, "p_value"] == pytest.approx(scipy_stats.ttest_ind(none, mmce).pvalue)
 
 
@@ -353,8 +475,13 @@ def test_singh_table_layout_values_and_marks(dark_results):
     table = out["table"]
     assert list(table.columns) == ["Method", "Brier", "ECE", "AUROC", "α", "β", "γ", "α − β − γ"]
     assert table["Method"].tolist() == [
-        "CE", "CE + ts_fixed", "LS (epsilon=0.05)", "LS (epsilon=0.05) + ts_fixed", "Focal (gamma=3)",
-        "Focal (gamma=3) + ts_fixed"]
+        "CE",
+        "CE + ts_fixed",
+        "LS (epsilon=0.05)",
+        "LS (epsilon=0.05) + ts_fixed",
+        "Focal (gamma=3)",
+        "Focal (gamma=3) + ts_fixed",
+    ]
     assert table.loc[0, "AUROC"] == "91.00 ± 1.00"
     assert table.loc[0, "α − β − γ"] == cell([0.3, 0.2, 0.1])  # alpha - beta - gamma per seed
     comparisons = out["comparisons"].set_index(["method", "metric"])
@@ -362,7 +489,12 @@ def test_singh_table_layout_values_and_marks(dark_results):
     assert not comparisons.loc[("LS (epsilon=0.05)", "ece"), "worse"]  # lower ECE is better
     assert "**71.00 ± 1.00**" in out["singh_table"]
     paper = build_report("singh_table", dark_results, calibrated="baseline")["table"]
-    assert paper["Method"].tolist() == ["CE", "CE + ts_fixed", "LS (epsilon=0.05)", "Focal (gamma=3)"]
+    assert paper["Method"].tolist() == [
+        "CE",
+        "CE + ts_fixed",
+        "LS (epsilon=0.05)",
+        "Focal (gamma=3)",
+    ]
 
 
 def test_singh_table_shift_tables_and_failures(dark_results):
@@ -382,13 +514,16 @@ def test_singh_density_histograms(dark_results):
     assert set(hist["calibrator"]) == {"none", "ts_fixed"} and len(hist) == 3 * 2 * 2 * 10
     correct = sum(
         int((run["test"]["logits"].argmax(1) == run["test"]["labels"]).sum())
-        for (m, _), run in dark_results.logits.items() if m == "ce"
+        for (m, _), run in dark_results.logits.items()
+        if m == "ce"
     )
     counts = hist[hist["method"] == "ce"].groupby(["calibrator", "outcome"])["count"].sum()
     # temperature scaling keeps every prediction: same correct / incorrect split, seeds pooled
     assert counts["none", "correct"] == counts["ts_fixed", "correct"] == correct
     assert counts["none", "incorrect"] == 3 * 120 - correct
-    part = hist[(hist["method"] == "ce") & (hist["calibrator"] == "none") & (hist["outcome"] == "correct")]
+    part = hist[
+        (hist["method"] == "ce") & (hist["calibrator"] == "none") & (hist["outcome"] == "correct")
+    ]
     assert (part["density"] * (part["upper"] - part["lower"])).sum() == pytest.approx(1.0)
     assert out["confidence_density"].axes[0].get_title().startswith("CE, uncalibrated: AUROC 91.0")
     assert len(out["confidence_density"].axes) == 6
@@ -409,7 +544,12 @@ def test_singh_density_failure_paths(dark_results):
 def test_needs_are_registered():
     assert report_needs("mukhoti_table") == ("calibrators",)
     assert report_needs("mukhoti_curves") == ("histories",)
-    assert report_needs("karandikar_table") == report_needs("karandikar_effects") == report_needs("singh_table") == ()
+    assert (
+        report_needs("karandikar_table")
+        == report_needs("karandikar_effects")
+        == report_needs("singh_table")
+        == ()
+    )
     assert report_needs("singh_density") == ("logits", "calibrators")
 
 

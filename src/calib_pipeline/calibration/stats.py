@@ -112,14 +112,22 @@ def _p_value(statistic: float, df: float, alternative: str) -> float:
     return float(2.0 * scipy_stats.t.sf(abs(statistic), df))
 
 
-def _result(difference: float, standard_error: float, df: float, alternative: str, test: str) -> TTestResult:
+def _result(
+    difference: float, standard_error: float, df: float, alternative: str, test: str
+) -> TTestResult:
     """t = difference / standard error, with the zero-standard-error rule of the module."""
     if standard_error == 0.0:
         if difference == 0.0:
             return TTestResult(math.nan, math.nan, df, difference, test)
         # t = ±inf: the limits of the p-value formulas below
-        p_value = {"two-sided": 0.0, "less": float(difference > 0), "greater": float(difference < 0)}
-        return TTestResult(math.copysign(math.inf, difference), p_value[alternative], df, difference, test)
+        p_value = {
+            "two-sided": 0.0,
+            "less": float(difference > 0),
+            "greater": float(difference < 0),
+        }
+        return TTestResult(
+            math.copysign(math.inf, difference), p_value[alternative], df, difference, test
+        )
     statistic = difference / standard_error
     return TTestResult(statistic, _p_value(statistic, df, alternative), df, difference, test)
 
@@ -182,7 +190,9 @@ def pooled_std(a: ArrayLike, b: ArrayLike) -> float:
         ValueError: fewer than 2 values in a sample, or NaN/inf.
     """
     x, y = _sample(a, "a", 2), _sample(b, "b", 2)
-    pooled = ((x.size - 1) * np.var(x, ddof=1) + (y.size - 1) * np.var(y, ddof=1)) / (x.size + y.size - 2)
+    pooled = ((x.size - 1) * np.var(x, ddof=1) + (y.size - 1) * np.var(y, ddof=1)) / (
+        x.size + y.size - 2
+    )
     return float(math.sqrt(pooled))
 
 

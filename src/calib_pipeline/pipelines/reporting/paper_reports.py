@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from calib_pipeline.calibration.posthoc import calibrated_scores  # noqa: E402
 from calib_pipeline.calibration.stats import (  # noqa: E402
@@ -40,9 +41,19 @@ from calib_pipeline.pipelines.reporting.tables import PERCENT_METRICS  # noqa: E
 UNCALIBRATED = "none"
 SPREADS = ("std", "sem")
 METRIC_NAMES = {
-    "accuracy": "Accuracy", "error": "Error", "ece": "ECE", "ece_em": "AdaECE", "ece_l2": "ECE",
-    "classwise_ece": "Classwise-ECE", "brier": "Brier", "auroc": "AUROC", "nll": "NLL",
-    "decomp_alpha": "α", "decomp_beta": "β", "decomp_gamma": "γ", "decomp_ece": "α − β − γ",
+    "accuracy": "Accuracy",
+    "error": "Error",
+    "ece": "ECE",
+    "ece_em": "AdaECE",
+    "ece_l2": "ECE",
+    "classwise_ece": "Classwise-ECE",
+    "brier": "Brier",
+    "auroc": "AUROC",
+    "nll": "NLL",
+    "decomp_alpha": "α",
+    "decomp_beta": "β",
+    "decomp_gamma": "γ",
+    "decomp_ece": "α − β − γ",
 }
 
 
@@ -83,27 +94,39 @@ def _calibrator_key(table: pd.DataFrame, requested: str | None) -> str:
         return valid[0]
     if requested not in valid:
         raise ValueError(
-            f"calibrator {requested!r} is not in the study's metrics table; valid calibrator keys: {valid}"
+            f"calibrator {requested!r} is not in the study's metrics table; "
+            f"valid calibrator keys: {valid}"
         )
     return requested
 
 
-def _clean(table: pd.DataFrame, split: str = "test", shift: str = "none", severity: int = 0) -> pd.DataFrame:
-    return table[(table["split"] == split) & (table["shift"] == shift) & (table["severity"] == severity)]
+def _clean(
+    table: pd.DataFrame, split: str = "test", shift: str = "none", severity: int = 0
+) -> pd.DataFrame:
+    return table[
+        (table["split"] == split) & (table["shift"] == shift) & (table["severity"] == severity)
+    ]
 
 
 def _check_metrics(table: pd.DataFrame, metrics: list[str]) -> None:
     available = sorted(set(table["metric"]))
     missing = [m for m in metrics if m not in available]
     if missing:
-        raise ValueError(f"metric(s) {missing} are not in the metrics table; available: {available}")
+        raise ValueError(
+            f"metric(s) {missing} are not in the metrics table; available: {available}"
+        )
 
 
 def _seed_summaries(frame: pd.DataFrame, keys: list[str], percent: tuple[str, ...]) -> pd.DataFrame:
     """One row per ``keys`` combination: mean, std, sem, n over seeds (``percent`` ×100)."""
-    scaled = frame.assign(value=np.where(frame["metric"].isin(percent), frame["value"] * 100, frame["value"]))
+    scaled = frame.assign(
+        value=np.where(frame["metric"].isin(percent), frame["value"] * 100, frame["value"])
+    )
     rows = [
-        {**dict(zip(keys, key if isinstance(key, tuple) else (key,))), **asdict(summarize(values.to_numpy()))}
+        {
+            **dict(zip(keys, key if isinstance(key, tuple) else (key,))),
+            **asdict(summarize(values.to_numpy())),
+        }
         for key, values in scaled.groupby(keys, sort=False)["value"]
     ]
     return pd.DataFrame(rows, columns=[*keys, "mean", "std", "sem", "n"])
@@ -118,7 +141,10 @@ def _cell(mean: float, spread: float, n: int, digits: int) -> str:
 
 def _cells(summaries: pd.DataFrame, spread: str, digits: int) -> pd.Series:
     return pd.Series(
-        [_cell(m, s, n, digits) for m, s, n in zip(summaries["mean"], summaries[spread], summaries["n"])],
+        [
+            _cell(m, s, n, digits)
+            for m, s, n in zip(summaries["mean"], summaries[spread], summaries["n"])
+        ],
         index=summaries.index,
     )
 
@@ -127,13 +153,17 @@ def _header(results: StudyResults, title: str, spread: str, record: pd.DataFrame
     seeds = len(results.seeds)
     text = (
         f"# {title}\n\nStudy `{results.study}` on `{results.dataset}`, mean ± "
-        f"{'SEM' if spread == 'sem' else 'std'} over {seeds} seed(s) (the mean alone with one seed).\n"
+        f"{'SEM' if spread == 'sem' else 'std'} over {seeds} seed(s) "
+        "(the mean alone with one seed).\n"
     )
     if record is not None and not record.empty:
         rules = ", ".join(sorted(set(record["rule"])))
         text += f"Sweep members selected by rule `{rules}` (table `selection`).\n"
         if (record["selected_on"] == "test").any():
-            text += "**[test-selected]** marks a member chosen on the test set (optimistic, as in Wang et al.).\n"
+            text += (
+                "**[test-selected]** marks a member chosen on the test set "
+                "(optimistic, as in Wang et al.).\n"
+            )
     return text + "\n"
 
 
@@ -152,12 +182,32 @@ def _temperatures(results: StudyResults, table: pd.DataFrame, key: str) -> pd.Da
     for method, seed in table[["method", "seed"]].drop_duplicates().itertuples(index=False):
         fitted = results.calibrators.get((method, int(seed)))
         if fitted is None:
-            raise ValueError(f"no fitted calibrators for run ({method!r}, {seed}); the report needs 'calibrators'")
+            raise ValueError(
+                f"no fitted calibrators for run ({method!r}, {seed}); "
+                "the report needs 'calibrators'"
+            )
         if key not in fitted:
-            raise ValueError(f"run ({method!r}, {seed}) has no calibrator {key!r}; valid calibrator keys: {sorted(fitted)}")
+            raise ValueError(
+                f"run ({method!r}, {seed}) has no calibrator {key!r}; "
+                f"valid calibrator keys: {sorted(fitted)}"
+            )
         learned = fitted[key].learned()
-        rows.append({"method": method, "seed": int(seed), "temperature": learned.get("temperature", math.nan)})
+        rows.append(
+            {
+                "method": method,
+                "seed": int(seed),
+                "temperature": learned.get("temperature", math.nan),
+            }
+        )
     return pd.DataFrame(rows, columns=["method", "seed", "temperature"])
+
+
+def _paper_orientation(wide: pd.DataFrame, columns: list[str], dataset: str) -> pd.DataFrame:
+    """One row for the dataset, a column per (method, column) as in the paper's tables; with
+    a single column the method name alone heads it."""
+    stacked = wide.set_index("Method")[columns].stack()
+    names = [m if len(columns) == 1 else f"{m} {c}" for m, c in stacked.index]
+    return pd.DataFrame([[dataset, *stacked.to_numpy()]], columns=["Dataset", *names])
 
 
 @report("mukhoti_table", needs=("calibrators",))
@@ -199,7 +249,9 @@ def mukhoti_table(
     _check_metrics(table, ["error", *metrics])
     temperatures = _temperatures(results, table, key)
     rows = _clean(table)
-    rows = rows[rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])]
+    rows = rows[
+        rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])
+    ]
     summaries = _seed_summaries(rows, ["method", "calibrator", "metric"], PERCENT_METRICS)
     summaries["cell"] = _cells(summaries, spread, digits)
     cell = summaries.set_index(["method", "calibrator", "metric"])["cell"]
@@ -217,31 +269,43 @@ def mukhoti_table(
         out_rows.append(row)
     wide = pd.DataFrame(out_rows)
     artifacts: dict[str, Any] = {"table": wide, "temperatures": temperatures}
-    text = _header(results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record)
+    text = _header(
+        results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record
+    )
     text += (
         f"Clean test split, ×100. Post T: calibrator `{key}` fitted on the validation split; "
         "its temperature (mean over seeds) in parentheses. Error is unchanged by TS.\n\n"
-        + wide.to_markdown(index=False) + "\n"
+        + wide.to_markdown(index=False)
+        + "\n"
     )
     for metric in ["error", *metrics]:
-        columns = ["Error"] if metric == "error" else [f"{METRIC_NAMES.get(metric, metric)} Pre T",
-                                                        f"{METRIC_NAMES.get(metric, metric)} Post T"]
-        paper = pd.DataFrame(
-            {f"{label} {column}".replace(" Error", ""): [value]
-             for label, values in zip(wide["Method"], wide[columns].to_numpy()) for column, value in zip(columns, values)}
-        )
-        paper.insert(0, "Dataset", results.dataset)
-        artifacts[f"paper_{metric}"] = paper
+        name = METRIC_NAMES.get(metric, metric)
+        columns = ["Error"] if metric == "error" else [f"{name} Pre T", f"{name} Post T"]
+        artifacts[f"paper_{metric}"] = _paper_orientation(wide, columns, results.dataset)
     artifacts["mukhoti_table"] = text
     return _with_selection(artifacts, record)
 
 
-CURVE_PANELS = ("nll", "nll_correct", "nll_incorrect", "entropy_correct", "entropy_incorrect", "head_weight_norm")
+CURVE_PANELS = (
+    "nll",
+    "nll_correct",
+    "nll_incorrect",
+    "entropy_correct",
+    "entropy_incorrect",
+    "head_weight_norm",
+)
 CURVE_TITLES = {
-    "nll": "NLL", "nll_correct": "NLL (correct)", "nll_incorrect": "NLL (incorrect)",
-    "entropy_correct": "entropy (correct)", "entropy_incorrect": "entropy (incorrect)",
-    "head_weight_norm": "last-layer weight norm", "accuracy": "accuracy", "ece": "ECE",
-    "train_loss": "train loss (objective)", "train_accuracy": "train accuracy", "lr": "learning rate",
+    "nll": "NLL",
+    "nll_correct": "NLL (correct)",
+    "nll_incorrect": "NLL (incorrect)",
+    "entropy_correct": "entropy (correct)",
+    "entropy_incorrect": "entropy (incorrect)",
+    "head_weight_norm": "last-layer weight norm",
+    "accuracy": "accuracy",
+    "ece": "ECE",
+    "train_loss": "train loss (objective)",
+    "train_accuracy": "train accuracy",
+    "lr": "learning rate",
 }
 
 
@@ -249,11 +313,14 @@ def _history_table(results: StudyResults, methods: list[str]) -> pd.DataFrame:
     """All histories of ``methods`` stacked, with method and seed columns."""
     frames = [
         history.assign(method=method, seed=seed)
-        for (method, seed), history in results.histories.items() if method in methods
+        for (method, seed), history in results.histories.items()
+        if method in methods
     ]
     missing = [m for m in methods if not any(k[0] == m for k in results.histories)]
     if missing:
-        raise ValueError(f"no training history for method(s) {missing}; the report needs 'histories'")
+        raise ValueError(
+            f"no training history for method(s) {missing}; the report needs 'histories'"
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -262,28 +329,100 @@ def _curve_column(history: pd.DataFrame, name: str, split: str) -> str:
     for column in (name, f"{split}_{name}"):
         if column in history.columns:
             return column
-    valid = sorted({c.removeprefix(f"{split}_") for c in history.columns if c not in ("epoch", "method", "seed")})
+    valid = sorted(
+        {
+            c.removeprefix(f"{split}_")
+            for c in history.columns
+            if c not in ("epoch", "method", "seed")
+        }
+    )
     raise ValueError(f"history has no panel {name!r} for split {split!r}; valid panels: {valid}")
 
 
 def _epoch_summary(history: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """Long table method, epoch, quantity, mean, std, n over seeds (NaN-skipping)."""
-    long = history.melt(id_vars=["method", "seed", "epoch"], value_vars=list(columns.values()),
-                        var_name="column", value_name="value")
+    long = history.melt(
+        id_vars=["method", "seed", "epoch"],
+        value_vars=list(columns.values()),
+        var_name="column",
+        value_name="value",
+    )
     long["quantity"] = long["column"].map({v: k for k, v in columns.items()})
-    stats = long.groupby(["method", "quantity", "epoch"], sort=False)["value"].agg(["mean", "std", "count"])
+    stats = long.groupby(["method", "quantity", "epoch"], sort=False)["value"].agg(
+        ["mean", "std", "count"]
+    )
     return stats.rename(columns={"count": "n"}).reset_index()
 
 
 def _draw_curves(ax: plt.Axes, curves: pd.DataFrame, label: str) -> None:
     """Mean over seeds with a ±1 std band where there are several seeds."""
     (line,) = ax.plot(curves["epoch"], curves["mean"], label=label, linewidth=1.2)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     band = curves["n"] > 1
     if band.any():
         low = curves["mean"] - curves["std"].fillna(0)
         high = curves["mean"] + curves["std"].fillna(0)
-        ax.fill_between(curves["epoch"], low, high, where=band, color=line.get_color(), alpha=0.2,
-                        linewidth=0)
+        ax.fill_between(
+            curves["epoch"], low, high, where=band, color=line.get_color(), alpha=0.2, linewidth=0
+        )
+
+
+def _panel_figure(
+    curves: pd.DataFrame,
+    methods: list[str],
+    names: list[str],
+    columns: dict[str, str],
+    labels: dict[str, str],
+    split: str,
+    study: str,
+) -> plt.Figure:
+    """Fig. 2: one panel per quantity, one curve per method."""
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for method in methods:
+            part = curves[(curves["method"] == method) & (curves["quantity"] == name)]
+            _draw_curves(ax, part, labels[method])
+        title = CURVE_TITLES.get(name, name)
+        ax.set_title(f"{split} {title}" if columns[name].startswith(split) else title, fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{study}: per-epoch {split} statistics (mean ± std over seeds)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -> plt.Figure:
+    """Fig. 1 for one method: train loss vs NLL, entropies, train / eval error and ECE."""
+    wanted = {
+        "train loss (objective)": "train_loss",
+        f"{split} NLL": f"{split}_nll",
+        f"{split} entropy (correct)": f"{split}_entropy_correct",
+        f"{split} entropy (incorrect)": f"{split}_entropy_incorrect",
+        "train error": "train_accuracy",
+        f"{split} error": f"{split}_accuracy",
+        f"{split} ECE": f"{split}_ece",
+    }
+    present = {k: v for k, v in wanted.items() if v in history.columns}
+    summary = _epoch_summary(history, present)
+    names = list(wanted)
+    panels = [("loss", names[:2]), ("entropy", names[2:4]), ("error / ECE", names[4:])]
+    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2), squeeze=False)
+    for ax, (title, quantities) in zip(axes[0], panels):
+        for name in [n for n in quantities if n in present]:
+            curve = summary[summary["quantity"] == name].copy()
+            if present[name].endswith("accuracy"):
+                curve["mean"] = 1.0 - curve["mean"]
+            _draw_curves(ax, curve, name)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{study}: {label} over training", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 @report("mukhoti_curves", needs=("histories",))
@@ -329,46 +468,10 @@ def mukhoti_curves(
     curves = _epoch_summary(history, columns)
     curves.insert(1, "label", curves["method"].map(labels))
 
-    cols = min(3, len(names))
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, names):
-        for method in chosen:
-            _draw_curves(ax, curves[(curves["method"] == method) & (curves["quantity"] == name)], labels[method])
-        ax.set_title(f"{split} {CURVE_TITLES.get(name, name)}" if columns[name].startswith(split) else
-                     CURVE_TITLES.get(name, name), fontsize=9)
-        ax.set_xlabel("epoch", fontsize=8)
-    for ax in list(axes.flat)[len(names):]:
-        ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{results.study}: per-epoch {split} statistics (mean ± std over seeds)", fontsize=10)
-    fig.tight_layout()
-
-    overview_columns = {
-        "train_loss": "train_loss", "nll": f"{split}_nll", "entropy_correct": f"{split}_entropy_correct",
-        "entropy_incorrect": f"{split}_entropy_incorrect", "train_accuracy": "train_accuracy",
-        "accuracy": f"{split}_accuracy", "ece": f"{split}_ece",
-    }
-    own = history[history["method"] == overview]
-    present = {k: v for k, v in overview_columns.items() if v in own.columns}
-    summary = _epoch_summary(own, present)
-    error_of = {"train_accuracy": "train error", "accuracy": f"{split} error"}
-    groups = [("loss", ["train_loss", "nll"]), ("entropy", ["entropy_correct", "entropy_incorrect"]),
-              ("error / ECE", ["train_accuracy", "accuracy", "ece"])]
-    over, over_axes = plt.subplots(1, 3, figsize=(12.6, 3.2), squeeze=False)
-    for ax, (title, quantities) in zip(over_axes[0], groups):
-        for quantity in [q for q in quantities if q in present]:
-            curve = summary[summary["quantity"] == quantity].copy()
-            if quantity in error_of:
-                curve["mean"] = 1.0 - curve["mean"]
-            name = error_of.get(quantity) or (CURVE_TITLES[quantity] if quantity == "train_loss"
-                                              else f"{split} {CURVE_TITLES[quantity]}")
-            _draw_curves(ax, curve, name)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("epoch", fontsize=8)
-        ax.legend(fontsize=7)
-    over.suptitle(f"{results.study}: {labels[overview]} over training", fontsize=10)
-    over.tight_layout()
+    fig = _panel_figure(curves, chosen, names, columns, labels, split, results.study)
+    over = _overview_figure(
+        history[history["method"] == overview], split, labels[overview], results.study
+    )
     return _with_selection({"curves": curves, "epochs_by_method": fig, "overview": over}, record)
 
 
@@ -378,7 +481,9 @@ LABEL_ALIASES = {"CE": "NLL"}
 PARAMETER_SUFFIX = re.compile(r"\s*\([^()]*\)$")
 
 
-def _loss_cells(results: StudyResults, methods: list[str], losses: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+def _loss_cells(
+    results: StudyResults, methods: list[str], losses: dict[str, Any] | None
+) -> dict[str, tuple[str, str]]:
     """method -> (primary, secondary), from ``losses`` or parsed from the labels.
 
     A label ``"<Primary> + <Secondary>"`` gives both, a bare ``"<Primary>"`` has secondary
@@ -387,10 +492,13 @@ def _loss_cells(results: StudyResults, methods: list[str], losses: dict[str, Any
     """
     if losses is not None:
         missing = [m for m in methods if m not in losses]
-        bad = {m: v for m, v in losses.items() if not (isinstance(v, (list, tuple)) and len(v) == 2)}
+        bad = {
+            m: v for m, v in losses.items() if not (isinstance(v, (list, tuple)) and len(v) == 2)
+        }
         if missing or bad:
             raise ValueError(
-                f"losses must map every method to [primary, secondary]; missing: {missing}, malformed: {bad}"
+                "losses must map every method to [primary, secondary]; "
+                f"missing: {missing}, malformed: {bad}"
             )
         return {m: (str(losses[m][0]), str(losses[m][1])) for m in methods}
     cells = {}
@@ -400,12 +508,18 @@ def _loss_cells(results: StudyResults, methods: list[str], losses: dict[str, Any
         cells[method] = (LABEL_ALIASES.get(primary, primary), secondary or UNCALIBRATED)
     clash = pd.Series(cells).loc[lambda s: s.duplicated(keep=False)]
     if not clash.empty:
-        raise ValueError(f"methods share a (primary, secondary) cell: {clash.to_dict()}; pass losses=... to map them")
+        raise ValueError(
+            f"methods share a (primary, secondary) cell: {clash.to_dict()}; "
+            "pass losses=... to map them"
+        )
     return cells
 
 
 def _karandikar_table_data(
-    results: StudyResults, selection: str | None, selection_metric: str | None, losses: dict[str, Any] | None
+    results: StudyResults,
+    selection: str | None,
+    selection_metric: str | None,
+    losses: dict[str, Any] | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, dict[str, tuple[str, str]]]:
     table, record = _selected(results, selection, selection_metric)
     cells = _loss_cells(results, _ordered_methods(results, table), losses)
@@ -459,10 +573,18 @@ def karandikar_table(
     indexed = summaries.set_index(["method", "calibrator", "metric"])
     primaries = list(dict.fromkeys(p for p, _ in cells.values()))
     secondaries = list(dict.fromkeys([UNCALIBRATED, *(s for _, s in cells.values())]))
-    ordered = sorted(cells, key=lambda m: (primaries.index(cells[m][0]), secondaries.index(cells[m][1])))
+    ordered = sorted(
+        cells, key=lambda m: (primaries.index(cells[m][0]), secondaries.index(cells[m][1]))
+    )
     wide = pd.DataFrame(
-        [{"Primary": cells[m][0], "Secondary": cells[m][1],
-          **{name: indexed.at[(m, cal, key), "cell"] for name, (key, cal) in columns.items()}} for m in ordered]
+        [
+            {
+                "Primary": cells[m][0],
+                "Secondary": cells[m][1],
+                **{name: indexed.at[(m, cal, key), "cell"] for name, (key, cal) in columns.items()},
+            }
+            for m in ordered
+        ]
     )
     bold = wide.copy()
     for name, (key, cal) in columns.items():
@@ -476,12 +598,15 @@ def karandikar_table(
         grid = wide.pivot(index="Primary", columns="Secondary", values=name)
         grid = grid.reindex(index=primaries, columns=[s for s in secondaries if s in grid.columns])
         artifacts[f"grid_{name.lower().replace('+', '_').replace('-', '_')}"] = grid.reset_index()
-    calibrated = ", ".join(f"{n} = `{cal}`" for n, (_, cal) in columns.items() if cal != UNCALIBRATED)
+    calibrated = ", ".join(
+        f"{n} = `{cal}`" for n, (_, cal) in columns.items() if cal != UNCALIBRATED
+    )
     text = _header(results, "Karandikar et al. Table 2: primary × secondary losses", spread, record)
     text += (
         f"Clean test split, ×100; ECE = `{metric}`. Post-hoc columns: {calibrated or 'none'}, "
         "fitted on the validation split. Bold: lowest mean in each ECE column.\n\n"
-        + bold.to_markdown(index=False) + "\n"
+        + bold.to_markdown(index=False)
+        + "\n"
     )
     artifacts["karandikar_table"] = text
     return _with_selection(artifacts, record)
@@ -533,7 +658,11 @@ def karandikar_effects(
     if unknown:
         raise ValueError(f"unknown calibrator(s) {unknown}; valid calibrator keys: {keys}")
     rows = _clean(table)
-    values = rows[rows["metric"] == metric].set_index(["method", "calibrator", "seed"])["value"].sort_index()
+    values = (
+        rows[rows["metric"] == metric]
+        .set_index(["method", "calibrator", "seed"])["value"]
+        .sort_index()
+    )
     by_cell = {cell: method for method, cell in cells.items()}
     effects = []
     for (primary, secondary), method in by_cell.items():
@@ -541,48 +670,98 @@ def karandikar_effects(
         if secondary == UNCALIBRATED or baseline is None:
             continue
         for cal in chosen:
-            effects.append(_effect_row(values, baseline, method, cal, test, paired, alpha)
-                           | {"primary": primary, "secondary": secondary})
+            effects.append(
+                _effect_row(values, metric, baseline, method, cal, test, paired, alpha)
+                | {"primary": primary, "secondary": secondary}
+            )
     if not effects:
-        raise ValueError(f"no primary loss has both a 'none' cell and a secondary loss; cells: {sorted(by_cell)}")
-    order = ["primary", "secondary", "calibrator", "n_none", "n_secondary", "mean_none", "mean_secondary",
-             "cohens_d", "t", "df", "p_value", "significant", "note"]
+        raise ValueError(
+            f"no primary loss has both a 'none' cell and a secondary loss; cells: {sorted(by_cell)}"
+        )
+    order = [
+        "primary",
+        "secondary",
+        "calibrator",
+        "n_none",
+        "n_secondary",
+        "mean_none",
+        "mean_secondary",
+        "cohens_d",
+        "t",
+        "df",
+        "p_value",
+        "significant",
+        "note",
+    ]
     frame = pd.DataFrame(effects)[order]
     fig = _effects_figure(frame, chosen, results.study)
-    text = _header(results, "Karandikar et al.: effect of each secondary loss on ECE", "std", record)
-    text += (
-        f"Cohen's d on test `{metric}` of `<primary>` vs `<primary> + <secondary>`, pooled SD; positive = the "
-        f"secondary loss lowers the ECE (0.8 = large). p: {'paired' if paired else test} t-test, two-sided; "
-        f"significant at {alpha}.\n\n" + frame.to_markdown(index=False, floatfmt=".3g") + "\n"
+    text = _header(
+        results, "Karandikar et al.: effect of each secondary loss on ECE", "std", record
     )
-    return _with_selection({"effects": frame, "effect_sizes": fig, "karandikar_effects": text}, record)
+    text += (
+        f"Cohen's d on test `{metric}` of `<primary>` vs `<primary> + <secondary>`, pooled SD; "
+        "positive = the secondary loss lowers the ECE (0.8 = large). "
+        f"p: {'paired' if paired else test} t-test, two-sided; "
+        f"significant at {alpha}. Means ×100 for ECE-type metrics.\n\n"
+        + frame.to_markdown(index=False, floatfmt=".3g")
+        + "\n"
+    )
+    return _with_selection(
+        {"effects": frame, "effect_sizes": fig, "karandikar_effects": text}, record
+    )
 
 
 def _effect_row(
-    values: pd.Series, baseline: str, method: str, calibrator: str, test: str, paired: bool, alpha: float
+    values: pd.Series,
+    metric: str,
+    baseline: str,
+    method: str,
+    calibrator: str,
+    test: str,
+    paired: bool,
+    alpha: float,
 ) -> dict[str, Any]:
-    """Cohen's d and t-test of ``baseline`` vs ``method`` under ``calibrator`` (NaN if < 2 seeds)."""
+    """Cohen's d and t-test of ``baseline`` vs ``method`` under ``calibrator`` (NaN with a note
+    if either has fewer than 2 seeds)."""
     a = values.loc[(baseline, calibrator)]
     b = values.loc[(method, calibrator)]
     if paired:
         common = a.index.intersection(b.index)
         a, b = a.loc[common], b.loc[common]
-    row = {"calibrator": calibrator, "n_none": len(a), "n_secondary": len(b),
-           "mean_none": float(a.mean()), "mean_secondary": float(b.mean()),
-           "cohens_d": math.nan, "t": math.nan, "df": math.nan, "p_value": math.nan,
-           "significant": False, "note": ""}
+    scale = 100.0 if metric in PERCENT_METRICS else 1.0
+    row = {
+        "calibrator": calibrator,
+        "n_none": len(a),
+        "n_secondary": len(b),
+        "mean_none": scale * float(a.mean()),
+        "mean_secondary": scale * float(b.mean()),
+        "cohens_d": math.nan,
+        "t": math.nan,
+        "df": math.nan,
+        "p_value": math.nan,
+        "significant": False,
+        "note": "",
+    }
     if min(len(a), len(b)) < 2:
-        return row | {"note": "needs >= 2 seeds per method" + (" (shared seeds when paired)" if paired else "")}
+        return row | {
+            "note": "needs >= 2 seeds per method"
+            + (" (shared seeds when paired)" if paired else "")
+        }
     result = t_test(a.to_numpy(), b.to_numpy(), test=test, paired=paired)
     return row | {
-        "cohens_d": cohens_d(a.to_numpy(), b.to_numpy(), paired=paired), "t": result.statistic,
-        "df": result.df, "p_value": result.p_value, "significant": significance_direction(result, alpha) != 0,
+        "cohens_d": cohens_d(a.to_numpy(), b.to_numpy(), paired=paired),
+        "t": result.statistic,
+        "df": result.df,
+        "p_value": result.p_value,
+        "significant": significance_direction(result, alpha) != 0,
     }
 
 
 def _effects_figure(frame: pd.DataFrame, calibrators: list[str], study: str) -> plt.Figure:
     """Grouped bars of Cohen's d: secondary losses along x, one bar per primary loss."""
-    fig, axes = plt.subplots(1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True
+    )
     primaries = list(dict.fromkeys(frame["primary"]))
     secondaries = list(dict.fromkeys(frame["secondary"]))
     width = 0.8 / len(primaries)
@@ -591,12 +770,18 @@ def _effects_figure(frame: pd.DataFrame, calibrators: list[str], study: str) -> 
         part = frame[frame["calibrator"] == cal].set_index(["primary", "secondary"])["cohens_d"]
         for i, primary in enumerate(primaries):
             heights = [part.get((primary, s), math.nan) for s in secondaries]
-            ax.bar(x + (i - (len(primaries) - 1) / 2) * width, np.nan_to_num(heights, nan=0.0, posinf=0.0,
-                   neginf=0.0), width, label=primary)
+            ax.bar(
+                x + (i - (len(primaries) - 1) / 2) * width,
+                np.nan_to_num(heights, nan=0.0, posinf=0.0, neginf=0.0),
+                width,
+                label=primary,
+            )
         ax.axhline(0.8, color="k", linestyle="--", linewidth=0.8)
         ax.axhline(0.0, color="k", linewidth=0.6)
         ax.set_xticks(x, secondaries, rotation=30, fontsize=8)
-        ax.set_title("no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9)
+        ax.set_title(
+            "no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9
+        )
     axes[0, 0].set_ylabel("Cohen's d (positive = lower ECE)", fontsize=8)
     axes[0, 0].legend(fontsize=7, title="primary", title_fontsize=7)
     fig.suptitle(f"{study}: effect size of secondary losses (dashed: d = 0.8)", fontsize=10)
@@ -614,10 +799,16 @@ DECOMPOSITION = ("decomp_alpha", "decomp_beta", "decomp_gamma")
 def _with_decomposed_ece(rows: pd.DataFrame) -> pd.DataFrame:
     """Adds ``decomp_ece = alpha - beta - gamma`` per run (Singh et al. eq. 9)."""
     keys = ["method", "label", "seed", "calibrator", "split", "shift", "severity"]
-    parts = rows[rows["metric"].isin(DECOMPOSITION)].pivot_table(index=keys, columns="metric", values="value")
+    parts = rows[rows["metric"].isin(DECOMPOSITION)].pivot_table(
+        index=keys, columns="metric", values="value"
+    )
     if parts.empty or not set(DECOMPOSITION) <= set(parts.columns):
         return rows
-    derived = (parts["decomp_alpha"] - parts["decomp_beta"] - parts["decomp_gamma"]).rename("value").reset_index()
+    derived = (
+        (parts["decomp_alpha"] - parts["decomp_beta"] - parts["decomp_gamma"])
+        .rename("value")
+        .reset_index()
+    )
     return pd.concat([rows, derived.assign(metric="decomp_ece")], ignore_index=True)
 
 
@@ -679,16 +870,23 @@ def singh_table(
     wanted = list(shifts or ["none"])
     unknown = [s for s in wanted if s not in set(available["shift"])]
     if unknown:
-        raise ValueError(f"unknown shift(s) {unknown}; the metrics table has: {sorted(set(available['shift']))}")
-    rows_order = [(m, c) for m in [base, *(m for m in methods if m != base)]
-                  for c in [UNCALIBRATED, key] if c == UNCALIBRATED or calibrated == "all" or m == base]
+        raise ValueError(
+            f"unknown shift(s) {unknown}; the metrics table has: {sorted(set(available['shift']))}"
+        )
+    rows_order = [
+        (m, c)
+        for m in [base, *(m for m in methods if m != base)]
+        for c in [UNCALIBRATED, key]
+        if c == UNCALIBRATED or calibrated == "all" or m == base
+    ]
     labels = _labels(table)
     artifacts: dict[str, Any] = {}
     comparisons = []
     text = _header(results, "Singh et al.: calibration and refinement", spread, record)
     text += (
-        f"Test split, all values ×100. `{key}` rows: the calibrator fitted on the validation split. "
-        f"Bold: worse than the uncalibrated baseline ({labels[base]}) by a {test} t-test at {alpha} "
+        f"Test split, all values ×100. `{key}` rows: the calibrator fitted on the validation "
+        f"split. Bold: worse than the uncalibrated baseline ({labels[base]}) by a {test} t-test "
+        f"at {alpha} "
         "(needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE when every bin is "
         "overconfident).\n"
     )
@@ -705,11 +903,23 @@ def singh_table(
             label = labels[method] if cal == UNCALIBRATED else f"{labels[method]} + {cal}"
             row = {"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}}
             bold = dict(row)
-            for metric in [m for m in names if m in LOWER_IS_BETTER and (method, cal) != (base, UNCALIBRATED)]:
-                worse, result = _worse_than_baseline(per_seed, (base, UNCALIBRATED), (method, cal), metric, test, alpha)
-                comparisons.append({"shift": shift, "severity": severity, "method": label, "metric": metric,
-                                    "mean_difference": result.mean_difference if result else math.nan,
-                                    "p_value": result.p_value if result else math.nan, "worse": worse})
+            for metric in [
+                m for m in names if m in LOWER_IS_BETTER and (method, cal) != (base, UNCALIBRATED)
+            ]:
+                worse, result = _worse_than_baseline(
+                    per_seed, (base, UNCALIBRATED), (method, cal), metric, test, alpha
+                )
+                comparisons.append(
+                    {
+                        "shift": shift,
+                        "severity": severity,
+                        "method": label,
+                        "metric": metric,
+                        "mean_difference": result.mean_difference if result else math.nan,
+                        "p_value": result.p_value if result else math.nan,
+                        "worse": worse,
+                    }
+                )
                 if worse:
                     bold[METRIC_NAMES[metric]] = f"**{row[METRIC_NAMES[metric]]}**"
             plain.append(row)
@@ -719,14 +929,20 @@ def singh_table(
         title = "clean test set" if shift == "none" else f"shift `{shift}`, severity {severity}"
         text += f"\n## {title}\n\n" + pd.DataFrame(marked).to_markdown(index=False) + "\n"
     artifacts["comparisons"] = pd.DataFrame(
-        comparisons, columns=["shift", "severity", "method", "metric", "mean_difference", "p_value", "worse"]
+        comparisons,
+        columns=["shift", "severity", "method", "metric", "mean_difference", "p_value", "worse"],
     )
     artifacts["singh_table"] = text
     return _with_selection(artifacts, record)
 
 
 def _worse_than_baseline(
-    per_seed: pd.Series, base: tuple[str, str], other: tuple[str, str], metric: str, test: str, alpha: float
+    per_seed: pd.Series,
+    base: tuple[str, str],
+    other: tuple[str, str],
+    metric: str,
+    test: str,
+    alpha: float,
 ) -> tuple[bool, Any]:
     """Whether ``other`` is significantly worse than ``base`` on ``metric`` (None: < 2 seeds)."""
     a = per_seed.loc[(*other, metric)].to_numpy()
@@ -738,7 +954,9 @@ def _worse_than_baseline(
     return direction == (1 if LOWER_IS_BETTER[metric] else -1), result
 
 
-def _confidence_correct(scores: torch.Tensor, kind: str, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def _confidence_correct(
+    scores: torch.Tensor, kind: str, labels: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-label confidence and correctness of logits or probabilities."""
     probs = torch.softmax(scores.double(), dim=1) if kind == "logits" else scores.double()
     confidence, prediction = probs.max(dim=1)
@@ -789,13 +1007,17 @@ def singh_density(
             for seed in runs.loc[runs["method"] == method, "seed"]:
                 run = results.logits.get((method, int(seed)))
                 if run is None:
-                    raise ValueError(f"no logits for run ({method!r}, {seed}); the report needs 'logits'")
+                    raise ValueError(
+                        f"no logits for run ({method!r}, {seed}); the report needs 'logits'"
+                    )
                 scores, kind = run[split]["logits"], "logits"
                 if cal != UNCALIBRATED:
                     fitted = results.calibrators.get((method, int(seed))) or {}
                     if cal not in fitted:
-                        raise ValueError(f"run ({method!r}, {seed}) has no calibrator {cal!r}; "
-                                         f"valid calibrator keys: {sorted(fitted)}")
+                        raise ValueError(
+                            f"run ({method!r}, {seed}) has no calibrator {cal!r}; "
+                            f"valid calibrator keys: {sorted(fitted)}"
+                        )
                     scores, kind = calibrated_scores(fitted[cal], scores)
                 c, ok = _confidence_correct(scores, kind, run[split]["labels"])
                 confidence.append(c)
@@ -804,22 +1026,44 @@ def singh_density(
             for outcome, mask in (("correct", ok), ("incorrect", ~ok)):
                 counts, _ = np.histogram(c[mask], bins=edges)
                 density = counts / max(int(mask.sum()), 1) / np.diff(edges)
-                frames.append(pd.DataFrame({"method": method, "label": labels[method], "calibrator": cal,
-                                            "outcome": outcome, "lower": edges[:-1], "upper": edges[1:],
-                                            "count": counts, "density": density}))
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "method": method,
+                            "label": labels[method],
+                            "calibrator": cal,
+                            "outcome": outcome,
+                            "lower": edges[:-1],
+                            "upper": edges[1:],
+                            "count": counts,
+                            "density": density,
+                        }
+                    )
+                )
     histograms = pd.concat(frames, ignore_index=True)
     auroc = _clean(table, split)
     auroc = auroc[auroc["metric"] == "auroc"].groupby(["method", "calibrator"])["value"].mean()
-    fig, axes = plt.subplots(len(methods), 2, figsize=(7.0, 2.3 * len(methods)), squeeze=False,
-                             sharex=True)
+    fig, axes = plt.subplots(
+        len(methods), 2, figsize=(7.0, 2.3 * len(methods)), squeeze=False, sharex=True
+    )
     colours = {"correct": "#4C72B0", "incorrect": "#C44E52"}
     for i, method in enumerate(methods):
         for j, cal in enumerate((UNCALIBRATED, key)):
             ax = axes[i, j]
             for outcome, colour in colours.items():
-                part = histograms[(histograms["method"] == method) & (histograms["calibrator"] == cal)
-                                  & (histograms["outcome"] == outcome)]
-                ax.stairs(part["density"].to_numpy(), edges, fill=True, alpha=0.45, color=colour, label=outcome)
+                part = histograms[
+                    (histograms["method"] == method)
+                    & (histograms["calibrator"] == cal)
+                    & (histograms["outcome"] == outcome)
+                ]
+                ax.stairs(
+                    part["density"].to_numpy(),
+                    edges,
+                    fill=True,
+                    alpha=0.45,
+                    color=colour,
+                    label=outcome,
+                )
             value = auroc.get((method, cal), math.nan)
             name = "uncalibrated" if cal == UNCALIBRATED else cal
             ax.set_title(f"{labels[method]}, {name}: AUROC {100 * value:.1f}", fontsize=8)
@@ -828,6 +1072,8 @@ def singh_density(
             if j == 0:
                 ax.set_ylabel("density", fontsize=8)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{results.study}: confidence of correct vs incorrect {split} predictions", fontsize=10)
+    fig.suptitle(
+        f"{results.study}: confidence of correct vs incorrect {split} predictions", fontsize=10
+    )
     fig.tight_layout()
     return _with_selection({"histograms": histograms, "confidence_density": fig}, record)

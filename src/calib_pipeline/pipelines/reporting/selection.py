@@ -25,16 +25,29 @@ SELECTION_RULES = ("karandikar", "best_val_error", "test_ece")
 DEFAULT_METRIC = {"karandikar": "ece_l2", "best_val_error": "error", "test_ece": "ece"}
 SELECTED_ON = {"karandikar": "val", "best_val_error": "val", "test_ece": "test"}
 TEST_SELECTED = " [test-selected]"
-RECORD_COLUMNS = ["group", "method", "label", "rule", "selected_on", "metric", "value", "accuracy",
-                  "members"]
+RECORD_COLUMNS = [
+    "group",
+    "method",
+    "label",
+    "rule",
+    "selected_on",
+    "metric",
+    "value",
+    "accuracy",
+    "members",
+]
 
 
 def _check_rule(rule: str, metric: str | None, tolerance: float) -> str:
     """The criterion metric of ``rule``; raises ValueError for a bad rule or option."""
     if rule not in SELECTION_RULES:
-        raise ValueError(f"unknown selection rule {rule!r}; valid rules are: {', '.join(SELECTION_RULES)}")
+        raise ValueError(
+            f"unknown selection rule {rule!r}; valid rules are: {', '.join(SELECTION_RULES)}"
+        )
     if rule == "best_val_error" and metric not in (None, "error"):
-        raise ValueError(f"selection rule 'best_val_error' minimises 'error'; got metric={metric!r}")
+        raise ValueError(
+            f"selection rule 'best_val_error' minimises 'error'; got metric={metric!r}"
+        )
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     return metric or DEFAULT_METRIC[rule]
@@ -45,12 +58,19 @@ def _member_means(
 ) -> pd.DataFrame:
     """Members x metrics table of seed means on ``split`` (clean, one calibrator)."""
     rows = table[
-        table["method"].isin(members) & (table["split"] == split) & (table["shift"] == "none")
-        & (table["calibrator"] == calibrator) & table["metric"].isin(metrics)
+        table["method"].isin(members)
+        & (table["split"] == split)
+        & (table["shift"] == "none")
+        & (table["calibrator"] == calibrator)
+        & table["metric"].isin(metrics)
     ]
     means = rows.groupby(["method", "metric"])["value"].mean().unstack("metric")
-    missing = [(m, k) for m in members for k in metrics if m not in means.index or k not in means.columns
-               or pd.isna(means.at[m, k])]
+    missing = [
+        (m, k)
+        for m in members
+        for k in metrics
+        if m not in means.index or k not in means.columns or pd.isna(means.at[m, k])
+    ]
     if missing:
         raise ValueError(
             f"selection needs {split!r} values of {metrics} (calibrator {calibrator!r}) for every "
@@ -120,9 +140,15 @@ def select_sweep_members(
         dropped.extend(m for m in members if m != chosen)
         records.append(
             {
-                "group": group, "method": chosen, "label": labels[chosen], "rule": rule,
-                "selected_on": split, "metric": criterion, "value": float(means.at[chosen, criterion]),
-                "accuracy": float(means.at[chosen, "accuracy"]), "members": ", ".join(members),
+                "group": group,
+                "method": chosen,
+                "label": labels[chosen],
+                "rule": rule,
+                "selected_on": split,
+                "metric": criterion,
+                "value": float(means.at[chosen, criterion]),
+                "accuracy": float(means.at[chosen, "accuracy"]),
+                "members": ", ".join(members),
             }
         )
     chosen_on = {r["method"]: r["selected_on"] for r in records}
