@@ -886,48 +886,18 @@ def singh_table(
     text += (
         f"Test split, all values ×100. `{key}` rows: the calibrator fitted on the validation "
         f"split. Bold: worse than the uncalibrated baseline ({labels[base]}) by a {test} t-test "
-        f"at {alpha} "
-        "(needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE when every bin is "
-        "overconfident).\n"
+        f"at {alpha} (needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE when "
+        "every bin is overconfident).\n"
     )
     for shift, severity in available[available["shift"].isin(wanted)].itertuples(index=False):
         part = _with_decomposed_ece(_clean(tested, "test", shift, severity))
-        names = [m for m in [*metrics, "decomp_ece"] if m in set(part["metric"])]
-        percent = tuple(names)
-        summaries = _seed_summaries(part, ["method", "calibrator", "metric"], percent)
-        summaries["cell"] = _cells(summaries, spread, digits)
-        cell = summaries.set_index(["method", "calibrator", "metric"])["cell"]
-        per_seed = part.set_index(["method", "calibrator", "metric"])["value"].sort_index()
-        plain, marked = [], []
-        for method, cal in rows_order:
-            label = labels[method] if cal == UNCALIBRATED else f"{labels[method]} + {cal}"
-            row = {"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}}
-            bold = dict(row)
-            for metric in [
-                m for m in names if m in LOWER_IS_BETTER and (method, cal) != (base, UNCALIBRATED)
-            ]:
-                worse, result = _worse_than_baseline(
-                    per_seed, (base, UNCALIBRATED), (method, cal), metric, test, alpha
-                )
-                comparisons.append(
-                    {
-                        "shift": shift,
-                        "severity": severity,
-                        "method": label,
-                        "metric": metric,
-                        "mean_difference": result.mean_difference if result else math.nan,
-                        "p_value": result.p_value if result else math.nan,
-                        "worse": worse,
-                    }
-                )
-                if worse:
-                    bold[METRIC_NAMES[metric]] = f"**{row[METRIC_NAMES[metric]]}**"
-            plain.append(row)
-            marked.append(bold)
-        name = "table" if shift == "none" else f"table_{shift}_s{severity}"
-        artifacts[name] = pd.DataFrame(plain)
+        plain, marked, tests = _singh_shift_table(
+            part, metrics, rows_order, labels, base, spread, digits, test, alpha
+        )
+        comparisons.extend(tests.assign(shift=shift, severity=severity).to_dict("records"))
+        artifacts["table" if shift == "none" else f"table_{shift}_s{severity}"] = plain
         title = "clean test set" if shift == "none" else f"shift `{shift}`, severity {severity}"
-        text += f"\n## {title}\n\n" + pd.DataFrame(marked).to_markdown(index=False) + "\n"
+        text += f"\n## {title}\n\n" + marked.to_markdown(index=False) + "\n"
     artifacts["comparisons"] = pd.DataFrame(
         comparisons,
         columns=["shift", "severity", "method", "metric", "mean_difference", "p_value", "worse"],
@@ -936,22 +906,53 @@ def singh_table(
     return _with_selection(artifacts, record)
 
 
-def _worse_than_baseline(
-    per_seed: pd.Series,
-    base: tuple[str, str],
-    other: tuple[str, str],
-    metric: str,
+def _singh_shift_table(
+    part: pd.DataFrame,
+    metrics: list[str],
+    rows_order: list[tuple[str, str]],
+    labels: dict[str, str],
+    base: str,
+    spread: str,
+    digits: int,
     test: str,
     alpha: float,
-) -> tuple[bool, Any]:
-    """Whether ``other`` is significantly worse than ``base`` on ``metric`` (None: < 2 seeds)."""
-    a = per_seed.loc[(*other, metric)].to_numpy()
-    b = per_seed.loc[(*base, metric)].to_numpy()
-    if min(len(a), len(b)) < 2:
-        return False, None
-    result = t_test(a, b, test=test)
-    direction = significance_direction(result, alpha)
-    return direction == (1 if LOWER_IS_BETTER[metric] else -1), result
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """One Singh table (one test set) of ``metrics`` (+ α − β − γ): plain cells, cells with
+    bold where significantly worse than the uncalibrated baseline, and every baseline test
+    (method, metric, mean_difference, p_value, worse)."""
+    names = [m for m in [*metrics, "decomp_ece"] if m in set(part["metric"])]
+    summaries = _seed_summaries(part, ["method", "calibrator", "metric"], tuple(names))
+    summaries["cell"] = _cells(summaries, spread, digits)
+    cell = summaries.set_index(["method", "calibrator", "metric"])["cell"]
+    per_seed = part.set_index(["method", "calibrator", "metric"])["value"].sort_index()
+    plain, marked, tests = [], [], []
+    for method, cal in rows_order:
+        label = labels[method] if cal == UNCALIBRATED else f"{labels[method]} + {cal}"
+        row = {"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}}
+        bold = dict(row)
+        compared = [m for m in names if m in LOWER_IS_BETTER]
+        for metric in compared if (method, cal) != (base, UNCALIBRATED) else []:
+            a = per_seed.loc[(method, cal, metric)].to_numpy()
+            b = per_seed.loc[(base, UNCALIBRATED, metric)].to_numpy()
+            result = t_test(a, b, test=test) if min(len(a), len(b)) >= 2 else None
+            worse = result is not None and significance_direction(result, alpha) == (
+                1 if LOWER_IS_BETTER[metric] else -1
+            )
+            tests.append(
+                {
+                    "method": label,
+                    "metric": metric,
+                    "mean_difference": result.mean_difference if result else math.nan,
+                    "p_value": result.p_value if result else math.nan,
+                    "worse": worse,
+                }
+            )
+            if worse:
+                bold[METRIC_NAMES[metric]] = f"**{row[METRIC_NAMES[metric]]}**"
+        plain.append(row)
+        marked.append(bold)
+    columns = ["method", "metric", "mean_difference", "p_value", "worse"]
+    return pd.DataFrame(plain), pd.DataFrame(marked), pd.DataFrame(tests, columns=columns)
 
 
 def _confidence_correct(
