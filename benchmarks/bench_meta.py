@@ -104,7 +104,11 @@ def main() -> None:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     torch.set_num_threads(args.threads)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} thread(s)"
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {args.threads} thread(s)"
+    )
     print(f"bench_meta on {where}; torch {torch.__version__}; median of {args.repeats} repeats "
           f"x {args.inner} steps; train and meta-val batches of equal size")  # fmt: skip
 
@@ -119,7 +123,8 @@ def main() -> None:
             ratio = seconds / anchor
             flag = ""
             if case == CASES[0][0]:
-                flag = "  (target <= %.1fx: %s)" % (TARGET_RATIO, "ok" if ratio <= TARGET_RATIO else "MISSED")
+                verdict = "ok" if ratio <= TARGET_RATIO else "MISSED"
+                flag = f"  (target <= {TARGET_RATIO:.1f}x: {verdict})"
             print(f"  {case:<26} {seconds * 1e3:9.2f} ms  {ratio:5.2f}x{flag}")
 
 

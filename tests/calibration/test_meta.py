@@ -40,8 +40,11 @@ def batches(seed: int, n: int = 24, dtype: torch.dtype = torch.float64) -> tuple
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 5, generator=g, dtype=dtype)
     xv = torch.randn(n, 5, generator=g, dtype=dtype)
-    return x, torch.randint(0, NUM_CLASSES, (n,), generator=g), xv, torch.randint(
-        0, NUM_CLASSES, (n,), generator=g
+    return (
+        x,
+        torch.randint(0, NUM_CLASSES, (n,), generator=g),
+        xv,
+        torch.randint(0, NUM_CLASSES, (n,), generator=g),
     )
 
 
@@ -55,9 +58,9 @@ def tiny_setup(name: str, *, seed: int = 0, frozen_backbone: bool = False, **hp)
         model.body.requires_grad_(False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(trainable, lr=0.3, momentum=0.9, weight_decay=5e-4)
-    learner = build_meta_learner(
-        name, num_classes=NUM_CLASSES, feature_dim=FEATURE_DIM, **hp
-    ).to(torch.float64)
+    learner = build_meta_learner(name, num_classes=NUM_CLASSES, feature_dim=FEATURE_DIM, **hp).to(
+        torch.float64
+    )
     return model, optimizer, learner
 
 
@@ -205,7 +208,9 @@ def test_meta_pass_leaves_batchnorm_running_statistics_to_the_train_batch():
         out = learner.step(stepped, torch.optim.SGD(stepped.parameters(), lr=0.1), x, y, xv, yv)
         for name, buffer in plain.named_buffers():
             torch.testing.assert_close(dict(stepped.named_buffers())[name], buffer, msg=name)
-        assert all(m.track_running_stats for m in stepped.modules() if hasattr(m, "track_running_stats"))
+        assert all(
+            m.track_running_stats for m in stepped.modules() if hasattr(m, "track_running_stats")
+        )
         # the reported meta loss is the objective at θ_{t+1} with batch-statistics BN
         with torch.no_grad(), batch_statistics_without_update(stepped):
             expected = learner.objective(stepped(xv), yv)["meta_loss"]
@@ -349,7 +354,13 @@ def test_to_moves_parameters_and_adam_state():
 
 
 def test_registry_names_and_defaults():
-    assert meta_learner_names() == ["ce_dece", "ce_sece", "fl_gamma", "fl_gamma_dece", "fl_gamma_sece"]
+    assert meta_learner_names() == [
+        "ce_dece",
+        "ce_sece",
+        "fl_gamma",
+        "fl_gamma_dece",
+        "fl_gamma_sece",
+    ]
     learner = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=512)
     assert learner.name == "fl_gamma_sece"
     assert learner.hyperparameters == {

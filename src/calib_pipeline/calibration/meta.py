@@ -232,8 +232,11 @@ class MetaLearner:
         if state.get("name") != self.name:
             raise ValueError(f"state is for meta learner {state.get('name')!r}, not {self.name!r}")
         saved = state.get("hyperparameters", {})
-        changed = sorted(k for k in self.hyperparameters.keys() | saved.keys()
-                         if saved.get(k) != self.hyperparameters.get(k))
+        changed = sorted(
+            k
+            for k in self.hyperparameters.keys() | saved.keys()
+            if saved.get(k) != self.hyperparameters.get(k)
+        )
         if changed:
             raise ValueError(f"state has different hyperparameters {changed} than {self.name!r}")
         self.module.load_state_dict(state["module"])
@@ -302,9 +305,13 @@ class MetaLearner:
         fast_grads = torch.autograd.grad(
             loss, list(fast.values()), create_graph=True, allow_unused=True
         )
-        other_grads = torch.autograd.grad(
-            loss, [named[n] for n in others], retain_graph=True, allow_unused=True
-        ) if others else ()
+        other_grads = (
+            torch.autograd.grad(
+                loss, [named[n] for n in others], retain_graph=True, allow_unused=True
+            )
+            if others
+            else ()
+        )
         optimizer.zero_grad(set_to_none=True)
         for name, grad in zip([*fast, *others], [*fast_grads, *other_grads]):
             if grad is not None:
@@ -314,7 +321,8 @@ class MetaLearner:
 
         # (b) Meta update through the look-ahead θ̂ (value θ_{t+1}, derivative via g(φ)).
         lookahead = {
-            name: named[name].detach() - (learning_rates[id(named[name])] * clip_scale) * (g - g.detach())
+            name: named[name].detach()
+            - (learning_rates[id(named[name])] * clip_scale) * (g - g.detach())
             for name, g in zip(fast, fast_grads)
             if g is not None
         }
@@ -397,7 +405,9 @@ def build_meta_learner(
     (Table 2's ablation: γ-Net meta-learned on meta-val cross-entropy, no calibration term),
     ``ce_sece``, ``ce_dece`` (Bohdal et al.'s CE + meta-learned unit-wise L2).
     """
-    return META_LEARNERS.build(name, num_classes=num_classes, feature_dim=feature_dim, **hyperparameters)
+    return META_LEARNERS.build(
+        name, num_classes=num_classes, feature_dim=feature_dim, **hyperparameters
+    )
 
 
 def meta_learner_names() -> list[str]:
@@ -406,7 +416,8 @@ def meta_learner_names() -> list[str]:
 
 def _check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
+        # ValueError, not TypeError: every bad hyperparameter fails alike at build time.
+        raise ValueError(f"{name} must be true or false, got {value!r}")  # noqa: TRY004
     return value
 
 
@@ -542,10 +553,10 @@ def fl_gamma_sece(
 ) -> FocalGammaLearner:
     """FL_γ-SECE, the paper's method: γ-Net meta-learned on meta-val SECE alone (eq. 2)."""
     return _focal_gamma_learner(
-        "fl_gamma_sece", _sece_term(bandwidth, tau_a), num_classes=num_classes, feature_dim=feature_dim,
-        tau=tau, detach_features=detach_features, detach_pt=detach_pt, meta_lr=meta_lr,
-        unroll=unroll, max_grad_norm=max_grad_norm, meta_ce_weight=meta_ce_weight,
-        meta_loss_weight=meta_loss_weight,
+        "fl_gamma_sece", _sece_term(bandwidth, tau_a), num_classes=num_classes,
+        feature_dim=feature_dim, tau=tau, detach_features=detach_features, detach_pt=detach_pt,
+        meta_lr=meta_lr, unroll=unroll, max_grad_norm=max_grad_norm,
+        meta_ce_weight=meta_ce_weight, meta_loss_weight=meta_loss_weight,
     )  # fmt: skip
 
 
