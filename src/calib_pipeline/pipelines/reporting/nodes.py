@@ -12,8 +12,9 @@ import logging
 from typing import Any
 
 import pandas as pd
+import torch
 
-from calib_pipeline.calibration.metrics import calibration_metrics, reliability_bins
+from calib_pipeline.calibration.metrics import calibration_metrics, calibration_metrics_batched, reliability_bins
 from calib_pipeline.calibration.posthoc import calibrated_scores
 from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report
 
@@ -39,6 +40,23 @@ def _cells(run: dict[str, Any]) -> list[tuple[str, str, int, dict[str, Any]]]:
     return cells
 
 
+SHIFT_METRICS = ("accuracy", "nll", "brier", "ece", "ece_em", "mce", "ece_l2", "auroc")
+
+
+def _bins_frame(stats: dict[str, Any], count: int, base: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        {
+            "lower": stats["edges"][:-1], "upper": stats["edges"][1:], "count": stats["counts"],
+            "confidence": stats["confidence"], "accuracy": stats["accuracy"],
+        }
+    )
+    frame.insert(0, "n_bins", count)
+    for column, value in reversed(list(base.items())):
+        if column not in ("split", "shift", "severity"):
+            frame.insert(0, column, value)
+    return frame
+
+
 def evaluate_runs(
     runs: dict[str, dict[str, Any]],
     *,
@@ -48,8 +66,13 @@ def evaluate_runs(
     calibrators: list[str],
     n_bins: int = 15,
     reliability_bin_counts: tuple[int, ...] = (15,),
+    shift_metrics: tuple[str, ...] = SHIFT_METRICS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score every cell of a study.
+
+    Clean val/test cells get the whole metric suite; shifted sets (often ~100 per run)
+    get ``shift_metrics``, scored in one batched call per (run, calibrator) -- the sets
+    of a run share their size, so they stack into R × N × K.
 
     Args:
         runs: ``"<method>|<seed>"`` -> ``{"logits", "calibrators", "shift"}`` artifacts.
@@ -58,6 +81,7 @@ def evaluate_runs(
         calibrators: calibrator keys of the study (``"none"`` is always added first).
         n_bins: bins of the binned metrics.
         reliability_bin_counts: bin counts of the per-bin table (clean test split).
+        shift_metrics: metric keys computed on shifted sets.
 
     Returns:
         The tidy metrics table (``TIDY_COLUMNS``) and the per-bin reliability table.
@@ -72,35 +96,36 @@ def evaluate_runs(
             raise KeyError(f"{method} seed {seed}: calibrator(s) {missing} were not fitted; re-run posthoc")
         for cal_name in [UNCALIBRATED, *calibrators]:
             calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
+            base = {
+                "dataset": dataset, "study": study, "method": method, "label": labels.get(method, method),
+                "seed": int(seed), "calibrator": cal_name,
+            }
+            shifted: dict[tuple[str, int], list[tuple[dict[str, Any], torch.Tensor, torch.Tensor]]] = {}
             for split, shift, severity, entry in _cells(run):
                 scores, kind = (
                     (entry["logits"], "logits") if calibrator is None
                     else calibrated_scores(calibrator, entry["logits"])
                 )
+                cell = {**base, "split": split, "shift": shift, "severity": severity}
+                if shift != "none":
+                    shifted.setdefault((kind, len(entry["labels"])), []).append((cell, scores, entry["labels"]))
+                    continue
                 values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
-                base = {
-                    "dataset": dataset, "study": study, "method": method,
-                    "label": labels.get(method, method), "seed": int(seed),
-                    "calibrator": cal_name, "split": split, "shift": shift, "severity": severity,
-                }
-                rows.extend({**base, "metric": k, "value": float(v)} for k, v in values.items())
-                if split == "test" and shift == "none":
+                rows.extend({**cell, "metric": k, "value": float(v)} for k, v in values.items())
+                if split == "test":
                     for count in reliability_bin_counts:
                         stats = reliability_bins(scores, entry["labels"], n_bins=count, inputs=kind)
-                        frame = pd.DataFrame(
-                            {
-                                "lower": stats["edges"][:-1], "upper": stats["edges"][1:],
-                                "count": stats["counts"], "confidence": stats["confidence"],
-                                "accuracy": stats["accuracy"],
-                            }
-                        )
-                        frame.insert(0, "n_bins", count)
-                        for column, value in reversed(list(base.items())):
-                            if column not in ("split", "shift", "severity"):
-                                frame.insert(0, column, value)
-                        bins.append(frame)
+                        bins.append(_bins_frame(stats, count, cell))
+            for (kind, _), cells in shifted.items():
+                values = calibration_metrics_batched(
+                    torch.stack([torch.as_tensor(c[1]) for c in cells]),
+                    torch.stack([torch.as_tensor(c[2]) for c in cells]),
+                    n_bins=n_bins, inputs=kind, keys=list(shift_metrics),
+                )
+                for index, (cell, _, _) in enumerate(cells):
+                    rows.extend({**cell, "metric": k, "value": float(v[index])} for k, v in values.items())
     table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
-    logger.info("%s: scored %d cells into %d rows", study, len(table) // max(1, table["metric"].nunique()), len(table))
+    logger.info("%s: scored %d rows", study, len(table))
     return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()
 
 

@@ -5,7 +5,7 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from calib_pipeline.pipelines.config import StudySpec, Structure
-from calib_pipeline.pipelines.reporting.nodes import evaluate_runs, run_report
+from calib_pipeline.pipelines.reporting.nodes import SHIFT_METRICS, evaluate_runs, run_report
 from calib_pipeline.pipelines.reporting.reports import report_needs
 from calib_pipeline.pipelines.training.pipeline import run_prefix
 
@@ -44,6 +44,7 @@ def evaluate_study(
         reliability_bin_counts=tuple(
             sorted({int(evaluation.get("n_bins", 15)), *evaluation.get("reliability_bins", []), *report_bins})
         ),
+        shift_metrics=tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
     )
 
 
