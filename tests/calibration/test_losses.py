@@ -544,3 +544,18 @@ def test_unknown_objective_lists_the_valid_names():
 def test_malformed_batches_are_rejected(logits, targets):
     with pytest.raises(ValueError, match="logits|targets"):
         build_objective("cross_entropy")(logits, targets)
+
+
+def test_mmce_gradient_is_finite_on_all_wrong_and_all_correct_batches():
+    # regression: count clamping to a tiny float underflowed to 0 in float32 and made the
+    # masked-out branch NaN, which torch.where passed on to the gradient
+    from calib_pipeline.calibration.losses import build_objective
+
+    objective = build_objective("composite", primary="mse", secondary={"name": "mmce"}, beta=1.0)
+    for logits, targets in (
+        (torch.tensor([[5.0, 0.0], [4.0, 0.0]]), torch.tensor([1, 1])),  # all wrong
+        (torch.tensor([[5.0, 0.0], [4.0, 0.0]]), torch.tensor([0, 0])),  # all correct
+    ):
+        logits = logits.clone().requires_grad_(True)
+        objective(logits, targets).backward()
+        assert torch.isfinite(logits.grad).all()

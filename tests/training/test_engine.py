@@ -153,3 +153,15 @@ def test_meta_learner_requires_a_meta_val_split(digits):
     with pytest.raises(ValueError, match="needs a meta_val split"):
         train_model(model, None, train, val, TrainConfig(epochs=1, device="cpu"), normalization=(data.mean, data.std),
                     seed=0, meta_learner=build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16))
+
+
+def test_divergence_fails_with_a_clear_message(digits):
+    class Exploding:
+        def __call__(self, logits, targets, **context):
+            return (logits * float("inf")).sum()
+
+    data, train, val, _ = digits
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
+    with pytest.raises(FloatingPointError, match="probe diverged in epoch 1"):
+        train_model(model, Exploding(), train, val, TrainConfig(epochs=1, device="cpu"),
+                    normalization=(data.mean, data.std), seed=0, description="probe")

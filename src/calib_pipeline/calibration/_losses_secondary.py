@@ -68,10 +68,11 @@ def mmce(logits: Tensor, targets: Tensor, *, width: float, estimator: str) -> Te
         defined = torch.ones((), dtype=torch.bool, device=logits.device)
     else:
         power = 2 if estimator == "weighted_code" else 1
-        tiny = torch.finfo(logits.dtype).tiny
         m, n = correct.sum(), wrong.sum()
-        weights = correct * (1.0 - confidence) / m.clamp_min(tiny) ** power
-        weights = weights - wrong * confidence / n.clamp_min(tiny) ** power
+        # counts clamped to 1, not to a tiny float: tiny**2 underflows to 0 in float32 and
+        # 0/0 = NaN would reach the gradient through torch.where even when masked out
+        weights = correct * (1.0 - confidence) / m.clamp_min(1.0) ** power
+        weights = weights - wrong * confidence / n.clamp_min(1.0) ** power
         defined = (m > 0) & (n > 0)
     kernel = torch.exp(-(confidence[:, None] - confidence[None, :]).abs() / width)
     squared = weights @ kernel @ weights

@@ -266,6 +266,11 @@ def train_model(
         scheduler.step()
 
         val_logits = predict_logits(model, val.images, normalizer, config.eval_batch_size)
+        if not bool(torch.isfinite(loss_sum) & torch.isfinite(val_logits).all()):
+            raise FloatingPointError(
+                f"{description or 'training'} diverged in epoch {epoch}: the training loss or the "
+                "model's outputs are not finite; lower the learning rate or the loss coefficients"
+            )
         stats = {
             "train_loss": loss_sum / len(train_labels),
             "train_accuracy": correct_sum / len(train_labels) if seen_logits else correct_sum * float("nan"),
