@@ -559,3 +559,17 @@ def test_mmce_gradient_is_finite_on_all_wrong_and_all_correct_batches():
         logits = logits.clone().requires_grad_(True)
         objective(logits, targets).backward()
         assert torch.isfinite(logits.grad).all()
+
+
+def test_focal_second_derivative_is_finite_on_saturated_samples():
+    # the γ-Net look-ahead differentiates the focal loss twice; with p_t == 1 in float32
+    # (1 - p_t)^γ has an infinite slope for γ < 1 unless computed in log space
+    from calib_pipeline.calibration.losses import focal_loss
+
+    logits = torch.tensor([[120.0, 0.0, -3.0], [0.5, 0.2, 0.1]], requires_grad=True)
+    gamma = torch.tensor([0.5, 0.3], requires_grad=True)
+    targets = torch.tensor([0, 2])
+    loss = focal_loss(logits, targets, gamma)
+    (grad_logits,) = torch.autograd.grad(loss, logits, create_graph=True)
+    (grad_gamma,) = torch.autograd.grad(grad_logits.square().sum(), gamma)
+    assert torch.isfinite(loss) and torch.isfinite(grad_logits).all() and torch.isfinite(grad_gamma).all()

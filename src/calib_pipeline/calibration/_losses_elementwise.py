@@ -98,18 +98,32 @@ def entropy_regularized(logits: Tensor, targets: Tensor, *, beta: float) -> Tens
 
 
 def _modulated_nll(
-    log_probs: Tensor, factor_base: Tensor, gamma: float | Tensor, detach_pt: bool
+    log_probs: Tensor, log_base: Tensor, gamma: float | Tensor, detach_pt: bool
 ) -> Tensor:
-    """``-base^gamma * log p`` elementwise, the common form of focal-type losses.
+    """``-base^gamma * log p`` elementwise, the common form of focal-type losses, with
+    ``base^gamma`` computed as ``exp(gamma * log base)`` from an exact ``log base``.
 
-    ``base`` is clamped to the smallest positive normal number: a saturated float32
-    softmax gives ``1 - p = 0`` exactly, where ``d base^gamma / d base`` is infinite for
-    gamma < 1 and the gradient would turn into ``0 * inf = NaN``.
+    Working in log space keeps first and second derivatives finite where a float32
+    softmax saturates (``p_t`` = 1 exactly): there ``(1 - p_t)^gamma`` has an infinite
+    slope for gamma < 1, and the γ-Net look-ahead differentiates this loss twice.
     """
     if detach_pt:
-        factor_base = factor_base.detach()
-    factor_base = factor_base.clamp_min(torch.finfo(factor_base.dtype).tiny)
-    return -factor_base.pow(gamma) * log_probs
+        log_base = log_base.detach()
+    return -torch.exp(gamma * log_base) * log_probs
+
+
+def _log_one_minus_p(logits: Tensor, targets: Tensor, columns: Tensor) -> Tensor:
+    """``log(1 - p_k)`` for the target columns.
+
+    For class indices it is ``logsumexp(z without z_t) - logsumexp(z)``: exact and finite
+    even when ``1 - p_t`` rounds to 0. For target probabilities (mixup) every column is
+    needed and ``log(-expm1(log p))`` is used, floored at the smallest normal number.
+    """
+    if is_soft(targets):
+        tiny = torch.finfo(columns.dtype).tiny
+        return (-torch.expm1(columns)).clamp_min(tiny).log()
+    others = logits.scatter(1, targets[:, None], float("-inf"))
+    return (torch.logsumexp(others, dim=1) - torch.logsumexp(logits, dim=1))[:, None]
 
 
 def _gamma_column(gamma: float | Tensor, n: int) -> float | Tensor:
@@ -132,7 +146,7 @@ def focal_per_sample(
     """
     columns = target_columns(F.log_softmax(logits, dim=1), targets)
     gamma = _gamma_column(gamma, logits.shape[0])
-    losses = _modulated_nll(columns, -torch.expm1(columns), gamma, detach_pt)
+    losses = _modulated_nll(columns, _log_one_minus_p(logits, targets, columns), gamma, detach_pt)
     return target_expectation(losses, targets)
 
 
@@ -181,7 +195,7 @@ def flsd53(logits: Tensor, targets: Tensor, *, detach_pt: bool = False) -> Tenso
     columns = target_columns(F.log_softmax(logits, dim=1), targets)
     low_confidence = (columns.detach().exp() < FLSD_THRESHOLD).to(columns.dtype)
     gamma = FLSD_GAMMA + (FLSD_GAMMA_LOW_CONFIDENCE - FLSD_GAMMA) * low_confidence
-    losses = _modulated_nll(columns, -torch.expm1(columns), gamma, detach_pt)
+    losses = _modulated_nll(columns, _log_one_minus_p(logits, targets, columns), gamma, detach_pt)
     return target_expectation(losses, targets)
 
 
@@ -190,7 +204,7 @@ def inverse_focal(
 ) -> Tensor:
     """Inverse focal loss (Wang et al. eq. 4): ``-(1 + p_t)^gamma log p_t``."""
     columns = target_columns(F.log_softmax(logits, dim=1), targets)
-    losses = _modulated_nll(columns, 1.0 + columns.exp(), gamma, detach_pt)
+    losses = _modulated_nll(columns, torch.log1p(columns.exp()), gamma, detach_pt)
     return target_expectation(losses, targets)
 
 
