@@ -32,8 +32,16 @@ SPLITS = {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}}
 @pytest.fixture(scope="module")
 def digits() -> ImageData:
     full = load_dataset("digits")
-    return ImageData("digits", full.train_images[:150], full.train_labels[:150], full.test_images[:40],
-                     full.test_labels[:40], 10, full.mean, full.std)
+    return ImageData(
+        "digits",
+        full.train_images[:150],
+        full.train_labels[:150],
+        full.test_images[:40],
+        full.test_labels[:40],
+        10,
+        full.mean,
+        full.std,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +50,33 @@ def cifar() -> ImageData:
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (30, 3, 32, 32), dtype=torch.uint8, generator=gen)
     labels = torch.arange(30) % 10
-    return ImageData("cifar10", images, labels, images[:12], labels[:12], 10, (0.5,) * 3, (0.25,) * 3)
+    return ImageData(
+        "cifar10", images, labels, images[:12], labels[:12], 10, (0.5,) * 3, (0.25,) * 3
+    )
 
 
 def checkpoint_for(data: ImageData, method: str = "ce", seed: int = 0) -> dict:
     """An untrained small CNN in the checkpoint format (the shift stage only predicts)."""
     torch.manual_seed(seed)
     params = {"width": 4, "feature_dim": 8}
-    model = build_model("small_cnn", in_channels=data.in_channels, num_classes=10, image_size=data.image_size, **params)
+    model = build_model(
+        "small_cnn",
+        in_channels=data.in_channels,
+        num_classes=10,
+        image_size=data.image_size,
+        **params,
+    )
     return {
-        "method": method, "seed": seed, "state_dict": model.state_dict(),
-        "architecture": {"name": "small_cnn", "params": params, "in_channels": data.in_channels,
-                         "num_classes": 10, "image_size": data.image_size},
+        "method": method,
+        "seed": seed,
+        "state_dict": model.state_dict(),
+        "architecture": {
+            "name": "small_cnn",
+            "params": params,
+            "in_channels": data.in_channels,
+            "num_classes": 10,
+            "image_size": data.image_size,
+        },
         "normalization": {"mean": list(data.mean), "std": list(data.std)},
         "config": {"split": "standard"},
     }
@@ -67,7 +90,9 @@ def run_shift(data: ImageData, shift_params: dict, runs=(("ce", 0),)) -> dict[st
         "params:logits": MemoryDataset({"device": "cpu"}),
     }
     for method, seed in runs:
-        datasets[f"{method}.seed_{seed}.checkpoint"] = MemoryDataset(checkpoint_for(data, method, seed))
+        datasets[f"{method}.seed_{seed}.checkpoint"] = MemoryDataset(
+            checkpoint_for(data, method, seed)
+        )
         datasets[f"{method}.seed_{seed}.shift_logits"] = MemoryDataset(copy_mode="assign")
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline(list(runs)), catalog)
@@ -75,13 +100,23 @@ def run_shift(data: ImageData, shift_params: dict, runs=(("ce", 0),)) -> dict[st
 
 
 def test_generated_suite_gives_logits_per_run_set_and_severity_and_lists_skipped(digits):
-    params = {"corruptions": ["gaussian_noise", "contrast", "frost", "saturate"], "severities": [1, 5]}
+    params = {
+        "corruptions": ["gaussian_noise", "contrast", "frost", "saturate"],
+        "severities": [1, 5],
+    }
     out = run_shift(digits, params, runs=(("ce", 0), ("ls", 1)))
     for entries in out.values():
         graded = {k: v for k, v in entries.items() if "logits" in v}
-        assert sorted(graded) == ["contrast/1", "contrast/5", "gaussian_noise/1", "gaussian_noise/5"]
+        assert sorted(graded) == [
+            "contrast/1",
+            "contrast/5",
+            "gaussian_noise/1",
+            "gaussian_noise/5",
+        ]
         for entry in graded.values():
-            assert entry["logits"].shape == (40, 10) and torch.equal(entry["labels"], digits.test_labels)
+            assert entry["logits"].shape == (40, 10) and torch.equal(
+                entry["labels"], digits.test_labels
+            )
             assert entry["source"] == "generated" and entry["split"] == "test"
         assert {v["shift"] for v in graded.values()} == {"gaussian_noise", "contrast"}
         # greyscale digits: saturate is undefined, frost has no textures -- listed, not silent
@@ -105,7 +140,20 @@ def test_uncached_sets_are_regenerated_identically_in_each_run(digits):
     cached = run_shift(digits, params)["ce|0"]
     regenerated = run_shift(digits, {**params, "cache_mb": 0})["ce|0"]
     for key in ("shot_noise/2", "spatter/2"):
-        torch.testing.assert_close(cached[key]["logits"], regenerated[key]["logits"], rtol=0, atol=0)
+        torch.testing.assert_close(
+            cached[key]["logits"], regenerated[key]["logits"], rtol=0, atol=0
+        )
+
+
+def test_sets_predicted_together_match_sets_predicted_alone(digits, monkeypatch):
+    params = {"corruptions": ["contrast", "fog"], "severities": [1, 4]}
+    together = run_shift(digits, params)["ce|0"]
+    monkeypatch.setattr("calib_pipeline.pipelines.shift.nodes.PREDICT_BLOCK_BYTES", 1)
+    alone = run_shift(digits, params)["ce|0"]
+    assert list(together) == list(alone)
+    for key in ("contrast/1", "fog/4"):
+        torch.testing.assert_close(together[key]["logits"], alone[key]["logits"])
+        assert together[key]["logits"].shape == (40, 10)
 
 
 def test_plan_caches_within_budget_only(digits):
@@ -122,21 +170,40 @@ def test_generated_chunks_draw_distinct_noise_and_are_deterministic():
     once = generate_corrupted(images, "gaussian_noise", 5, seed=3, chunk_size=4)
     assert torch.equal(once, generate_corrupted(images, "gaussian_noise", 5, seed=3, chunk_size=4))
     assert not torch.equal(once[:4], once[4:])  # one seed per chunk would repeat the noise
-    assert not torch.equal(once, generate_corrupted(images, "gaussian_noise", 5, seed=4, chunk_size=4))
+    assert not torch.equal(
+        once, generate_corrupted(images, "gaussian_noise", 5, seed=4, chunk_size=4)
+    )
     assert once.dtype == torch.uint8 and once.shape == images.shape
 
 
 def test_shifted_val_sets_follow_the_run_split_and_become_val_rows(digits):
-    params = {"corruptions": ["contrast"], "severities": [3], "shifted_val": {"corruptions": ["gaussian_noise"], "severities": [2]}}
+    params = {
+        "corruptions": ["contrast"],
+        "severities": [3],
+        "shifted_val": {"corruptions": ["gaussian_noise"], "severities": [2]},
+    }
     entries = run_shift(digits, params)["ce|0"]
     val = entries["val/gaussian_noise/2"]
     n_val = 150 - round(150 * 0.8)
-    assert val["split"] == "val" and abs(len(val["labels"]) - n_val) <= 2 and val["logits"].shape[1] == 10
-    clean = {"val": {"logits": torch.randn(5, 10), "labels": torch.arange(5)},
-             "test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)}}
-    table, _ = evaluate_runs({"ce|0": {"logits": clean, "calibrators": {}, "shift": entries}},
-                             dataset="digits", study="s", labels={}, calibrators=[])
-    cells = set(map(tuple, table[["split", "shift", "severity"]].drop_duplicates().to_numpy().tolist()))
+    assert (
+        val["split"] == "val"
+        and abs(len(val["labels"]) - n_val) <= 2
+        and val["logits"].shape[1] == 10
+    )
+    clean = {
+        "val": {"logits": torch.randn(5, 10), "labels": torch.arange(5)},
+        "test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)},
+    }
+    table, _ = evaluate_runs(
+        {"ce|0": {"logits": clean, "calibrators": {}, "shift": entries}},
+        dataset="digits",
+        study="s",
+        labels={},
+        calibrators=[],
+    )
+    cells = set(
+        map(tuple, table[["split", "shift", "severity"]].drop_duplicates().to_numpy().tolist())
+    )
     assert ("val", "gaussian_noise", 2) in cells and ("test", "contrast", 3) in cells
     assert not any(shift in ("frost", "saturate") for _, shift, _ in cells)  # skipped: no rows
 
@@ -147,31 +214,47 @@ def test_shifted_val_sets_follow_the_run_split_and_become_val_rows(digits):
 def write_official(root: Path, n: int = 6) -> dict[str, np.ndarray]:
     """Miniature CIFAR-10-C (fog), CIFAR-10.1 (v6, v4) and CIFAR-10.2 (test) files."""
     rng = np.random.default_rng(0)
-    files = {"c": rng.integers(0, 256, (5 * n, 32, 32, 3), dtype=np.uint8),
-             "v6": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-             "v4": rng.integers(0, 256, (n + 1, 32, 32, 3), dtype=np.uint8),
-             "102": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)}
+    files = {
+        "c": rng.integers(0, 256, (5 * n, 32, 32, 3), dtype=np.uint8),
+        "v6": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+        "v4": rng.integers(0, 256, (n + 1, 32, 32, 3), dtype=np.uint8),
+        "102": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+    }
     (root / "CIFAR-10-C").mkdir(parents=True)
     np.save(root / "CIFAR-10-C" / "fog.npy", files["c"])
     np.save(root / "CIFAR-10-C" / "labels.npy", np.tile(np.arange(n, dtype=np.uint8), 5))
     (root / "CIFAR-10.1").mkdir()
     for version in ("v6", "v4"):
         np.save(root / "CIFAR-10.1" / f"cifar10.1_{version}_data.npy", files[version])
-        np.save(root / "CIFAR-10.1" / f"cifar10.1_{version}_labels.npy", np.arange(len(files[version])) % 10)
+        np.save(
+            root / "CIFAR-10.1" / f"cifar10.1_{version}_labels.npy",
+            np.arange(len(files[version])) % 10,
+        )
     (root / "CIFAR-10.2").mkdir()
-    np.savez(root / "CIFAR-10.2" / "cifar102_test.npz", images=files["102"], labels=np.arange(n, dtype=np.int64) % 10)
+    np.savez(
+        root / "CIFAR-10.2" / "cifar102_test.npz",
+        images=files["102"],
+        labels=np.arange(n, dtype=np.int64) % 10,
+    )
     return files
 
 
 def test_official_sets_are_read_from_files_and_labelled_by_source(cifar, tmp_path):
     files = write_official(tmp_path)
-    params = {"corruptions": ["fog"], "severities": [2, 5], "corruption_source": "cifar10_c",
-              "natural": {"cifar10_1": {}, "cifar10_2": {}}, "root": str(tmp_path)}
+    params = {
+        "corruptions": ["fog"],
+        "severities": [2, 5],
+        "corruption_source": "cifar10_c",
+        "natural": {"cifar10_1": {}, "cifar10_2": {}},
+        "root": str(tmp_path),
+    }
     plan = make_shift_sets(cifar, SPLITS, params)
     images, labels = plan.cache["cifar10_c:fog/5"]
     assert torch.equal(images, torch.from_numpy(files["c"][24:30]).permute(0, 3, 1, 2))
     assert torch.equal(labels, torch.arange(6))
-    assert torch.equal(plan.cache["cifar10_1/0"][0], torch.from_numpy(files["v6"]).permute(0, 3, 1, 2))
+    assert torch.equal(
+        plan.cache["cifar10_1/0"][0], torch.from_numpy(files["v6"]).permute(0, 3, 1, 2)
+    )
     entries = run_shift(cifar, params)["ce|0"]
     assert sorted(entries) == ["cifar10_1/0", "cifar10_2/0", "cifar10_c:fog/2", "cifar10_c:fog/5"]
     assert {k: (v["shift"], v["source"], v["severity"]) for k, v in entries.items()} == {
@@ -185,7 +268,11 @@ def test_official_sets_are_read_from_files_and_labelled_by_source(cifar, tmp_pat
 
 def test_a_non_default_variant_is_part_of_the_label(cifar, tmp_path):
     write_official(tmp_path)
-    plan = make_shift_sets(cifar, SPLITS, {"corruptions": [], "natural": {"cifar10_1": {"version": "v4"}}, "root": str(tmp_path)})
+    plan = make_shift_sets(
+        cifar,
+        SPLITS,
+        {"corruptions": [], "natural": {"cifar10_1": {"version": "v4"}}, "root": str(tmp_path)},
+    )
     (spec,) = plan.test_sets
     assert spec.shift == "cifar10_1:v4" and len(plan.cache[spec.key][1]) == 7
 
@@ -195,11 +282,17 @@ def test_a_non_default_variant_is_part_of_the_label(cifar, tmp_path):
     [
         ({"natural": ["cifar10_1"]}, "CIFAR-10.1/cifar10.1_v6_data.npy", "cifar10_1"),
         ({"natural": ["cifar10_2"]}, "CIFAR-10.2/cifar102_test.npz", "cifar10_2"),
-        ({"corruption_source": "cifar10_c", "corruptions": ["snow"]}, "CIFAR-10-C/snow.npy", "cifar_c"),
+        (
+            {"corruption_source": "cifar10_c", "corruptions": ["snow"]},
+            "CIFAR-10-C/snow.npy",
+            "cifar_c",
+        ),
     ],
 )
 @pytest.mark.parametrize("cache_mb", [2048, 0])
-def test_missing_official_file_fails_with_the_layout(cifar, tmp_path, params, missing, layout, cache_mb):
+def test_missing_official_file_fails_with_the_layout(
+    cifar, tmp_path, params, missing, layout, cache_mb
+):
     params = {"corruptions": [], **params, "root": str(tmp_path), "cache_mb": cache_mb}
     with pytest.raises(ShiftSetMissing) as info:
         run_shift(cifar, params)
@@ -207,7 +300,9 @@ def test_missing_official_file_fails_with_the_layout(cifar, tmp_path, params, mi
 
 
 def test_missing_official_files_do_not_matter_when_not_requested(cifar, tmp_path):
-    entries = run_shift(cifar, {"corruptions": ["contrast"], "severities": [1], "root": str(tmp_path / "absent")})["ce|0"]
+    entries = run_shift(
+        cifar, {"corruptions": ["contrast"], "severities": [1], "root": str(tmp_path / "absent")}
+    )["ce|0"]
     assert list(entries) == ["contrast/1"]
 
 
@@ -215,16 +310,36 @@ def test_missing_official_files_do_not_matter_when_not_requested(cifar, tmp_path
     ("params", "dataset", "message"),
     [
         ({"corruption": ["fog"]}, "digits", r"unknown key\(s\) \['corruption'\]; valid keys"),
-        ({"corruptions": ["fogg"]}, "digits", r"unknown corruption\(s\) \['fogg'\].*valid: \['gaussian_noise'"),
-        ({"corruptions": ["fog"], "severities": [0, 6]}, "digits", r"integers in \[1, 2, 3, 4, 5\]"),
+        (
+            {"corruptions": ["fogg"]},
+            "digits",
+            r"unknown corruption\(s\) \['fogg'\].*valid: \['gaussian_noise'",
+        ),
+        (
+            {"corruptions": ["fog"], "severities": [0, 6]},
+            "digits",
+            r"integers in \[1, 2, 3, 4, 5\]",
+        ),
         ({"corruptions": "some"}, "digits", "'all', 'benchmark' or a list"),
         ({"corruption_source": "cifar10c"}, "cifar10", "must be 'generated' or one of"),
         ({"natural": ["imagenet_v2"]}, "cifar10", r"unknown set\(s\) \['imagenet_v2'\]"),
-        ({"natural": {"cifar10_1": {"split": "test"}}}, "cifar10", r"unknown option\(s\) \['split'\]; valid: \['version'\]"),
-        ({"natural": ["cifar10_1"], "root": "/x"}, "digits", "shifts the cifar10 test set; this run's dataset is 'digits'"),
+        (
+            {"natural": {"cifar10_1": {"split": "test"}}},
+            "cifar10",
+            r"unknown option\(s\) \['split'\]; valid: \['version'\]",
+        ),
+        (
+            {"natural": ["cifar10_1"], "root": "/x"},
+            "digits",
+            "shifts the cifar10 test set; this run's dataset is 'digits'",
+        ),
         ({"natural": ["cifar10_1"]}, "cifar10", "set shift.root"),
         ({"chunk_size": 0}, "digits", "chunk_size must be a positive integer"),
-        ({"shifted_val": {"corruptions": "all", "levels": [1]}}, "digits", r"shifted_val: unknown key\(s\) \['levels'\]"),
+        (
+            {"shifted_val": {"corruptions": "all", "levels": [1]}},
+            "digits",
+            r"shifted_val: unknown key\(s\) \['levels'\]",
+        ),
     ],
 )
 def test_bad_shift_parameters_fail_before_any_image_is_made(params, dataset, message):
@@ -234,13 +349,25 @@ def test_bad_shift_parameters_fail_before_any_image_is_made(params, dataset, mes
 
 def test_official_set_of_the_wrong_shape_is_rejected(tmp_path):
     write_official(tmp_path)
-    small = ImageData("cifar10", torch.zeros(4, 3, 16, 16), torch.zeros(4, dtype=torch.long), torch.zeros(4, 3, 16, 16),
-                      torch.zeros(4, dtype=torch.long), 10, (0.5,) * 3, (0.25,) * 3)
-    with pytest.raises(ValueError, match=r"images \(3, 32, 32\).*do not match the dataset \(\(3, 16, 16\)"):
-        make_shift_sets(small, SPLITS, {"corruptions": [], "natural": ["cifar10_1"], "root": str(tmp_path)})
+    small = ImageData(
+        "cifar10",
+        torch.zeros(4, 3, 16, 16),
+        torch.zeros(4, dtype=torch.long),
+        torch.zeros(4, 3, 16, 16),
+        torch.zeros(4, dtype=torch.long),
+        10,
+        (0.5,) * 3,
+        (0.25,) * 3,
+    )
+    with pytest.raises(
+        ValueError, match=r"images \(3, 32, 32\).*do not match the dataset \(\(3, 16, 16\)"
+    ):
+        make_shift_sets(
+            small, SPLITS, {"corruptions": [], "natural": ["cifar10_1"], "root": str(tmp_path)}
+        )
 
 
-# ------------------------------------------------------------------ labels and the shipped parameters
+# ---------------------------------------------------- labels and the shipped parameters
 
 
 @pytest.mark.parametrize(
@@ -264,7 +391,9 @@ def test_shipped_parameters_sweep_every_generated_corruption_at_five_severities(
     params = load_parameters(None, PROJECT)["shift"]
     tests, vals, skipped = resolve_suites(params, "digits", channels=1)
     assert len(tests) == 17 * 5 and not vals and sorted(skipped) == ["frost", "saturate"]
-    assert {s.severity for s in tests} == {1, 2, 3, 4, 5} and {s.source for s in tests} == {"generated"}
+    assert {s.severity for s in tests} == {1, 2, 3, 4, 5} and {s.source for s in tests} == {
+        "generated"
+    }
     colour, _, skipped = resolve_suites(params, "cifar10", channels=3)
     assert len(colour) == 18 * 5 and list(skipped) == ["frost"]
     assert str(params["root"]).endswith("01_raw/shift")

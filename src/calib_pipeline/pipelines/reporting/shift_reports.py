@@ -30,14 +30,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from calib_pipeline.calibration.metrics import metric_names  # noqa: E402
-from calib_pipeline.pipelines.reporting.reports import StudyResults, report  # noqa: E402
-from calib_pipeline.pipelines.reporting.tables import PERCENT_METRICS, mean_std_table  # noqa: E402
-from calib_pipeline.pipelines.shift.nodes import parse_shift  # noqa: E402
+from calib_pipeline.calibration.metrics import metric_names
+from calib_pipeline.pipelines.reporting.reports import StudyResults, report
+from calib_pipeline.pipelines.reporting.tables import PERCENT_METRICS, mean_std_table
+from calib_pipeline.pipelines.shift.nodes import parse_shift
 
 DEFAULT_SHIFT_METRICS = ["accuracy", "ece", "ece_em", "nll", "brier", "auroc"]
 DEFAULT_NATURAL_METRICS = ["accuracy", "brier", "ece", "auroc"]
@@ -49,7 +49,10 @@ UNCALIBRATED = "none"
 
 @report("shift_tables", needs=("shift",))
 def shift_tables(
-    results: StudyResults, metrics: list[str] | None = None, sem: str = "plain", sources: list[str] | None = None
+    results: StudyResults,
+    metrics: list[str] | None = None,
+    sem: str = "plain",
+    sources: list[str] | None = None,
 ) -> dict[str, Any]:
     """Corruption tables of a study.
 
@@ -69,20 +72,26 @@ def shift_tables(
     rows = shifted_rows(results.metrics, "corruption", sources)
     skipped = skipped_table(results)
     if rows.empty:
-        return {"shift_tables": _empty_note(results, "corruption", sources) + _skipped_markdown(skipped)}
+        return {
+            "shift_tables": _empty_note(results, "corruption", sources) + _skipped_markdown(skipped)
+        }
     rows = rows[rows["metric"].isin(metrics)]
     keys = ["source", *CONDITION, "corruption", "severity"]
     per_corruption = _format_wide(_seed_stats(rows, keys), keys, metrics)
     summary = severity_summary(results.metrics, rows, metrics, sem)
-    mean_table = _format_wide(summary.rename(columns={"sem": "spread"}), ["source", *CONDITION, "level"], metrics)
+    mean_table = _format_wide(
+        summary.rename(columns={"sem": "spread"}), ["source", *CONDITION, "level"], metrics
+    )
     accuracy = accuracy_by_severity(rows) if "accuracy" in metrics else pd.DataFrame()
     text = [
         f"# {results.study} on {results.dataset}: corruptions\n",
-        "Mean over corruption types per severity: mean ± SEM across types "
-        f"({sem} SEM; seeds averaged first; clean = the unshifted test split). "
-        f"{len(results.seeds)} seed(s). Values ×100 except nll. Calibrators were fitted on the "
-        "clean validation split. Source `generated` = this project's re-implementation of "
-        "H&D's corruptions, not the official benchmark files.\n",
+        (
+            "Mean over corruption types per severity: mean ± SEM across types "
+            f"({sem} SEM; seeds averaged first; clean = the unshifted test split). "
+            f"{len(results.seeds)} seed(s). Values ×100 except nll. Calibrators were fitted on "
+            "the clean validation split. Source `generated` = this project's re-implementation "
+            "of H&D's corruptions, not the official benchmark files.\n"
+        ),
         mean_table.to_markdown(index=False),
         "\n## Skipped corruptions\n",
         _skipped_markdown(skipped),
@@ -91,7 +100,9 @@ def shift_tables(
         falling = accuracy[~accuracy["monotone"]]
         text += [
             "\n## Accuracy not monotonically falling with severity (uncalibrated)\n",
-            falling.to_markdown(index=False) if not falling.empty else "none: every corruption's accuracy falls monotonically.",
+            falling.to_markdown(index=False)
+            if not falling.empty
+            else "none: every corruption's accuracy falls monotonically.",
         ]
     return {
         "per_corruption": per_corruption,
@@ -133,7 +144,10 @@ def natural_shift_table(
         f"# {results.study} on {results.dataset}: natural shift (Singh et al. Table 3 layout)\n\n"
         f"Mean ± std over {len(results.seeds)} seed(s), ×100 except nll; `none` = uncalibrated, "
         "other calibrators fitted on the clean validation split. Sets: "
-        + ", ".join(f"`{s}`" for s in sets) + ".\n\n" + table.to_markdown(index=False) + "\n"
+        + ", ".join(f"`{s}`" for s in sets)
+        + ".\n\n"
+        + table.to_markdown(index=False)
+        + "\n"
     )
     return {"table": table, "natural_shift_table": text}
 
@@ -167,8 +181,12 @@ def shift_figures(
         summary = severity_summary(results.metrics, part[part["metric"] == metric], [metric], sem)
         title = f"{results.study} on {results.dataset}, {source} corruptions"
         if (summary["severity"] > 0).any():  # MNIST-C has no severities to plot against
-            figures[f"{metric}_vs_severity{suffix}"] = _severity_lines(summary, metric, "calibrator", "label", title, sem)
-            figures[f"{metric}_vs_severity_by_method{suffix}"] = _severity_lines(summary, metric, "label", "calibrator", title, sem)
+            figures[f"{metric}_vs_severity{suffix}"] = _severity_lines(
+                summary, metric, "calibrator", "label", title, sem
+            )
+            figures[f"{metric}_vs_severity_by_method{suffix}"] = _severity_lines(
+                summary, metric, "label", "calibrator", title, sem
+            )
         means = _seed_stats(part, ["source", *CONDITION, "corruption", "severity"])
         figures[f"{metric}_boxplots{suffix}"] = _boxplots(means, metric, title)
         if metric != "accuracy":
@@ -179,7 +197,9 @@ def shift_figures(
 # --- tables ------------------------------------------------------------------------------
 
 
-def shifted_rows(metrics: pd.DataFrame, kind: str, sources: list[str] | None = None) -> pd.DataFrame:
+def shifted_rows(
+    metrics: pd.DataFrame, kind: str, sources: list[str] | None = None
+) -> pd.DataFrame:
     """Test rows of shifted sets of ``kind`` (``"corruption"`` or ``"natural"``), with
     ``source`` and ``corruption`` columns parsed from the ``shift`` label."""
     rows = metrics[(metrics["split"] == "test") & (metrics["shift"] != "none")]
@@ -193,7 +213,9 @@ def shifted_rows(metrics: pd.DataFrame, kind: str, sources: list[str] | None = N
     return rows.reset_index(drop=True)
 
 
-def severity_summary(table: pd.DataFrame, rows: pd.DataFrame, metrics: list[str], sem: str) -> pd.DataFrame:
+def severity_summary(
+    table: pd.DataFrame, rows: pd.DataFrame, metrics: list[str], sem: str
+) -> pd.DataFrame:
     """Per (source, method, calibrator, severity, metric): mean and SEM across corruption
     types of the seed-averaged values, plus the clean test split as severity 0 (SEM NaN)
     for graded sources; ``level`` names the row: ``clean``, ``1`` .. ``5`` or ``ungraded``
@@ -210,22 +232,41 @@ def severity_summary(table: pd.DataFrame, rows: pd.DataFrame, metrics: list[str]
     """
     means = _seed_stats(rows, ["source", *CONDITION, "corruption", "severity"])
     out = []
-    for (source, severity, metric), block in means.groupby(["source", "severity", "metric"], sort=False):
+    for (source, severity, metric), block in means.groupby(
+        ["source", "severity", "metric"], sort=False
+    ):
         grid = block.pivot_table(index="corruption", columns=CONDITION, values="mean", sort=False)
         spread = corruption_sem(grid, sem)
         out.append(
             pd.DataFrame(
-                {"source": source, "severity": severity, "metric": metric, "mean": grid.mean(),
-                 "sem": spread, "n": grid.count()}
+                {
+                    "source": source,
+                    "severity": severity,
+                    "metric": metric,
+                    "mean": grid.mean(),
+                    "sem": spread,
+                    "n": grid.count(),
+                }
             ).reset_index()
         )
     summary = pd.concat(out, ignore_index=True)
-    summary["level"] = np.where(summary["severity"] > 0, summary["severity"].astype(str), "ungraded")
-    clean = table[(table["split"] == "test") & (table["shift"] == "none") & table["metric"].isin(metrics)]
-    clean = clean.groupby([*CONDITION, "metric"], sort=False)["value"].mean().rename("mean").reset_index()
+    summary["level"] = np.where(
+        summary["severity"] > 0, summary["severity"].astype(str), "ungraded"
+    )
+    clean = table[
+        (table["split"] == "test") & (table["shift"] == "none") & table["metric"].isin(metrics)
+    ]
+    clean = (
+        clean.groupby([*CONDITION, "metric"], sort=False)["value"]
+        .mean()
+        .rename("mean")
+        .reset_index()
+    )
     graded = summary.groupby("source", sort=False)["severity"].min().loc[lambda m: m > 0].index
     columns = ["source", *CONDITION, "severity", "level", "metric", "mean", "sem", "n"]
-    parts = [clean.assign(source=s, severity=0, level="clean", sem=np.nan, n=0)[columns] for s in graded]
+    parts = [
+        clean.assign(source=s, severity=0, level="clean", sem=np.nan, n=0)[columns] for s in graded
+    ]
     summary = pd.concat([*parts, summary[columns]], ignore_index=True)
     return _ordered(summary, ["source", "label", "calibrator", "severity"], rows)
 
@@ -247,16 +288,23 @@ def corruption_sem(grid: pd.DataFrame, mode: str) -> pd.Series:
 def accuracy_by_severity(rows: pd.DataFrame) -> pd.DataFrame:
     """Uncalibrated accuracy (×100, seed mean) per method and corruption by severity, and
     whether it never rises from one severity to the next (``monotone``)."""
-    acc = rows[(rows["metric"] == "accuracy") & (rows["calibrator"] == UNCALIBRATED) & (rows["severity"] > 0)]
+    acc = rows[
+        (rows["metric"] == "accuracy")
+        & (rows["calibrator"] == UNCALIBRATED)
+        & (rows["severity"] > 0)
+    ]
     if acc.empty:
         return pd.DataFrame()
-    wide = (acc.assign(value=acc["value"] * 100)
-            .pivot_table(index=["source", "label", "corruption"], columns="severity", values="value", sort=False))
+    wide = acc.assign(value=acc["value"] * 100).pivot_table(
+        index=["source", "label", "corruption"], columns="severity", values="value", sort=False
+    )
     steps = np.diff(wide.to_numpy(), axis=1)
     wide.columns = [f"severity {c}" for c in wide.columns]
     wide = wide.round(2)
     wide["monotone"] = (np.nan_to_num(steps, nan=0.0) <= 0).all(axis=1)
-    wide["largest rise"] = np.round(np.nanmax(np.concatenate([steps, np.zeros((len(steps), 1))], axis=1), axis=1), 2)
+    wide["largest rise"] = np.round(
+        np.nanmax(np.concatenate([steps, np.zeros((len(steps), 1))], axis=1), axis=1), 2
+    )
     return wide.reset_index()
 
 
@@ -276,7 +324,11 @@ def skipped_table(results: StudyResults) -> pd.DataFrame:
 
 def _seed_stats(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Mean, std and count over seeds per ``keys`` + metric (first-seen order)."""
-    stats = rows.groupby([*keys, "metric"], sort=False)["value"].agg(["mean", "std", "count"]).reset_index()
+    stats = (
+        rows.groupby([*keys, "metric"], sort=False)["value"]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+    )
     return stats.rename(columns={"std": "spread"})
 
 
@@ -286,7 +338,9 @@ def _format_wide(stats: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd
     scale = np.where(stats["metric"].isin(SCALED), 100.0, 1.0)
     values = stats["mean"] * scale
     errors = stats["spread"] * scale
-    cells = [f"{m:.2f}" if not np.isfinite(e) else f"{m:.2f} ± {e:.2f}" for m, e in zip(values, errors)]
+    cells = [
+        f"{m:.2f}" if not np.isfinite(e) else f"{m:.2f} ± {e:.2f}" for m, e in zip(values, errors)
+    ]
     wide = stats.assign(cell=cells).pivot(index=keys, columns="metric", values="cell")
     wide = wide.reindex(columns=[m for m in metrics if m in wide.columns]).reset_index()
     wide.columns.name = None
@@ -301,7 +355,11 @@ def _ordered(frame: pd.DataFrame, keys: list[str], reference: pd.DataFrame) -> p
     ranks = {c: {v: i for i, v in enumerate(dict.fromkeys(reference[c]))} for c in ranked_columns}
     ranked = frame.assign(**{f"_{c}": frame[c].map(ranks[c]) for c in ranked_columns})
     ordered_keys = [f"_{k}" if k in ranked_columns else k for k in keys]
-    return ranked.sort_values(ordered_keys, kind="stable").drop(columns=[f"_{c}" for c in ranked_columns]).reset_index(drop=True)
+    return (
+        ranked.sort_values(ordered_keys, kind="stable")
+        .drop(columns=[f"_{c}" for c in ranked_columns])
+        .reset_index(drop=True)
+    )
 
 
 def _skipped_markdown(skipped: pd.DataFrame) -> str:
@@ -312,7 +370,8 @@ def _skipped_markdown(skipped: pd.DataFrame) -> str:
 
 def _empty_note(results: StudyResults, kind: str, sources: list[str] | None) -> str:
     how = (
-        "add `natural: [cifar10_1, cifar10_2]` to the `shift` parameters (CIFAR-10 models; files in "
+        "add `natural: [cifar10_1, cifar10_2]` to the `shift` parameters (CIFAR-10 models; "
+        "files in "
         "the layouts of docs/shift.md)"
         if kind == "natural"
         else "list corruptions in the `shift` parameters (`corruptions: all`)"
@@ -327,7 +386,9 @@ def _empty_note(results: StudyResults, kind: str, sources: list[str] | None) -> 
 def _check_metrics(metrics: list[str]) -> list[str]:
     unknown = [m for m in metrics if m not in metric_names()]
     if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; valid metrics are: {', '.join(metric_names())}")
+        raise ValueError(
+            f"unknown metric(s) {unknown}; valid metrics are: {', '.join(metric_names())}"
+        )
     return list(metrics)
 
 
@@ -349,19 +410,35 @@ def _severity_lines(
     """Mean ``metric`` vs severity with ±1 SEM bars: a panel per ``panel`` value, a line per
     ``line`` value (severity 0 = clean test)."""
     panels = list(dict.fromkeys(summary[panel]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False, sharey=True,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(3.4 * len(panels), 3.0),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     scale = _scaled(metric)
     for ax, name in zip(axes[0], panels):
         for key, curve in summary[summary[panel] == name].groupby(line, sort=False):
             curve = curve.sort_values("severity")
-            ax.errorbar(curve["severity"], curve["mean"] * scale, yerr=curve["sem"].fillna(0) * scale,
-                        marker="o", markersize=3, capsize=2, linewidth=1, label=str(key))
+            ax.errorbar(
+                curve["severity"],
+                curve["mean"] * scale,
+                yerr=curve["sem"].fillna(0) * scale,
+                marker="o",
+                markersize=3,
+                capsize=2,
+                linewidth=1,
+                label=str(key),
+            )
         ax.set_title(f"{panel} {name}" if panel == "calibrator" else str(name), fontsize=9)
-        ax.set_xticks(range(0, 6), ["clean", "1", "2", "3", "4", "5"])
+        ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         ax.set_xlabel("severity", fontsize=8)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{metric}{' (%)' if scale == 100 else ''}, mean ± SEM ({sem})", fontsize=8)
+    axes[0][0].set_ylabel(
+        f"{metric}{' (%)' if scale == 100 else ''}, mean ± SEM ({sem})", fontsize=8
+    )
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -374,18 +451,32 @@ def _boxplots(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
     labels = list(dict.fromkeys(data["label"]))
     severities = sorted(data["severity"].unique())
     panel_width = max(4.0, 0.3 * len(severities) * len(labels) + 1.0)
-    fig, axes = plt.subplots(1, len(calibrators), figsize=(panel_width * len(calibrators), 3.2), squeeze=False, sharey=True,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(calibrators),
+        figsize=(panel_width * len(calibrators), 3.2),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     width = 0.8 / len(labels)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     scale = _scaled(metric)
     for ax, calibrator in zip(axes[0], calibrators):
         for i, label in enumerate(labels):
             subset = data[(data["calibrator"] == calibrator) & (data["label"] == label)]
-            groups = [subset.loc[subset["severity"] == s, "mean"].to_numpy() * scale for s in severities]
+            groups = [
+                subset.loc[subset["severity"] == s, "mean"].to_numpy() * scale for s in severities
+            ]
             positions = np.arange(len(severities)) + (i - (len(labels) - 1) / 2) * width
-            boxes = ax.boxplot(groups, positions=positions, widths=width * 0.9, patch_artist=True,
-                               showfliers=True, flierprops={"markersize": 2})
+            boxes = ax.boxplot(
+                groups,
+                positions=positions,
+                widths=width * 0.9,
+                patch_artist=True,
+                showfliers=True,
+                flierprops={"markersize": 2},
+            )
             for patch in boxes["boxes"]:
                 patch.set_facecolor(colours[i % len(colours)])
             ax.plot([], [], color=colours[i % len(colours)], linewidth=6, label=label)
@@ -393,7 +484,9 @@ def _boxplots(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
         ax.set_xlabel("severity", fontsize=8)
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{metric}{' (%)' if scale == 100 else ''} over corruption types", fontsize=8)
+    axes[0][0].set_ylabel(
+        f"{metric}{' (%)' if scale == 100 else ''} over corruption types", fontsize=8
+    )
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -401,18 +494,33 @@ def _boxplots(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
 def _scatter(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
     """Accuracy vs ``metric`` of every (method, corruption, severity), seed means; colour =
     method, darker = more severe; a panel per calibrator."""
-    wide = means.pivot_table(index=["label", "calibrator", "corruption", "severity"], columns="metric",
-                             values="mean", sort=False).reset_index()
+    wide = means.pivot_table(
+        index=["label", "calibrator", "corruption", "severity"],
+        columns="metric",
+        values="mean",
+        sort=False,
+    ).reset_index()
     calibrators = list(dict.fromkeys(wide["calibrator"]))
-    fig, axes = plt.subplots(1, len(calibrators), figsize=(3.6 * len(calibrators), 3.2), squeeze=False, sharex=True,
-                             sharey=True, layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(calibrators),
+        figsize=(3.6 * len(calibrators), 3.2),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+        layout="constrained",
+    )
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, calibrator in zip(axes[0], calibrators):
-        for i, (label, part) in enumerate(wide[wide["calibrator"] == calibrator].groupby("label", sort=False)):
+        for i, (label, part) in enumerate(
+            wide[wide["calibrator"] == calibrator].groupby("label", sort=False)
+        ):
             alpha = 0.25 + 0.15 * part["severity"].to_numpy()
             colour = np.tile(matplotlib.colors.to_rgba(colours[i % len(colours)]), (len(part), 1))
             colour[:, 3] = np.clip(alpha, 0, 1)
-            ax.scatter(part["accuracy"] * 100, part[metric] * _scaled(metric), s=9, c=colour, label=label)
+            ax.scatter(
+                part["accuracy"] * 100, part[metric] * _scaled(metric), s=9, c=colour, label=label
+            )
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.set_xlabel("accuracy (%)", fontsize=8)
         ax.legend(fontsize=6)
