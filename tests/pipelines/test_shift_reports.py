@@ -22,7 +22,8 @@ def value(
 ) -> float:
     """Additive design: severity, corruption type, seed, method and calibrator effects."""
     if metric in ("accuracy", "auroc"):
-        rise = 0.15 if (method, corruption, severity) == ("focal", 2, 4) else 0.0  # contrast 4 > 3
+        rises = {("focal", 2, 4): 0.15, ("ce", 1, 5): 0.105}  # contrast 4 > 3 by 5 pp, fog by 0.5
+        rise = rises.get((method, corruption, severity), 0.0)
         return 0.9 - 0.1 * severity + rise
     offset = 0.005 * (method == "focal") - 0.003 * (calibrator == "ts")
     return 0.01 * severity + 0.001 * corruption + 0.002 * seed + offset
@@ -192,6 +193,15 @@ def test_skipped_and_non_monotone_accuracy_are_reported(tables):
         {"label": "FL", "corruption": "contrast"}
     ]
     assert falling["largest rise"].tolist() == [5.0]
+    # the 0.5-point rise of CE on fog is within the default 1-point tolerance, not with 0
+    fog = accuracy[
+        (accuracy["source"] == "generated")
+        & (accuracy["label"] == "CE")
+        & (accuracy["corruption"] == "fog")
+    ]
+    assert fog["largest rise"].tolist() == [0.5] and fog["monotone"].tolist() == [True]
+    strict = build_report("shift_tables", results(tidy()), tolerance=0)["accuracy_by_severity"]
+    assert len(strict[~strict["monotone"]]) == 2
     text = tables["shift_tables"]
     assert (
         "## Skipped corruptions" in text
@@ -320,6 +330,13 @@ def test_studies_without_shift_rows_get_a_note_not_a_crash():
         ("shift_tables", {"sem": "masson"}, r"sem must be one of \['plain', 'within'\]"),
         ("shift_figures", {"metric": "brierr"}, r"unknown metric\(s\) \['brierr'\]"),
         ("natural_shift_table", {"sets": ["cifar10_1"]}, r"unknown parameter\(s\) \['sets'\]"),
+        ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\]"),
+        (
+            "shift_tables",
+            {"metrics": ["sece"]},
+            r"\['sece'\] were not computed on the shifted sets",
+        ),
+        ("shift_figures", {"metric": "smooth_ece"}, "not computed on the shifted sets"),
     ],
 )
 def test_bad_report_options_fail_clearly(name, options, message):

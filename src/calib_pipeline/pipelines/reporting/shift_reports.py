@@ -38,6 +38,7 @@ from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.pipelines.reporting.reports import StudyResults, report
 from calib_pipeline.pipelines.reporting.tables import PERCENT_METRICS, mean_std_table
 from calib_pipeline.pipelines.shift.nodes import parse_shift
+from calib_pipeline.registry import check_range
 
 DEFAULT_SHIFT_METRICS = ["accuracy", "ece", "ece_em", "nll", "brier", "auroc"]
 DEFAULT_NATURAL_METRICS = ["accuracy", "brier", "ece", "auroc"]
@@ -53,6 +54,7 @@ def shift_tables(
     metrics: list[str] | None = None,
     sem: str = "plain",
     sources: list[str] | None = None,
+    tolerance: float = 1.0,
 ) -> dict[str, Any]:
     """Corruption tables of a study.
 
@@ -61,6 +63,8 @@ def shift_tables(
         metrics: metric keys (default accuracy, ece, ece_em (AdaECE), nll, brier, auroc).
         sem: ``"plain"`` or ``"within"`` (see the module docstring).
         sources: keep only these sources (``"generated"``, ``"cifar10_c"``, ...).
+        tolerance: accuracy rises from one severity to the next up to this many percentage
+            points count as sampling noise (1 pp = 3.6 digits test images).
 
     Returns:
         ``per_corruption``, ``mean_over_corruptions``, ``accuracy_by_severity`` and
@@ -69,20 +73,21 @@ def shift_tables(
     """
     metrics = _check_metrics(metrics or DEFAULT_SHIFT_METRICS)
     _check_sem(sem)
+    tolerance = check_range("tolerance", tolerance, low=0.0)
     rows = shifted_rows(results.metrics, "corruption", sources)
     skipped = skipped_table(results)
     if rows.empty:
         return {
             "shift_tables": _empty_note(results, "corruption", sources) + _skipped_markdown(skipped)
         }
-    rows = rows[rows["metric"].isin(metrics)]
+    rows = _with_metrics(rows, metrics)
     keys = ["source", *CONDITION, "corruption", "severity"]
     per_corruption = _format_wide(_seed_stats(rows, keys), keys, metrics)
     summary = severity_summary(results.metrics, rows, metrics, sem)
     mean_table = _format_wide(
         summary.rename(columns={"sem": "spread"}), ["source", *CONDITION, "level"], metrics
     )
-    accuracy = accuracy_by_severity(rows) if "accuracy" in metrics else pd.DataFrame()
+    accuracy = accuracy_by_severity(rows, tolerance) if "accuracy" in metrics else pd.DataFrame()
     text = [
         f"# {results.study} on {results.dataset}: corruptions\n",
         (
@@ -100,6 +105,10 @@ def shift_tables(
         falling = accuracy[~accuracy["monotone"]]
         text += [
             "\n## Accuracy not monotonically falling with severity (uncalibrated)\n",
+            (
+                f"Rises up to {tolerance:g} percentage points between consecutive severities "
+                "count as sampling noise; `largest rise` is the biggest one.\n"
+            ),
             falling.to_markdown(index=False)
             if not falling.empty
             else "none: every corruption's accuracy falls monotonically.",
@@ -175,6 +184,7 @@ def shift_figures(
     rows = shifted_rows(results.metrics, "corruption", sources)
     if rows.empty:
         return {"shift_figures": _empty_note(results, "corruption", sources)}
+    _with_metrics(rows, [metric, "accuracy"])
     figures: dict[str, Any] = {}
     for source, part in rows.groupby("source", sort=False):
         suffix = f"_{source}" if rows["source"].nunique() > 1 else ""
@@ -285,9 +295,10 @@ def corruption_sem(grid: pd.DataFrame, mode: str) -> pd.Series:
     return grid.std(ddof=1) / np.sqrt(grid.count())
 
 
-def accuracy_by_severity(rows: pd.DataFrame) -> pd.DataFrame:
-    """Uncalibrated accuracy (×100, seed mean) per method and corruption by severity, and
-    whether it never rises from one severity to the next (``monotone``)."""
+def accuracy_by_severity(rows: pd.DataFrame, tolerance: float = 0.0) -> pd.DataFrame:
+    """Uncalibrated accuracy (×100, seed mean) per method and corruption by severity, the
+    largest rise from one severity to the next (percentage points) and ``monotone``: no
+    rise above ``tolerance``."""
     acc = rows[
         (rows["metric"] == "accuracy")
         & (rows["calibrator"] == UNCALIBRATED)
@@ -300,11 +311,10 @@ def accuracy_by_severity(rows: pd.DataFrame) -> pd.DataFrame:
     )
     steps = np.diff(wide.to_numpy(), axis=1)
     wide.columns = [f"severity {c}" for c in wide.columns]
+    rise = np.nan_to_num(steps, nan=0.0).clip(min=0.0).max(axis=1, initial=0.0)
     wide = wide.round(2)
-    wide["monotone"] = (np.nan_to_num(steps, nan=0.0) <= 0).all(axis=1)
-    wide["largest rise"] = np.round(
-        np.nanmax(np.concatenate([steps, np.zeros((len(steps), 1))], axis=1), axis=1), 2
-    )
+    wide["largest rise"] = rise.round(2)
+    wide["monotone"] = rise <= tolerance
     return wide.reset_index()
 
 
@@ -381,6 +391,18 @@ def _empty_note(results: StudyResults, kind: str, sources: list[str] | None) -> 
         f"# {results.study} on {results.dataset}\n\nNo {kind}-shift results{scope} in this study's "
         f"metrics table: {how} and re-run `kedro run --pipelines=shift,reporting`.\n"
     )
+
+
+def _with_metrics(rows: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """The rows of ``metrics``; a metric the evaluation did not compute on shifted sets
+    raises ``ValueError``."""
+    absent = [m for m in metrics if m not in set(rows["metric"])]
+    if absent:
+        raise ValueError(
+            f"metric(s) {absent} were not computed on the shifted sets (they have "
+            f"{sorted(set(rows['metric']))}); add them to the evaluation's shift metrics"
+        )
+    return rows[rows["metric"].isin(metrics)]
 
 
 def _check_metrics(metrics: list[str]) -> list[str]:
