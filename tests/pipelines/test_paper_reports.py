@@ -569,3 +569,25 @@ def test_every_artifact_is_written(name, fixture, options, request, tmp_path):
     write_artifacts(tmp_path, out)
     expected = sum(2 if isinstance(v, pd.DataFrame) else 1 for v in out.values())
     assert len(list(tmp_path.iterdir())) == expected  # no two artifacts share a file
+
+
+def test_singh_table_runs_with_a_single_seed():
+    # regression: with one seed a per-seed .loc lookup returned a scalar
+    from calib_pipeline.calibration.posthoc import build_calibrator
+    from calib_pipeline.pipelines.reporting.nodes import evaluate_runs
+    from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report
+
+    generator = torch.Generator().manual_seed(1)
+    runs = {}
+    for method in ("ce", "erl"):
+        parts = {}
+        for part in ("val", "test"):
+            labels = torch.randint(0, 3, (60,), generator=generator)
+            parts[part] = {"logits": torch.randn(60, 3, generator=generator) + 2 * torch.nn.functional.one_hot(labels, 3), "labels": labels}
+        runs[f"{method}|0"] = {"logits": parts, "calibrators": {"ts_fixed": build_calibrator("temperature_fixed").fit(parts["val"]["logits"], parts["val"]["labels"])}}
+    labels = {"ce": "CE", "erl": "ERL"}
+    metrics, bins = evaluate_runs(runs, dataset="toy", study="dark_side", labels=labels, calibrators=["ts_fixed"])
+    results = StudyResults(study="dark_side", dataset="toy", methods=["ce", "erl"], seeds=[0], labels=labels,
+                           groups={"ce": "ce", "erl": "erl"}, metrics=metrics, bins=bins)
+    out = build_report("singh_table", results, calibrator="ts_fixed")
+    assert "CE" in set(out["table"]["Method"])

@@ -932,8 +932,9 @@ def _singh_shift_table(
         bold = dict(row)
         compared = [m for m in names if m in LOWER_IS_BETTER]
         for metric in compared if (method, cal) != (base, UNCALIBRATED) else []:
-            a = per_seed.loc[(method, cal, metric)].to_numpy()
-            b = per_seed.loc[(base, UNCALIBRATED, metric)].to_numpy()
+            # one seed makes .loc return a scalar
+            a = np.atleast_1d(per_seed.loc[(method, cal, metric)])
+            b = np.atleast_1d(per_seed.loc[(base, UNCALIBRATED, metric)])
             result = t_test(a, b, test=test) if min(len(a), len(b)) >= 2 else None
             worse = result is not None and significance_direction(result, alpha) == (
                 1 if LOWER_IS_BETTER[metric] else -1
