@@ -472,7 +472,7 @@ def _boxplots(means: pd.DataFrame, metric: str, title: str) -> plt.Figure:
     calibrators = list(dict.fromkeys(data["calibrator"]))
     labels = list(dict.fromkeys(data["label"]))
     severities = sorted(data["severity"].unique())
-    panel_width = max(4.0, 0.3 * len(severities) * len(labels) + 1.0)
+    panel_width = max(4.0, 0.2 * len(severities) * len(labels) + 1.0)
     fig, axes = plt.subplots(
         1,
         len(calibrators),
