@@ -150,9 +150,8 @@ class ShiftPlan:
         top = int(labels.max()) if len(labels) else 0
         if tuple(images.shape[1:]) != expected or top >= self.num_classes:
             raise ValueError(
-                f"shift set {spec.shift!r}: images {tuple(images.shape[1:])} with labels up to "
-                f"{top} "
-                f"do not match the dataset ({expected}, {self.num_classes} classes)"
+                f"shift set {spec.shift!r}: images {tuple(images.shape[1:])} with labels up "
+                f"to {top} do not match the dataset ({expected}, {self.num_classes} classes)"
             )
 
 
