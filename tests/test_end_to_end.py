@@ -90,7 +90,7 @@ def test_one_namespace_trains_one_method(project_run):
 def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_run):
     data_dir, tracking = project_run
     before = versions(data_dir / "06_models" / "digits" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt")
-    result = kedro("--pipelines=posthoc,reporting", data_dir=data_dir, tracking=tracking)
+    result = kedro("--pipelines=baseline.posthoc,baseline.reporting", data_dir=data_dir, tracking=tracking)
     assert "train_seed" not in result.stdout + result.stderr
     assert versions(data_dir / "06_models" / "digits" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt") == before
     assert len(versions(data_dir / "08_reporting" / "digits" / "baseline" / "metrics.parquet")) == 3

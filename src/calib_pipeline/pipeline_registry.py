@@ -1,5 +1,10 @@
 """Project pipelines, registered explicitly.
 
+Names: one pipeline per stage over every study (``training``, ``posthoc``, ...), one per
+study (``focal_meta``), and one per study and stage (``focal_meta.posthoc``), so that a
+single study's cached logits can be re-scored with
+``kedro run --pipelines=focal_meta.posthoc,focal_meta.reporting``.
+
 ``find_pipelines()`` is not used: since Kedro 1.5 ``--pipelines=X`` makes it import a
 module named X, and study names are not modules. Structural lists (methods, seeds,
 studies) are read from the parameters of the session's environment when the
@@ -16,14 +21,25 @@ from kedro.pipeline import Pipeline
 
 from calib_pipeline.hooks import RUN_ENV
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
-from calib_pipeline.pipelines.config import load_parameters, parse_structure, validate_buildable
+from calib_pipeline.pipelines.config import Structure, load_parameters, parse_structure, validate_buildable
 from calib_pipeline.settings import project_root
 
 # Dotted dataset names ("<method>.seed_<k>.logits") are this project's convention: they
 # line up with the method namespaces and the catalog's dataset factories.
 warnings.filterwarnings("ignore", message="One or more dataset names contain '.' characters")
 
-STAGES = ("data_split", "training", "logits", "posthoc", "shift", "reporting")
+
+def stage_pipelines(structure: Structure, studies: list[str], dataset: str) -> dict[str, Pipeline]:
+    """The six stages restricted to the (method, seed) runs of ``studies``."""
+    runs = structure.runs(studies)
+    return {
+        "data_split": data_split.create_pipeline(sorted({structure.methods[m].split for m, _ in runs})),
+        "training": training.create_pipeline(structure, runs),
+        "logits": logits.create_pipeline(structure, runs),
+        "posthoc": posthoc.create_pipeline(runs),
+        "shift": shift.create_pipeline(runs),
+        "reporting": reporting.create_pipeline(structure, studies, dataset),
+    }
 
 
 def register_pipelines() -> dict[str, Pipeline]:
@@ -34,29 +50,13 @@ def register_pipelines() -> dict[str, Pipeline]:
         parameters = load_parameters(os.environ.get("KEDRO_ENV"), project_root())
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
-
     dataset = parameters["dataset"]["name"]
-    runs = structure.runs()
-    used_splits = sorted({structure.methods[m].split for m, _ in runs})
-    stages = {
-        "data_split": data_split.create_pipeline(used_splits),
-        "training": training.create_pipeline(structure, runs),
-        "logits": logits.create_pipeline(structure, runs),
-        "posthoc": posthoc.create_pipeline(runs),
-        "shift": shift.create_pipeline(runs),
-        "reporting": reporting.create_pipeline(structure, list(structure.studies), dataset),
-    }
-    pipelines: dict[str, Pipeline] = dict(stages)
-    for name, study in structure.studies.items():
-        study_runs = structure.runs([name])
-        splits = sorted({structure.methods[m].split for m, _ in study_runs})
-        pipelines[name] = (
-            data_split.create_pipeline(splits)
-            + training.create_pipeline(structure, study_runs)
-            + logits.create_pipeline(structure, study_runs)
-            + posthoc.create_pipeline(study_runs)
-            + shift.create_pipeline(study_runs)
-            + reporting.create_pipeline(structure, [name], dataset)
-        )
-    pipelines["__default__"] = sum(stages.values(), Pipeline([]))
+
+    pipelines: dict[str, Pipeline] = stage_pipelines(structure, list(structure.studies), dataset)
+    pipelines["__default__"] = sum(pipelines.values(), Pipeline([]))
+    for name in structure.studies:
+        study_stages = stage_pipelines(structure, [name], dataset)
+        for stage, pipeline in study_stages.items():
+            pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
+        pipelines[name] = sum(study_stages.values(), Pipeline([]))
     return pipelines

@@ -226,6 +226,9 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
                 f"study {study.name!r} lists unknown report(s) {unknown}; valid reports are: "
                 + ", ".join(report_names())
             )
+    from calib_pipeline.pipelines.shift.nodes import resolve_suites
+
+    resolve_suites(parameters.get("shift") or {}, dataset)
     for key, entry in structure.calibrators.items():
         try:
             build_calibrator(entry["name"], **(entry.get("params") or {}))
