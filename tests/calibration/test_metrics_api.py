@@ -307,9 +307,11 @@ def test_binary_vector_input_is_top_label():
     )
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_inputs_give_the_cpu_values():
+def test_every_available_device_gives_the_cpu_values():
+    # the CPU always; CUDA too where a GPU is present (no skipped test on CPU machines)
     logits, labels = _data(n=500, k=10)
     cpu = M.calibration_metrics(logits, labels)
-    gpu = M.calibration_metrics(logits.cuda(), labels.cuda())
-    assert gpu == pytest.approx(cpu, rel=1e-5, abs=1e-7)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        values = M.calibration_metrics(logits.to(device), labels.to(device))
+        assert values == pytest.approx(cpu, rel=1e-5, abs=1e-7), device
