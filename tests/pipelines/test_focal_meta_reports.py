@@ -81,3 +81,16 @@ def test_gamma_histogram_and_curves(results):
     no_gamma = StudyResults(**{**results.__dict__, "logits": {k: v for k, v in results.logits.items() if k[0] == "fm_ce"}})
     with pytest.raises(ValueError, match="no run of this study has learned γ values"):
         build_report("gamma_histogram", no_gamma)
+
+
+def test_summary_lists_calibrator_fit_warnings(results):
+    # a perfectly separable validation set drives NLL temperature scaling to its bound
+    separable = torch.tensor([[4.0, 0.0, 0.0, 0.0], [0.0, 4.0, 0.0, 0.0]])
+    degenerate = build_calibrator("temperature_nll").fit(separable, torch.tensor([0, 1]))
+    assert degenerate.warnings
+    flagged = StudyResults(**{**results.__dict__, "calibrators": {("fm_ce", 0): {"ts": degenerate}}})
+    out = build_report("summary", flagged, metrics=["accuracy", "ece"])
+    assert list(out["fit_warnings"]["calibrator"]) == ["ts"] * len(degenerate.warnings)
+    assert "Calibrator fit warnings" in out["summary"] and degenerate.warnings[0] in out["summary"]
+    clean = build_report("summary", StudyResults(**{**results.__dict__, "calibrators": {}}), metrics=["ece"])
+    assert clean["summary"].rstrip().endswith("None.")

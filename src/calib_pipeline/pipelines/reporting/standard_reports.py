@@ -17,9 +17,23 @@ from calib_pipeline.pipelines.reporting.tables import mean_std_table  # noqa: E4
 DEFAULT_SUMMARY_METRICS = ["accuracy", "nll", "brier", "ece", "ece_em", "mce", "classwise_ece", "auroc"]
 
 
-@report("summary")
+def fit_warnings(results: StudyResults) -> pd.DataFrame:
+    """Every warning a calibrator raised while fitting (degenerate validation sets, T at a
+    search bound, non-convergence), one row per (method, seed, calibrator, warning)."""
+    rows = [
+        {"method": results.labels.get(method, method), "seed": seed, "calibrator": key,
+         "converged": bool(getattr(calibrator, "converged", True)), "warning": warning}
+        for (method, seed), fitted in sorted(results.calibrators.items())
+        for key, calibrator in fitted.items()
+        for warning in getattr(calibrator, "warnings", [])
+    ]
+    return pd.DataFrame(rows, columns=["method", "seed", "calibrator", "converged", "warning"])
+
+
+@report("summary", needs=("calibrators",))
 def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str, Any]:
-    """Mean ± std over seeds on the clean test split, per method and calibrator."""
+    """Mean ± std over seeds on the clean test split, per method and calibrator, followed
+    by every calibrator fit warning (a degenerate fit is reported, never hidden)."""
     wide = mean_std_table(results.metrics, metrics or DEFAULT_SUMMARY_METRICS)
     header = (
         f"# {results.study} on {results.dataset}\n\n"
@@ -27,7 +41,15 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
         "calibration errors in %.\n`none` = uncalibrated; other calibrators were fitted on the "
         "validation split.\n\n"
     )
-    return {"table": wide, "summary": header + wide.to_markdown(index=False) + "\n"}
+    warnings = fit_warnings(results)
+    footer = "\n## Calibrator fit warnings\n\n" + (
+        warnings.to_markdown(index=False) if len(warnings) else "None."
+    )
+    return {
+        "table": wide,
+        "fit_warnings": warnings,
+        "summary": header + wide.to_markdown(index=False) + "\n" + footer + "\n",
+    }
 
 
 def _pooled_bins(cell: pd.DataFrame) -> pd.DataFrame:
