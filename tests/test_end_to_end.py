@@ -150,3 +150,20 @@ def test_kedro_viz_build_lists_pipelines_and_namespaces(tmp_path):
     assert {"ce", "focal_gamma_3", "baseline"} <= modular
     names = {n["name"] for n in main["nodes"]}
     assert any("train_seed_0" in name for name in names)
+
+
+def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
+    data_dir = tmp_path / "data"
+    kedro("--pipeline=focal_meta", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")
+    report = data_dir / "08_reporting" / "digits" / "focal_meta"
+    version = versions(report / "meta_tables")[-1]
+    table1 = pd.read_csv(report / "meta_tables" / version / "meta_tables" / "table1.csv")
+    assert list(table1.columns) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
+    assert {"CE", "CE (TS)", "FLγ-SECE", "CE-DECE"} <= set(table1["Methods"])
+    assert not table1.isna().any().any(), "no method may end with NaN metrics"
+    folder = report / "reliability" / version / "reliability"
+    assert {p.name for p in folder.iterdir()} >= {f"reliability_{b}_bins.png" for b in (15, 20, 50, 100)}
+    assert (report / "bin_robustness" / version / "bin_robustness" / "figure5.png").exists()
+    assert (report / "gamma_histogram" / version / "gamma_histogram" / "gamma_histogram.png").exists()
+    curves = pd.read_csv(report / "meta_curves" / version / "meta_curves" / "curves.csv")
+    assert curves.loc[curves["label"] == "FLγ-SECE", "test_gamma_std"].notna().all()
