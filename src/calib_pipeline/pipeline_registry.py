@@ -29,16 +29,19 @@ from calib_pipeline.settings import project_root
 warnings.filterwarnings("ignore", message="One or more dataset names contain '.' characters")
 
 
-def stage_pipelines(structure: Structure, studies: list[str], dataset: str) -> dict[str, Pipeline]:
-    """The six stages restricted to the (method, seed) runs of ``studies``."""
+def stage_pipelines(
+    structure: Structure, studies: list[str], dataset: str, shifted_val: bool = False
+) -> dict[str, Pipeline]:
+    """The six stages restricted to the (method, seed) runs of ``studies``; with
+    ``shifted_val`` calibrators are also fitted on shifted validation sets."""
     runs = structure.runs(studies)
     return {
         "data_split": data_split.create_pipeline(sorted({structure.methods[m].split for m, _ in runs})),
         "training": training.create_pipeline(structure, runs),
         "logits": logits.create_pipeline(structure, runs),
-        "posthoc": posthoc.create_pipeline(runs),
+        "posthoc": posthoc.create_pipeline(runs, shifted_val),
         "shift": shift.create_pipeline(runs),
-        "reporting": reporting.create_pipeline(structure, studies, dataset),
+        "reporting": reporting.create_pipeline(structure, studies, dataset, shifted_val),
     }
 
 
@@ -51,11 +54,12 @@ def register_pipelines() -> dict[str, Pipeline]:
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
     dataset = parameters["dataset"]["name"]
+    shifted_val = bool((parameters.get("shift") or {}).get("shifted_val"))
 
-    pipelines: dict[str, Pipeline] = stage_pipelines(structure, list(structure.studies), dataset)
+    pipelines: dict[str, Pipeline] = stage_pipelines(structure, list(structure.studies), dataset, shifted_val)
     pipelines["__default__"] = sum(pipelines.values(), Pipeline([]))
     for name in structure.studies:
-        study_stages = stage_pipelines(structure, [name], dataset)
+        study_stages = stage_pipelines(structure, [name], dataset, shifted_val)
         for stage, pipeline in study_stages.items():
             pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
         pipelines[name] = sum(study_stages.values(), Pipeline([]))

@@ -35,9 +35,9 @@ def small_digits() -> ImageData:
     )
 
 
-def _catalog(data, tmp_path, structure):
+def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
     datasets = {"raw_data": MemoryDataset(data)}
-    for key, value in PARAMETERS.items():
+    for key, value in parameters.items():
         datasets[f"params:{key}"] = MemoryDataset(value)
         if isinstance(value, dict):
             for sub, item in value.items():
@@ -88,3 +88,29 @@ def test_reporting_fails_clearly_when_a_calibrator_was_not_fitted(small_digits, 
     runs = {"ce|0": {"logits": {"test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)}}, "calibrators": {}}}
     with pytest.raises(KeyError, match=r"calibrator\(s\) \['ts'\] were not fitted; re-run posthoc"):
         reporting.nodes.evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=["ts"])
+
+
+def test_calibrators_fitted_on_shifted_val_are_evaluated_and_labelled(small_digits, tmp_path):
+    parameters = {
+        **PARAMETERS,
+        "shift": {**PARAMETERS["shift"], "shifted_val": {"corruptions": ["gaussian_noise"], "severities": [3]}},
+        "methods": {"ce": PARAMETERS["methods"]["ce"]},
+        "studies": {"mini": {**PARAMETERS["studies"]["mini"], "methods": ["ce"]}},
+    }
+    structure = parse_structure(parameters)
+    catalog = _catalog(small_digits, tmp_path, structure, parameters)
+    runs = structure.runs()
+    pipeline = (
+        data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
+        + logits.create_pipeline(structure, runs) + shift.create_pipeline(runs)
+        + posthoc.create_pipeline(runs, shifted_val=True)
+        + reporting.create_pipeline(structure, ["mini"], "digits", shifted_val=True)
+    )
+    SequentialRunner().run(pipeline, catalog)
+    table = catalog.load("mini.metrics")
+    assert set(table["calibrator"]) == {"none", "ts", "ts@shifted_val"}
+    shifted = table[(table["calibrator"] == "ts@shifted_val") & (table["shift"] == "gaussian_noise") & (table["split"] == "test")]
+    assert not shifted.empty
+    clean_ts = table[(table["calibrator"] == "ts") & (table["split"] == "test") & (table["shift"] == "none") & (table["metric"] == "accuracy")]
+    moved_ts = table[(table["calibrator"] == "ts@shifted_val") & (table["split"] == "test") & (table["shift"] == "none") & (table["metric"] == "accuracy")]
+    assert clean_ts["value"].tolist() == moved_ts["value"].tolist(), "temperature scaling never changes accuracy"

@@ -5,6 +5,7 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from calib_pipeline.pipelines.config import StudySpec, Structure
+from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.pipelines.reporting.nodes import SHIFT_METRICS, evaluate_runs, run_report
 from calib_pipeline.pipelines.reporting.reports import report_needs
 from calib_pipeline.pipelines.training.pipeline import run_prefix
@@ -60,18 +61,24 @@ def _run_inputs(run_keys: dict[str, tuple[str, int]], kinds: tuple[str, ...]) ->
     }
 
 
-def study_pipeline(structure: Structure, study: StudySpec, dataset_name: str = "") -> Pipeline:
-    """Evaluation (tidy table + reliability bins) and one node per report of the study."""
+def study_pipeline(
+    structure: Structure, study: StudySpec, dataset_name: str = "", shifted_val: bool = False
+) -> Pipeline:
+    """Evaluation (tidy table + reliability bins) and one node per report of the study;
+    with ``shifted_val`` every calibrator also appears as ``<key>@shifted_val``."""
     runs = [(m, s) for m in study.methods for s in study.seeds]
     run_keys = {f"r{i}": run for i, run in enumerate(runs)}
     name = study.name
     labels = {m: structure.methods[m].label for m in study.methods}
+    calibrators = list(study.calibrators)
+    if shifted_val:
+        calibrators += [f"{key}{SHIFTED_VAL_SUFFIX}" for key in study.calibrators]
     requested = (study.reports.get("reliability") or {}).get("n_bins", [])
     report_bins = tuple(int(b) for b in ([requested] if isinstance(requested, int) else requested))
     nodes = [
         node(
             _named(evaluate_study, study=name, run_keys=run_keys, labels=labels,
-                   calibrators=list(study.calibrators), report_bins=report_bins),
+                   calibrators=calibrators, report_bins=report_bins),
             inputs={
                 "dataset": "params:dataset",
                 "evaluation": "params:evaluation",
@@ -107,5 +114,7 @@ def study_pipeline(structure: Structure, study: StudySpec, dataset_name: str = "
     return Pipeline(nodes, namespace=name, prefix_datasets_with_namespace=False)
 
 
-def create_pipeline(structure: Structure, studies: list[str], dataset_name: str = "") -> Pipeline:
-    return Pipeline([study_pipeline(structure, structure.studies[s], dataset_name) for s in studies])
+def create_pipeline(
+    structure: Structure, studies: list[str], dataset_name: str = "", shifted_val: bool = False
+) -> Pipeline:
+    return Pipeline([study_pipeline(structure, structure.studies[s], dataset_name, shifted_val) for s in studies])
