@@ -80,11 +80,13 @@ def meta_curves(results: StudyResults) -> dict[str, Any]:
         columns = sorted(set(columns) | {"test_error"})
     curves = history.groupby(["label", "epoch"], sort=False)[columns].mean().reset_index()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for label, frame in curves.groupby("label", sort=False):
-        axes[0].plot(frame["epoch"], 100 * frame["test_ece"], label=label)
+    colours = plt.cm.tab20.colors  # more methods than the default 10-colour cycle
+    for index, (label, frame) in enumerate(curves.groupby("label", sort=False)):
+        colour = colours[index % len(colours)]
+        axes[0].plot(frame["epoch"], 100 * frame["test_ece"], label=label, color=colour)
         if "test_gamma_mean" in frame and frame["test_gamma_mean"].notna().any():
-            axes[1].plot(frame["epoch"], frame["test_gamma_mean"], label=label)
-            axes[2].plot(frame["epoch"], frame["test_gamma_std"], label=label)
+            axes[1].plot(frame["epoch"], frame["test_gamma_mean"], label=label, color=colour)
+            axes[2].plot(frame["epoch"], frame["test_gamma_std"], label=label, color=colour)
     axes[0].set(title="test ECE (%) per epoch", xlabel="epoch", ylabel="ECE (%)")
     axes[1].set(title="mean of γ on test", xlabel="epoch", ylabel="mean γ")
     axes[2].set(title="std of γ on test", xlabel="epoch", ylabel="std γ")
@@ -120,9 +122,11 @@ def bin_robustness(results: StudyResults, n_bins: list[int] | None = None) -> di
                          "ece": float(np.mean(values["ece"])), "mce": float(np.mean(values["mce"]))})
     table = pd.DataFrame(rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label, frame in table.groupby("label", sort=False):
-        axes[0].plot(frame["n_bins"], 100 * frame["ece"], marker="o", label=label)
-        axes[1].plot(frame["n_bins"], 100 * frame["mce"], marker="o", label=label)
+    colours = plt.cm.tab20.colors
+    for index, (label, frame) in enumerate(table.groupby("label", sort=False)):
+        colour = colours[index % len(colours)]
+        axes[0].plot(frame["n_bins"], 100 * frame["ece"], marker="o", label=label, color=colour)
+        axes[1].plot(frame["n_bins"], 100 * frame["mce"], marker="o", label=label, color=colour)
     for ax, name in zip(axes, ("ECE", "MCE")):
         ax.set(xscale="log", xlabel="number of bins", ylabel=f"{name} (%)", title=f"test {name} vs number of bins")
     axes[0].legend(fontsize=7)
