@@ -260,11 +260,50 @@ def test_nll_temperature_at_bound_warns(caplog):
     labels = torch.arange(40) % 4
     separable = 5.0 * torch.nn.functional.one_hot(labels, 4).float()
     with caplog.at_level(logging.WARNING, logger="calib_pipeline.calibration.posthoc"):
-        calibrator = build_calibrator("temperature_nll", t_min=0.05).fit(separable, labels)
+        calibrator = build_calibrator("temperature_nll", t_min=0.05, on_separable="bound").fit(
+            separable, labels
+        )
     assert calibrator.temperature == pytest.approx(0.05)
     assert calibrator.learned()["at_bound"] is True
+    assert calibrator.learned()["separable"] is True
     assert "search bound" in calibrator.warnings[0]
     assert "search bound" in caplog.text
+
+
+def test_nll_temperature_upper_bound_on_chance_level_logits_warns():
+    # every prediction wrong with a margin: the NLL keeps falling as T grows
+    labels = torch.arange(40) % 4
+    wrong = 5.0 * torch.nn.functional.one_hot((labels + 1) % 4, 4).float()
+    calibrator = build_calibrator("temperature_nll", t_max=20.0).fit(wrong, labels)
+    assert calibrator.temperature == pytest.approx(20.0)
+    assert calibrator.learned()["at_bound"] is True and calibrator.learned()["separable"] is False
+    assert "search bound" in calibrator.warnings[0]
+
+
+def test_separable_validation_set_keeps_identity_temperature_by_default(caplog):
+    # no misclassified sample: NLL(T) decreases monotonically as T -> 0, no finite optimum
+    logits, labels = make_logits(300, 5, scale=2.0, seed=11)
+    labels = logits.argmax(dim=1)
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline.calibration.posthoc"):
+        calibrator = build_calibrator("temperature_nll").fit(logits, labels)
+    nll = [float64_nll(logits, labels, t) for t in (2.0, 1.0, 0.5, 0.1, 0.02)]
+    assert all(a > b for a, b in zip(nll, nll[1:], strict=False))
+    assert calibrator.temperature == 1.0
+    assert calibrator.learned()["separable"] is True
+    assert calibrator.learned()["at_bound"] is False
+    assert "no finite optimum" in calibrator.warnings[0] and "no finite optimum" in caplog.text
+    torch.testing.assert_close(calibrator.predict_proba(logits), torch.softmax(logits.double(), 1))
+    # one misclassified sample makes the optimum finite again: no separable warning
+    flipped = labels.clone()
+    flipped[0] = (flipped[0] + 1) % 5
+    finite = build_calibrator("temperature_nll").fit(logits, flipped)
+    assert finite.learned()["separable"] is False
+    assert 0.01 < finite.temperature < 1.0 and not finite.warnings
+
+
+def test_nll_temperature_rejects_an_unknown_separable_policy():
+    with pytest.raises(ValueError, match=r"on_separable must be one of 'identity', 'bound', got 'skip'"):
+        build_calibrator("temperature_nll", on_separable="skip")
 
 
 def test_constant_logits_warn_that_temperature_is_not_identifiable():

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from calib_pipeline.calibration._posthoc_base import (
     LogitCalibrator,
+    check_choice,
     check_count,
     check_flag,
     register,
@@ -34,6 +35,9 @@ TEMPERATURE_GRIDS: dict[str, tuple[float, float, float]] = {
 }
 
 
+# What NLL temperature scaling returns when the validation set is classified perfectly.
+SEPARABLE_POLICIES = ("identity", "bound")
+
 # Each grid point costs one ECE pass over the validation logits.
 MAX_GRID_POINTS = 100_000
 
@@ -46,6 +50,7 @@ class TemperatureFit(NamedTuple):
     at_bound: bool
     iterations: int
     identifiable: bool
+    separable: bool = False
 
 
 def temperature_grid(start: float, stop: float, step: float) -> np.ndarray:
@@ -129,6 +134,7 @@ def fit_temperature_nll(
     t_min: float = 0.01,
     t_max: float = 100.0,
     max_iter: int = 100,
+    on_separable: str = "identity",
 ) -> TemperatureFit:
     """The temperature minimising the mean NLL of ``softmax(z / T)``, exact in float64.
 
@@ -143,16 +149,30 @@ def fit_temperature_nll(
         labels: int64 labels (N,).
         t_min, t_max: search bounds on T; an optimum beyond them ends at the bound.
         max_iter: Newton iterations per precision stage.
+        on_separable: what to return when every label attains its row's maximum logit
+            (no validation sample misclassified). Then each row's NLL
+            ``log Σ_k exp((z_k − z_y) / T)`` falls monotonically as T → 0 and has no
+            finite minimiser. ``"identity"`` returns ``T = 1`` with
+            ``identifiable=False``; ``"bound"`` runs the search, which ends at ``t_min``.
 
     Returns:
-        ``TemperatureFit(temperature, converged, at_bound, iterations, identifiable)``;
-        when every row of logits is constant the NLL does not depend on T, and the
-        result is ``T = 1`` with ``identifiable=False``.
+        ``TemperatureFit(temperature, converged, at_bound, iterations, identifiable,
+        separable)``; when every row of logits is constant the NLL does not depend on T,
+        and the result is ``T = 1`` with ``identifiable=False``.
     """
+    if on_separable not in SEPARABLE_POLICIES:
+        raise ValueError(
+            f"on_separable must be one of {', '.join(map(repr, SEPARABLE_POLICIES))}, "
+            f"got {on_separable!r}"
+        )
     gaps = logits - logits.max(dim=1, keepdim=True).values
     if float(gaps.min()) == 0.0:  # every row constant: the NLL does not depend on T
         return TemperatureFit(1.0, True, False, 0, False)
-    mean_label_gap = float(gaps.gather(1, labels.unsqueeze(1)).mean())
+    label_gaps = gaps.gather(1, labels.unsqueeze(1))
+    separable = bool((label_gaps == 0).all())
+    if separable and on_separable == "identity":
+        return TemperatureFit(1.0, True, False, 0, False, True)
+    mean_label_gap = float(label_gaps.mean())
     bounds = (1.0 / t_max, 1.0 / t_min)
     beta = min(max(1.0, bounds[0]), bounds[1])
     iterations = 0
@@ -164,7 +184,7 @@ def fit_temperature_nll(
     at_bound = math.isclose(beta, bounds[0], rel_tol=1e-9) or math.isclose(
         beta, bounds[1], rel_tol=1e-9
     )
-    return TemperatureFit(1.0 / beta, converged, at_bound, iterations, True)
+    return TemperatureFit(1.0 / beta, converged, at_bound, iterations, True, separable)
 
 
 class TemperatureScaling(LogitCalibrator):
@@ -187,24 +207,40 @@ class NLLTemperatureScaling(TemperatureScaling):
         t_min, t_max: bounds of the search (default 0.01, 100). A fit at a bound warns:
             the NLL keeps falling beyond it (T → 0: every validation prediction correct
             with a margin; T → ∞: predictions no better than chance).
+        on_separable: ``"identity"`` (default) or ``"bound"``. When no validation sample
+            is misclassified the NLL has no finite minimiser (it falls as T → 0), and
+            the search would end at ``t_min`` -- T = 0.01 turns every test error into a
+            near-certain one. ``"identity"`` keeps T = 1 and warns; ``"bound"`` keeps
+            the bound (what an unconstrained optimiser drifts towards), also warned.
     """
 
     name = "temperature_nll"
 
-    def __init__(self, *, t_min: float = 0.01, t_max: float = 100.0) -> None:
+    def __init__(
+        self, *, t_min: float = 0.01, t_max: float = 100.0, on_separable: str = "identity"
+    ) -> None:
         t_min = check_range("t_min", t_min, low=1e-6, high=1e6)
         t_max = check_range("t_max", t_max, low=t_min, high=1e6, low_inclusive=False)
-        super().__init__(t_min=t_min, t_max=t_max)
+        on_separable = check_choice("on_separable", on_separable, SEPARABLE_POLICIES)
+        super().__init__(t_min=t_min, t_max=t_max, on_separable=on_separable)
         self.iterations = 0
+        self.separable = False
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         fit = fit_temperature_nll(logits, labels, **self.hyperparameters)
-        self.temperature, self.iterations, self.at_bound = (
+        self.temperature, self.iterations, self.at_bound, self.separable = (
             fit.temperature,
             fit.iterations,
             fit.at_bound,
+            fit.separable,
         )
-        if not fit.identifiable:
+        if fit.separable and not fit.identifiable:
+            self._warn(
+                "every validation sample is classified correctly: the NLL falls without "
+                "bound as T → 0 and has no finite optimum; T is not identifiable, set to 1 "
+                "(on_separable='bound' keeps the search bound instead)"
+            )
+        elif not fit.identifiable:
             self._warn("every row of logits is constant; T is not identifiable, set to 1")
         if fit.at_bound:
             self._warn(
@@ -219,6 +255,7 @@ class NLLTemperatureScaling(TemperatureScaling):
             "temperature": self.temperature,
             "at_bound": self.at_bound,
             "iterations": self.iterations,
+            "separable": self.separable,
         }
 
 
