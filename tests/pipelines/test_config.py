@@ -112,3 +112,30 @@ def test_sweep_labels_use_the_template_or_append_the_value():
     )
     assert methods["ls_epsilon_0p05"]["label"] == "LS-0.05"
     assert methods["l1_alpha_0p01"]["label"] == "L1 (alpha=0.01)"
+
+
+@pytest.mark.parametrize("env", ["cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"])
+def test_paper_environments_use_the_papers_split_fractions(env):
+    # conf/base holds out more validation data for digits; the paper protocols must not inherit it
+    from calib_pipeline.pipelines.config import load_parameters
+    from calib_pipeline.settings import project_root
+
+    splits = load_parameters(env, project_root())["splits"]
+    assert splits["standard"]["fractions"] == {"train": 0.9, "val": 0.1}
+    assert splits["meta"]["fractions"] == {"train": 0.8, "val": 0.1, "meta_val": 0.1}
+
+
+def test_digits_validation_split_is_as_large_as_its_test_hold_out():
+    from calib_pipeline.data import load_dataset
+    from calib_pipeline.data.splits import stratified_split
+    from calib_pipeline.pipelines.config import load_parameters
+    from calib_pipeline.settings import project_root
+
+    splits = load_parameters("local", project_root())["splits"]
+    data = load_dataset("digits")
+    labels = data.train_labels.numpy()
+    standard = stratified_split(labels, splits["standard"]["fractions"], splits["standard"]["seed"])
+    meta = stratified_split(labels, splits["meta"]["fractions"], splits["meta"]["seed"])
+    assert abs(len(standard["val"]) - len(data.test_labels)) <= 5
+    assert len(meta["val"]) == pytest.approx(len(meta["meta_val"]), abs=5)
+    assert len(meta["val"]) >= 200
