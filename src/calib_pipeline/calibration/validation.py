@@ -78,9 +78,11 @@ def _expand_binary(scores: torch.Tensor, inputs: str) -> torch.Tensor:
     return torch.stack([1 - scores, scores], dim=-1)
 
 
-def _check_finite(scores: torch.Tensor, name: str) -> None:
-    # One aminmax pass (about a sixth of a logits.max(dim=1) pass): NaN propagates into
-    # both results and +-inf shows up in one of them.
+def check_finite(scores: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` naming the kind, count and first index of NaN/inf ``scores``.
+
+    One ``aminmax`` pass: NaN propagates into both results and +-inf shows up in one.
+    """
     low, high = torch.aminmax(scores.detach())
     if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
         return
@@ -141,7 +143,7 @@ def _as_labels(
 
 
 def _check(
-    logits: Any, labels: Any, inputs: str, batched: bool
+    logits: Any, labels: Any, inputs: str, batched: bool, finite: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     name = "logits" if inputs == "logits" else "probabilities"
     raw = to_tensor(logits, name=name)
@@ -154,7 +156,8 @@ def _check(
         raise ValueError(f"{name} must be {expected}, got shape {tuple(raw.shape)}")
     if scores.shape[-2] == 0 or scores.shape[-1] == 0 or (batched and scores.shape[0] == 0):
         raise ValueError(f"empty input: {name} have shape {tuple(raw.shape)}")
-    _check_finite(scores, name)
+    if finite or inputs == "probs":  # the probability range check needs finite values
+        check_finite(scores, name)
     if inputs == "probs":
         _check_probabilities(scores, probability_tolerance(raw.dtype))
     targets = _as_labels(labels, tuple(scores.shape[:-1]), scores.shape[-1], scores.device)
@@ -162,7 +165,7 @@ def _check(
 
 
 def check_logits_labels(
-    logits: Any, labels: Any, *, inputs: str = "logits"
+    logits: Any, labels: Any, *, inputs: str = "logits", finite: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate one run of predictions and return them as tensors.
 
@@ -171,6 +174,9 @@ def check_logits_labels(
         labels: N integer class indices in [0, K) (integer dtype, or floats with integral values).
         inputs: ``"logits"`` or ``"probs"`` (rows in [0, 1] summing to 1, see
             :func:`probability_tolerance`).
+        finite: check that logits are finite (:func:`check_finite`). ``False`` leaves that
+            check to a caller that reads the logits anyway and calls :func:`check_finite`
+            before using them (the metrics' top-label scan); probabilities are always checked.
 
     Returns:
         ``(scores, labels)``: float64 scores if given float64 else float32 (autograd graph
@@ -180,16 +186,18 @@ def check_logits_labels(
         ValueError: NaN/inf scores, labels out of range or non-integer, shape mismatch,
             empty input, or probabilities outside [0, 1] / rows not summing to 1.
     """
-    return _check(logits, labels, inputs, batched=False)
+    return _check(logits, labels, inputs, batched=False, finite=finite)
 
 
 def check_batched_logits_labels(
-    logits: Any, labels: Any, *, inputs: str = "logits"
+    logits: Any, labels: Any, *, inputs: str = "logits", finite: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate R runs of predictions: R x N x K scores, labels N (shared) or R x N.
+
+    ``finite`` as in :func:`check_logits_labels`.
 
     Returns:
         ``(scores, labels)`` with scores R x N x K (dtype rule of :func:`check_logits_labels`)
         and labels expanded to R x N (a view when shared).
     """
-    return _check(logits, labels, inputs, batched=True)
+    return _check(logits, labels, inputs, batched=True, finite=finite)
