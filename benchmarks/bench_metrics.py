@@ -8,7 +8,7 @@ one by default -- for every side of a ratio):
    time relative to one read of the logits, ``logits.max(dim=1)`` (target <= 2x).
 2. The full ``calibration_metrics`` suite on 10,000 x 100: total time and the slowest metric.
 3. ECE of 100 runs of 10,000 x 10 scored by ``calibration_metrics_batched`` vs a Python loop
-   over torchmetrics (target >= 20x).
+   over torchmetrics (target >= 20x), with the cost per logit of its two stages.
 
 Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]``
 (``--quick`` shrinks the sizes tenfold for a smoke run; its ratios are not the targets'
@@ -106,6 +106,12 @@ def bench_batched(runs: int, n: int, repeats: int) -> None:
             for r in range(runs)
         ]
 
+    def statistics_stage() -> metrics._Predictions:
+        pred = metrics._Predictions.batched(logits, labels, "logits")
+        pred.confidence  # noqa: B018 -- validation and the top-label scan
+        return pred
+
+    pred = statistics_stage()
     cheap_keys = [k for k in metrics.metric_names() if k not in ("sece", "smooth_ece")]
     t = median_seconds(
         {
@@ -113,13 +119,23 @@ def bench_batched(runs: int, n: int, repeats: int) -> None:
                 logits, labels, keys=["ece"], closure="left"
             ),
             "loop": loop,
+            "statistics": statistics_stage,
+            "binning": lambda: metrics._binned_error(
+                pred.confidence, pred.correct, 15, "width", "l1", "left"
+            ),
             "suite": lambda: metrics.calibration_metrics_batched(logits, labels, keys=cheap_keys),
         },
         repeats,
     )
+    per_logit = {name: value / logits.numel() * 1e9 for name, value in t.items()}
     print(f"[3] ECE of {runs} runs of {n:,} x 10")
     print(f"    batched {t['batched'] * 1e3:8.1f} ms | torchmetrics loop {t['loop'] * 1e3:8.1f} ms")
     print(f"    speed-up: {t['loop'] / t['batched']:5.1f}x (target >= 20x)")
+    print(
+        f"    ns per logit: loop {per_logit['loop']:.2f} (target {per_logit['loop'] / 20:.2f})"
+        f" | ours {per_logit['batched']:.2f}, of which validation + top-label scan"
+        f" {per_logit['statistics']:.2f}, binning {per_logit['binning']:.2f}"
+    )
     print(f"    (all keys but sece and smooth_ece, {runs} runs batched: {t['suite'] * 1e3:.1f} ms)")
 
 

@@ -1,6 +1,6 @@
 """The blocked top-label scan and the arithmetic binning behind the metrics' speed.
 
-Both layouts of the scan (row-major for K >= 32 classes, transposed for shorter rows), the
+Both layouts of the scan (row-major, and transposed for rows of few classes), the
 NaN/inf check folded into it, position independence of every row's statistics, and the
 equal-width bin index against ``torch.bucketize``.
 """
@@ -12,7 +12,7 @@ import torch
 
 from calib_pipeline.calibration import metrics as M
 
-SHORT_AND_LONG_ROWS = [2, 3, 10, 31, 32, 100]
+SHORT_AND_LONG_ROWS = [2, 3, 10, M._SHORT_ROWS - 1, M._SHORT_ROWS, 100]
 
 
 def _logits(n, k, seed=0, scale=3.0):

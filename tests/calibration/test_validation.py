@@ -6,6 +6,7 @@ import torch
 
 from calib_pipeline.calibration.validation import (
     check_batched_logits_labels,
+    check_finite,
     check_logits_labels,
     probability_tolerance,
     to_tensor,
@@ -138,3 +139,21 @@ def test_to_tensor_passes_tensors_through():
     tensor = torch.ones(2)
     assert to_tensor(tensor) is tensor
     assert to_tensor([[1, 2]]).shape == (1, 2)
+
+
+def test_finite_false_defers_the_nan_check_of_logits_to_the_caller():
+    logits = torch.tensor([[0.0, float("nan")], [1.0, 2.0]])
+    scores, _ = check_logits_labels(logits, [0, 1], finite=False)
+    with pytest.raises(ValueError, match=r"logits contain NaN values \(1 non-finite entries, "):
+        check_finite(scores, "logits")
+    with pytest.raises(ValueError, match=r"inf values \(2 non-finite entries, first at index "):
+        check_finite(torch.tensor([[0.0, 1.0], [float("inf"), float("-inf")]]), "logits")
+    check_finite(torch.zeros(2, 2), "logits")  # finite: no error
+
+
+def test_probabilities_are_checked_for_nan_even_with_finite_false():
+    probs = torch.tensor([[0.5, float("nan")], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="probabilities contain NaN"):
+        check_logits_labels(probs, [0, 1], inputs="probs", finite=False)
+    with pytest.raises(ValueError, match="probabilities contain NaN"):
+        check_batched_logits_labels(probs.unsqueeze(0), [0, 1], inputs="probs", finite=False)

@@ -52,13 +52,15 @@ _BLOCK_ELEMENTS = 2**19
 # Kernel-matrix entries per block for the O(N^2) SECE kernel (1 MiB in float32, in cache).
 _KERNEL_BLOCK_ELEMENTS = 2**18
 _LOG2_E = 1.0 / math.log(2.0)
-# Below K = 32 classes a block of rows is scanned transposed (see _scan_columns).
-_SHORT_ROWS = 32
+# Below K = 24 classes a block of rows is scanned transposed (see _scan_columns); measured
+# 1.3-1.7x faster for K = 2..14, even at K = 20, slower from K = 24 on.
+_SHORT_ROWS = 24
 # torch's exp takes a slow path (~50x) where it underflows; the kernels use exp2 of an
 # argument floored at -115 (2^-115 ~ 2e-35, a normal float32 that no sum can notice).
 _EXP2_FLOOR = -115.0
-# Samples per block of the binning pass.
-_SAMPLE_BLOCK = 2**16
+# Samples per block of the binning pass: the block's temporaries (<= 1 MiB each) stay in cache;
+# measured 10-20% faster than 2^16 or 2^18.
+_SAMPLE_BLOCK = 2**17
 
 
 # --------------------------------------------------------------------------- options
@@ -425,7 +427,7 @@ def _bin_index(
 
 
 def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int, int]]:
-    """(first run, last run + 1, first sample, last sample + 1) blocks of ~2^16 samples.
+    """(first run, last run + 1, first sample, last sample + 1) blocks of ~2^17 samples.
 
     Blocking keeps the per-sample temporaries of the binning in cache and out of fresh
     (page-faulting) allocations; on CUDA one block avoids per-launch overhead.
