@@ -2,7 +2,9 @@
 
 MLflow layout: one parent run per ``kedro run``; one nested run per
 (method, seed) training node with its parameters, per-epoch history and final
-metrics; reporting outputs (tables, figures) as artifacts of the parent run.
+metrics; reporting outputs (tables, figures) as artifacts of the parent run: a report
+folder is logged as the catalog wrote it (``<namespace>/<report>/``), the evaluation
+tables (tidy metrics, reliability bins) as CSV.
 The tracking URI is ``MLFLOW_TRACKING_URI`` when set, else a SQLite file at the
 project root. ``CALIB_MLFLOW=off`` disables tracking.
 """
@@ -48,6 +50,7 @@ class MlflowTrackingHook:
         self._client = None
         self._parent = None
         self._experiment_id = None
+        self._catalog = None
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
@@ -55,9 +58,11 @@ class MlflowTrackingHook:
     @hook_impl
     def after_context_created(self, context) -> None:
         self._project_path = Path(context.project_path)
+        from kedro.config import MissingConfigException
+
         try:
             self._config = context.config_loader.get("mlflow") or {}
-        except Exception:  # no mlflow.yml in this environment
+        except MissingConfigException:  # no mlflow.yml in this environment
             self._config = {}
 
     @hook_impl
@@ -70,6 +75,7 @@ class MlflowTrackingHook:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
         mlflow.set_tracking_uri(uri)
         self._client = MlflowClient(tracking_uri=uri)
+        self._catalog = catalog
         name = self._config.get("experiment_name", "calib-pipeline")
         experiment = self._client.get_experiment_by_name(name)
         self._experiment_id = (
@@ -143,27 +149,32 @@ class MlflowTrackingHook:
         self._client.set_terminated(run_id, "FINISHED")
 
     def _log_artifacts(self, node, outputs: dict[str, Any]) -> None:
-        """Log a reporting node's outputs (tables, Markdown, figures) to the parent run.
+        """Log a reporting node's tables and texts (the evaluation tables) to the parent run.
 
-        Runs before the catalog saves the outputs, so figures are still open."""
+        Report folders (dict outputs) are logged by :meth:`after_dataset_saved` from the
+        files the catalog writes, so nothing is rendered twice."""
         from calib_pipeline.kedro_datasets import write_artifacts
 
-        bundle: dict[str, Any] = {}
-        for name, value in outputs.items():
-            stem = name.split(".", 1)[-1]
-            if isinstance(value, dict):
-                bundle.update({f"{stem}.{key}": item for key, item in value.items()})
-            elif isinstance(value, (pd.DataFrame, str)) or hasattr(value, "savefig"):
-                bundle[stem] = value
+        bundle = {
+            name.split(".", 1)[-1]: value
+            for name, value in outputs.items()
+            if isinstance(value, (pd.DataFrame, str))
+        }
         if not bundle:
             return
         with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp)
-            write_artifacts(folder, {k: v for k, v in bundle.items() if not hasattr(v, "savefig")})
-            for key, figure in bundle.items():
-                if hasattr(figure, "savefig"):  # keep figures open: the catalog saves them next
-                    figure.savefig(folder / f"{key}.png", dpi=110, bbox_inches="tight")
-            self._client.log_artifacts(self._parent.info.run_id, str(folder), artifact_path=node.namespace or "")
+            write_artifacts(Path(tmp), bundle)
+            self._client.log_artifacts(self._parent.info.run_id, tmp, artifact_path=node.namespace or "")
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
+        if self._parent is None or "reporting" not in node.tags or self._catalog is None:
+            return
+        folder = getattr(self._catalog[dataset_name], "saved_folder", None)
+        if folder is not None:
+            stem = dataset_name.split(".", 1)[-1]
+            path = f"{node.namespace}/{stem}" if node.namespace else stem
+            self._client.log_artifacts(self._parent.info.run_id, str(folder), artifact_path=path)
 
     @hook_impl
     def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:

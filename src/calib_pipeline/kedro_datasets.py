@@ -112,18 +112,22 @@ class MarkdownDataset(AbstractVersionedDataset[str, str]):
 class ReportDataset(AbstractVersionedDataset[dict, dict]):
     """A versioned folder of report artifacts.
 
-    Saving a dict writes each entry by type: a DataFrame as ``<name>.csv`` and
-    ``<name>.md``, a string as ``<name>.md``, a matplotlib figure as ``<name>.png``
-    (then closed), a dict/list as ``<name>.json``. Loading returns DataFrames from the
+    Saving a dict writes each entry by type: a DataFrame as ``<name>.csv`` and, up to
+    ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``; a string as ``<name>.md``; a matplotlib
+    figure as ``<name>.png`` (then closed); a dict/list as ``<name>.json``. Loading returns DataFrames from the
     CSVs, strings from the Markdown files and paths of the PNGs.
     """
 
     def __init__(self, *, filepath: str, version: Version | None = None, dpi: int = 120) -> None:
         super().__init__(filepath=PurePosixPath(filepath), version=version)
         self._dpi = dpi
+        # the folder of the last save (the MLflow hook logs it as written)
+        self.saved_folder: Path | None = None
 
     def save(self, data: dict[str, Any]) -> None:
-        write_artifacts(Path(str(self._get_save_path())), data, dpi=self._dpi)
+        folder = Path(str(self._get_save_path()))
+        write_artifacts(folder, data, dpi=self._dpi)
+        self.saved_folder = folder
 
     def load(self) -> dict[str, Any]:
         import pandas as pd
@@ -143,6 +147,11 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
         return {"filepath": str(self._filepath), "version": self._version}
 
 
+# A Markdown table is for reading; beyond this many rows only the CSV is written (the tidy
+# metrics tables have ~10^5 rows, and tabulate needs ~0.15 ms per row to render them).
+MARKDOWN_MAX_ROWS = 2000
+
+
 def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
     """Write report artifacts into ``folder`` by type (see :class:`ReportDataset`)."""
     import json
@@ -154,7 +163,9 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
     for name, value in data.items():
         if isinstance(value, pd.DataFrame):
             value.to_csv(folder / f"{name}.csv", index=False)
-            (folder / f"{name}.md").write_text(value.to_markdown(index=False) + "\n", encoding="utf-8")
+            if len(value) <= MARKDOWN_MAX_ROWS:
+                markdown = value.to_markdown(index=False) + "\n"
+                (folder / f"{name}.md").write_text(markdown, encoding="utf-8")
         elif isinstance(value, str):
             (folder / f"{name}.md").write_text(value, encoding="utf-8")
         elif hasattr(value, "savefig"):

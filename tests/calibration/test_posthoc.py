@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -287,7 +288,7 @@ def test_separable_validation_set_keeps_identity_temperature_by_default(caplog):
     with caplog.at_level(logging.WARNING, logger="calib_pipeline.calibration.posthoc"):
         calibrator = build_calibrator("temperature_nll").fit(logits, labels)
     nll = [float64_nll(logits, labels, t) for t in (2.0, 1.0, 0.5, 0.1, 0.02)]
-    assert all(a > b for a, b in zip(nll, nll[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(nll))
     assert calibrator.temperature == 1.0
     assert calibrator.learned()["separable"] is True
     assert calibrator.learned()["at_bound"] is False

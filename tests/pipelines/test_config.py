@@ -2,7 +2,12 @@ import copy
 
 import pytest
 
-from calib_pipeline.pipelines.config import expand_methods, fingerprint, parse_structure, validate_buildable
+from calib_pipeline.pipelines.config import (
+    expand_methods,
+    fingerprint,
+    parse_structure,
+    validate_buildable,
+)
 
 
 @pytest.fixture

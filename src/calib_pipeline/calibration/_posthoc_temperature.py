@@ -22,7 +22,11 @@ from calib_pipeline.calibration._posthoc_base import (
     check_flag,
     register,
 )
-from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE, calibration_metrics_batched, sb_ece
+from calib_pipeline.calibration.metrics import (
+    SB_ECE_TEMPERATURE,
+    calibration_metrics_batched,
+    sb_ece,
+)
 from calib_pipeline.registry import check_range
 
 LOG2_E = 1.0 / math.log(2.0)
