@@ -84,7 +84,6 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
 
 
 def test_reporting_fails_clearly_when_a_calibrator_was_not_fitted(small_digits, tmp_path):
-    structure = parse_structure(PARAMETERS)
     runs = {"ce|0": {"logits": {"test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)}}, "calibrators": {}}}
     with pytest.raises(KeyError, match=r"calibrator\(s\) \['ts'\] were not fitted; re-run posthoc"):
         reporting.nodes.evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=["ts"])
