@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _timing import seconds_per_call
 
 from calib_pipeline.calibration.meta import build_meta_learner
 from calib_pipeline.models import build_model
@@ -39,18 +39,6 @@ CASES = [
 ]
 NUM_CLASSES = 10
 TARGET_RATIO = 2.3
-
-
-def timed(step: Callable[[], object], inner: int, device: torch.device) -> float:
-    """Seconds per call of ``step``, averaged over ``inner`` calls."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(inner):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / inner
 
 
 def bench_config(
@@ -79,11 +67,11 @@ def bench_config(
         steps[label] = lambda learner=learner: learner.step(model, optimizer, x, y, xv, yv)
 
     for step in steps.values():  # warm-up: allocator, cuDNN autotuning, lazy inits
-        timed(step, args.warmup, device)
+        seconds_per_call(step, args.warmup, device)
     samples: dict[str, list[float]] = {label: [] for label in steps}
     for _ in range(args.repeats):
         for label, step in steps.items():
-            samples[label].append(timed(step, args.inner, device))
+            samples[label].append(seconds_per_call(step, args.inner, device))
     return {label: statistics.median(values) for label, values in samples.items()}
 
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 from typing import Any
 
 import torch
+from _timing import seconds_per_call
 
 from calib_pipeline.calibration.losses import build_objective
 from calib_pipeline.models import build_model
@@ -84,17 +84,6 @@ def _make_step(objective, model, optimizer, inputs, labels, generator):
     return step
 
 
-def _time_block(step, steps: int, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / steps
-
-
 def _make_loss_only(objective, logits, labels, model, generator):
     """The objective alone: loss on fixed logits and its backward to the logits."""
 
@@ -120,8 +109,8 @@ def _paired_ratios(
     ratios: dict[str, list[float]] = {label: [] for label in steps}
     for _ in range(repeats):
         for label, step in steps.items():
-            reference = _time_block(steps[anchor], block, device)
-            elapsed = _time_block(step, block, device)
+            reference = seconds_per_call(steps[anchor], block, device)
+            elapsed = seconds_per_call(step, block, device)
             times[label].append(elapsed)
             ratios[label].append(elapsed / reference)
     return {
@@ -159,7 +148,7 @@ def main() -> None:
             objective, logits, labels, copy_, torch.Generator().manual_seed(0)
         )
     for step in [*train_steps.values(), *loss_steps.values()]:  # warm-up
-        _time_block(step, 3, device)
+        seconds_per_call(step, 3, device)
     anchor = CASES[0][0]
     train = _paired_ratios(train_steps, anchor, args.steps, args.repeats, device)
     alone = _paired_ratios(loss_steps, anchor, 10 * args.steps, args.repeats, device)
