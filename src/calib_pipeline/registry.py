@@ -9,7 +9,7 @@ pipeline is constructed -- long before any training starts.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -21,15 +21,24 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._factories: dict[str, Callable[..., T]] = {}
+        self._validators: dict[str, Callable[..., Any]] = {}
 
-    def register(self, name: str | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
-        """Decorator registering ``factory`` under ``name`` (default: its ``__name__``)."""
+    def register(
+        self, name: str | None = None, *, validate: Callable[..., Any] | None = None
+    ) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator registering ``factory`` under ``name`` (default: its ``__name__``).
+
+        ``validate(**params)``, when given, checks the values of a configuration without
+        building it (``Registry.check``); it raises ``ValueError`` on a bad value.
+        """
 
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
             key = name or factory.__name__
             if key in self._factories:
                 raise ValueError(f"{self.kind} {key!r} is registered twice")
             self._factories[key] = factory
+            if validate is not None:
+                self._validators[key] = validate
             return factory
 
         return decorator
@@ -51,9 +60,25 @@ class Registry(Generic[T]):
             )
         return self._factories[name]
 
+    def check(self, name: str, **params: Any) -> None:
+        """Check ``name`` and the names of ``params`` without building anything.
+
+        Raises ``ValueError`` naming the valid names, or the parameters the factory accepts.
+        A factory registered with ``validate=`` also has its values checked by that function.
+        """
+        factory = self.factory(name)
+        self._check_parameters(name, factory, params)
+        validator = self._validators.get(name)
+        if validator is not None:
+            validator(**params)
+
     def build(self, name: str, **params: Any) -> T:
         """Build ``name`` with ``params``; unknown names and parameters raise ``ValueError``."""
         factory = self.factory(name)
+        self._check_parameters(name, factory, params)
+        return factory(**params)
+
+    def _check_parameters(self, name: str, factory: Callable[..., T], params: dict[str, Any]) -> None:
         signature = inspect.signature(factory)
         accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         if not accepts_any:
@@ -68,7 +93,6 @@ class Registry(Generic[T]):
                     f"{self.kind} {name!r} got unknown parameter(s) {unknown}; "
                     f"it accepts: {', '.join(allowed) or 'no parameters'}"
                 )
-        return factory(**params)
 
 
 def check_range(
@@ -99,3 +123,41 @@ def check_range(
         hi = "inf" if high is None else high
         raise ValueError(f"{name} must be in {left}{lo}, {hi}{right}, got {value!r}")
     return number
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """``value`` if it is one of ``choices``; otherwise ``ValueError`` listing them.
+
+    The value must be of the choices' own kind: ``True`` does not pass for ``1``, nor
+    ``2.0`` for ``2`` (YAML makes such slips easy and they would otherwise pass silently).
+    """
+    kinds = {type(choice) for choice in choices}
+    if type(value) not in kinds or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool, not a float) within ``[low, high]``."""
+    in_range = (low is None or (isinstance(value, int) and value >= low)) and (
+        high is None or (isinstance(value, int) and value <= high)
+    )
+    if not isinstance(value, int) or isinstance(value, bool) or not in_range:
+        if low is not None and high is not None:
+            bounds = f" in [{low}, {high}]"
+        elif low is not None:
+            bounds = f" >= {low}"
+        elif high is not None:
+            bounds = f" <= {high}"
+        else:
+            bounds = ""
+        raise ValueError(f"{name} must be an integer{bounds}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False`` (not ``1``, not ``"yes"``)."""
+    if not isinstance(value, bool):
+        # ValueError, not TypeError: every bad hyperparameter fails alike at build time.
+        raise ValueError(f"{name} must be true or false, got {value!r}")  # noqa: TRY004
+    return value
