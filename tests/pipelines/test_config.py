@@ -2,9 +2,9 @@ import copy
 
 import pytest
 
+from calib_pipeline.training.checkpoint import fingerprint
 from calib_pipeline.pipelines.config import (
     expand_methods,
-    fingerprint,
     parse_structure,
     validate_buildable,
 )

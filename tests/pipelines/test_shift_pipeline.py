@@ -17,13 +17,13 @@ from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
 from calib_pipeline.pipelines.config import load_parameters
 from calib_pipeline.pipelines.reporting.nodes import evaluate_runs
-from calib_pipeline.pipelines.shift.nodes import (
+from calib_pipeline.data.shift_suites import (
     generate_corrupted,
-    make_shift_sets,
     parse_shift,
     resolve_suites,
     shift_label,
 )
+from calib_pipeline.pipelines.shift.nodes import make_shift_sets
 
 PROJECT = Path(__file__).resolve().parents[2]
 SPLITS = {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}}
@@ -148,7 +148,7 @@ def test_uncached_sets_are_regenerated_identically_in_each_run(digits):
 def test_sets_predicted_together_match_sets_predicted_alone(digits, monkeypatch):
     params = {"corruptions": ["contrast", "fog"], "severities": [1, 4]}
     together = run_shift(digits, params)["ce|0"]
-    monkeypatch.setattr("calib_pipeline.pipelines.shift.nodes.PREDICT_BLOCK_BYTES", 1)
+    monkeypatch.setattr("calib_pipeline.data.shift_suites.PREDICT_BLOCK_BYTES", 1)
     alone = run_shift(digits, params)["ce|0"]
     assert list(together) == list(alone)
     for key in ("contrast/1", "fog/4"):

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from calib_pipeline.data.datasets import ImageData
 
 SPLIT_NAMES = ("train", "val", "meta_val")
 
@@ -68,3 +73,20 @@ def stratified_split(
     bounds = np.cumsum(list(clean.values()))[:-1]
     part = np.searchsorted(bounds, position, side="right")
     return {name: np.sort(order[part == i]).astype(np.int64) for i, name in enumerate(clean)}
+
+
+def split_dataset(data: ImageData, split: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Split ``data``'s training part by ``split`` (``{"seed", "fractions"}``); the official
+    test part is never touched. Returns part name -> sorted indices (JSON-friendly lists)."""
+    parts = stratified_split(data.train_labels.numpy(), split["fractions"], int(split.get("seed", 0)))
+    return {name: index.tolist() for name, index in parts.items()}
+
+
+def split_tensors(data: ImageData, split: Mapping[str, list[int]], part: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and labels of one split part (``test`` is the official test set)."""
+    if part == "test":
+        return data.test_images, data.test_labels
+    if part not in split:
+        raise KeyError(f"split has no part {part!r}; it has {sorted(split)}")
+    index = torch.as_tensor(split[part], dtype=torch.long)
+    return data.train_images[index], data.train_labels[index]

@@ -9,8 +9,6 @@ hyperparameter by building it, so a bad configuration fails before any training.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,7 +224,7 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
                 f"study {study.name!r} lists unknown report(s) {unknown}; valid reports are: "
                 + ", ".join(report_names())
             )
-    from calib_pipeline.pipelines.shift.nodes import resolve_suites
+    from calib_pipeline.data.shift_suites import resolve_suites
 
     resolve_suites(parameters.get("shift") or {}, dataset)
     for key, entry in structure.calibrators.items():
@@ -234,12 +232,6 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
             build_calibrator(entry["name"], **(entry.get("params") or {}))
         except (KeyError, ValueError) as error:
             raise ValueError(f"calibrator {key!r}: {error}") from None
-
-
-def fingerprint(payload: dict[str, Any]) -> str:
-    """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
-    text = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def load_parameters(env: str | None, project_path: str | Path) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,3 +41,9 @@ class CheckpointStore:
 
     def __repr__(self) -> str:
         return f"CheckpointStore({str(self.directory)!r})"
+
+
+def fingerprint(payload: dict[str, Any]) -> str:
+    """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from calib_pipeline.data import ImageData, stratified_split
+from calib_pipeline.data import ImageData
+from calib_pipeline.data.splits import split_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -20,11 +21,11 @@ def make_split(data: ImageData, split: dict[str, Any]) -> dict[str, list[int]]:
     Returns:
         part name -> sorted indices into ``data.train_labels`` (JSON-friendly lists).
     """
-    parts = stratified_split(data.train_labels.numpy(), split["fractions"], int(split.get("seed", 0)))
+    parts = split_dataset(data, split)
     logger.info(
         "%s split: %s (+ %d official test)",
         data.name,
         ", ".join(f"{k}={len(v)}" for k, v in parts.items()),
         len(data.test_labels),
     )
-    return {name: index.tolist() for name, index in parts.items()}
+    return parts

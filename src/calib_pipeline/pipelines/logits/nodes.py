@@ -7,23 +7,9 @@ from typing import Any
 import torch
 
 from calib_pipeline.data import ImageData
+from calib_pipeline.data.splits import split_tensors
 from calib_pipeline.models import model_from_checkpoint
-from calib_pipeline.pipelines.training.nodes import split_tensors
-from calib_pipeline.training import Normalizer, predict_logits, resolve_device
-
-
-def checkpoint_predictor(checkpoint: dict[str, Any], device: str = "auto"):
-    """A function images -> (logits, features) on CPU for a trained checkpoint."""
-    target = resolve_device(device)
-    model = model_from_checkpoint(checkpoint).to(target)
-    norm = checkpoint["normalization"]
-    normalizer = Normalizer(tuple(norm["mean"]), tuple(norm["std"]), device=target)
-
-    def predict(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, features = predict_logits(model, images, normalizer, with_features=True)
-        return logits.cpu(), features.cpu()
-
-    return predict
+from calib_pipeline.training.predict import checkpoint_predictor
 
 
 def compute_logits(
@@ -47,9 +33,9 @@ def compute_logits(
     learner = _meta_learner(checkpoint)
     out: dict[str, Any] = {"method": checkpoint["method"], "seed": checkpoint["seed"]}
     for part in [*split, "test"]:
-        tensors = split_tensors(data, split, part)
-        logits, features = predict(tensors.images)
-        entry = {"logits": logits, "labels": tensors.labels.clone()}
+        images, labels = split_tensors(data, split, part)
+        logits, features = predict(images)
+        entry = {"logits": logits, "labels": labels.clone()}
         if logits_params.get("features", False):
             entry["features"] = features
         out[part] = entry

@@ -37,7 +37,7 @@ import pandas as pd
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.pipelines.reporting.reports import StudyResults, report
 from calib_pipeline.pipelines.reporting.tables import PERCENT_METRICS, mean_std_table
-from calib_pipeline.pipelines.shift.nodes import parse_shift
+from calib_pipeline.data.shift_suites import parse_shift
 from calib_pipeline.registry import check_range
 
 DEFAULT_SHIFT_METRICS = ["accuracy", "ece", "ece_em", "nll", "brier", "auroc"]

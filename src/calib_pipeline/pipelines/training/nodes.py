@@ -11,20 +11,11 @@ import torch
 from calib_pipeline.calibration.losses import build_objective
 from calib_pipeline.data import ImageData
 from calib_pipeline.models import build_model
-from calib_pipeline.pipelines.config import fingerprint
+from calib_pipeline.data.splits import split_tensors
 from calib_pipeline.training import CheckpointStore, Split, TrainConfig, train_model
+from calib_pipeline.training.checkpoint import fingerprint
 
 logger = logging.getLogger(__name__)
-
-
-def split_tensors(data: ImageData, split: dict[str, list[int]], part: str) -> Split:
-    """Images and labels of one split part (``test`` is the official test set)."""
-    if part == "test":
-        return Split(data.test_images, data.test_labels)
-    if part not in split:
-        raise KeyError(f"split has no part {part!r}; it has {sorted(split)}")
-    index = torch.as_tensor(split[part], dtype=torch.long)
-    return Split(data.train_images[index], data.train_labels[index])
 
 
 def model_from_config(data: ImageData, model_params: dict[str, Any]) -> torch.nn.Module:
@@ -91,13 +82,13 @@ def train_method(
     result = train_model(
         model,
         objective,
-        split_tensors(data, split, "train"),
-        split_tensors(data, split, "val"),
+        Split(*split_tensors(data, split, "train")),
+        Split(*split_tensors(data, split, "val")),
         config,
         normalization=(data.mean, data.std),
         seed=seed,
-        test=split_tensors(data, split, "test"),
-        meta_val=split_tensors(data, split, "meta_val") if meta_learner is not None else None,
+        test=Split(*split_tensors(data, split, "test")),
+        meta_val=Split(*split_tensors(data, split, "meta_val")) if meta_learner is not None else None,
         meta_learner=meta_learner,
         store=store,
         fingerprint=fingerprint(run_config),
