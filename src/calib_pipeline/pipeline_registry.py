@@ -21,6 +21,7 @@ from kedro.pipeline import Pipeline
 
 from calib_pipeline.hooks import RUN_ENV
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
+from calib_pipeline.pipelines.checks import check_parameters
 from calib_pipeline.pipelines.config import Structure, load_parameters, parse_structure, validate_buildable
 from calib_pipeline.settings import project_root
 
@@ -51,6 +52,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         parameters = loader["parameters"]
     else:  # imported outside a session (e.g. a plain script): read the environment's files
         parameters = load_parameters(os.environ.get("KEDRO_ENV"), project_root())
+    check_parameters(parameters)
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
     dataset = parameters["dataset"]["name"]

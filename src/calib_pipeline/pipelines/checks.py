@@ -1,0 +1,134 @@
+"""Checks of every parameter group, run when the pipelines are built.
+
+A misspelt key (``evaluation.n_bin``), an unknown top-level group (``evalution``), a bad
+value (``evaluation.n_bins=0``) or an unknown metric name fails here -- before any node
+runs -- with a message that names the valid choices. Nothing in the parameters is
+silently ignored: every key is either used or refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from calib_pipeline.calibration.metrics import metric_names
+from calib_pipeline.models import MODELS
+from calib_pipeline.registry import check_bool, check_choice, check_int
+
+GroupCheck = Callable[[str, Any], None]
+
+
+def _known_keys(group: str, entry: Any, valid: tuple[str, ...]) -> Mapping[str, Any]:
+    """``entry`` as a mapping whose keys are all in ``valid``."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{group} must be a mapping, got {entry!r}")
+    unknown = sorted(set(entry) - set(valid))
+    if unknown:
+        raise ValueError(f"{group}: unknown key(s) {unknown}; valid keys: {list(valid)}")
+    return entry
+
+
+def _int_list(name: str, values: Any, low: int) -> None:
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{name} must be a list of integers >= {low}, got {values!r}")
+    for value in values:
+        check_int(name, value, low=low)
+
+
+def check_evaluation(group: str, entry: Any) -> None:
+    """``n_bins`` (>= 1), ``reliability_bins`` (list of >= 1) and ``shift_metrics`` (metric keys)."""
+    entry = _known_keys(group, entry, ("n_bins", "reliability_bins", "shift_metrics"))
+    if "n_bins" in entry:
+        check_int(f"{group}.n_bins", entry["n_bins"], low=1)
+    if "reliability_bins" in entry:
+        _int_list(f"{group}.reliability_bins", entry["reliability_bins"], low=1)
+    if "shift_metrics" in entry:
+        metrics = entry["shift_metrics"]
+        if not isinstance(metrics, (list, tuple)) or not metrics:
+            raise ValueError(f"{group}.shift_metrics must be a non-empty list of metric names, got {metrics!r}")
+        for metric in metrics:
+            check_choice(f"{group}.shift_metrics", metric, metric_names())
+
+
+def check_logits(group: str, entry: Any) -> None:
+    """``device`` (``auto``, ``cpu`` or ``cuda[:i]``) and ``features`` (bool)."""
+    entry = _known_keys(group, entry, ("device", "features"))
+    device = entry.get("device", "auto")
+    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise ValueError(f"{group}.device must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}")
+    if "features" in entry:
+        check_bool(f"{group}.features", entry["features"])
+
+
+def check_model(group: str, entry: Any) -> None:
+    """A registered architecture whose ``params`` its factory accepts."""
+    entry = _known_keys(group, entry, ("name", "params"))
+    params = entry.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{group}.params must be a mapping, got {params!r}")
+    # the data decides these three; a study may not set them
+    MODELS.check(entry.get("name"), in_channels=1, num_classes=2, image_size=8, **params)
+
+
+def check_dataset(group: str, entry: Any) -> None:
+    """``name`` and ``download`` (the rest of a dataset's settings live in the catalog)."""
+    entry = _known_keys(group, entry, ("name", "download"))
+    if "download" in entry:
+        check_bool(f"{group}.download", entry["download"])
+
+
+def check_splits(group: str, entry: Any) -> None:
+    """Each split: ``seed`` (>= 0) and ``fractions``."""
+    if not isinstance(entry, Mapping) or not entry:
+        raise ValueError(f"{group} must be a non-empty mapping of split definitions, got {entry!r}")
+    for name, split in entry.items():
+        split = _known_keys(f"{group}.{name}", split, ("seed", "fractions"))
+        check_int(f"{group}.{name}.seed", split.get("seed", 0), low=0)
+
+
+def check_calibrators(group: str, entry: Any) -> None:
+    """Each calibrator: ``name`` and ``params`` (their values are checked by building)."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{group} must be a mapping, got {entry!r}")
+    for key, calibrator in entry.items():
+        calibrator = _known_keys(f"{group}.{key}", calibrator, ("name", "params"))
+        if "name" not in calibrator:
+            raise ValueError(f"{group}.{key} needs a 'name'")
+
+
+def check_seeds(group: str, entry: Any) -> None:
+    """A non-empty list of distinct non-negative integers."""
+    if not isinstance(entry, (list, tuple)) or not entry:
+        raise ValueError(f"{group} must be a non-empty list of seeds, got {entry!r}")
+    for seed in entry:
+        check_int(group, seed, low=0)
+    if len(set(entry)) != len(entry):
+        raise ValueError(f"{group} lists a seed twice: {list(entry)}")
+
+
+def _checked_elsewhere(group: str, entry: Any) -> None:
+    """Groups whose keys their own parser checks (training, shift, methods, studies)."""
+
+
+GROUPS: dict[str, GroupCheck] = {
+    "dataset": check_dataset,
+    "model": check_model,
+    "training": _checked_elsewhere,  # TrainConfig.from_params
+    "seeds": check_seeds,
+    "splits": check_splits,
+    "logits": check_logits,
+    "calibrators": check_calibrators,
+    "evaluation": check_evaluation,
+    "shift": _checked_elsewhere,  # data.shift_suites.resolve_suites
+    "methods": _checked_elsewhere,  # config.parse_structure
+    "studies": _checked_elsewhere,  # config.parse_structure
+}
+
+
+def check_parameters(parameters: Mapping[str, Any]) -> None:
+    """Check every parameter group; an unknown group names the valid ones."""
+    unknown = sorted(set(parameters) - set(GROUPS))
+    if unknown:
+        raise ValueError(f"unknown parameter group(s) {unknown}; valid groups: {list(GROUPS)}")
+    for group, entry in parameters.items():
+        GROUPS[group](group, entry)
