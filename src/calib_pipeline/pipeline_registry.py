@@ -22,8 +22,8 @@ from kedro.pipeline import Pipeline
 from calib_pipeline.hooks import RUN_ENV
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
 from calib_pipeline.pipelines.checks import check_parameters
-from calib_pipeline.pipelines.config import Structure, load_parameters, parse_structure, validate_buildable
-from calib_pipeline.settings import project_root
+from calib_pipeline.pipelines.config import Structure, parse_structure, validate_buildable
+from calib_pipeline.settings import load_parameters, project_root
 
 # Dotted dataset names ("<method>.seed_<k>.logits") are this project's convention: they
 # line up with the method namespaces and the catalog's dataset factories.

@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
@@ -34,3 +35,13 @@ CONFIG_LOADER_ARGS = {
     "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},
     "custom_resolvers": {"project_root": project_root, "data_root": data_root, "oc.env": oc.env},
 }
+
+
+def load_parameters(env: str | None, project_path: str | Path | None = None) -> dict[str, Any]:
+    """Parameters of ``env`` merged over base, read the same way the Kedro session does."""
+    loader = CONFIG_LOADER_CLASS(
+        conf_source=str(Path(project_path or project_root()) / "conf"),
+        env=env,
+        **CONFIG_LOADER_ARGS,
+    )
+    return loader["parameters"]

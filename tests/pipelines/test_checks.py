@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from calib_pipeline.pipelines.checks import GROUPS, check_parameters
-from calib_pipeline.pipelines.config import load_parameters
+from calib_pipeline.settings import load_parameters
 from calib_pipeline.settings import project_root
 
 

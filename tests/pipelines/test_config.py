@@ -99,7 +99,7 @@ def test_fingerprint_is_stable_and_sensitive():
 
 @pytest.mark.parametrize("env", ["local", "test", "cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"])
 def test_every_shipped_environment_builds(env):
-    from calib_pipeline.pipelines.config import load_parameters
+    from calib_pipeline.settings import load_parameters
     from calib_pipeline.settings import project_root
 
     parameters = load_parameters(env, project_root())
@@ -122,7 +122,7 @@ def test_sweep_labels_use_the_template_or_append_the_value():
 @pytest.mark.parametrize("env", ["cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"])
 def test_paper_environments_use_the_papers_split_fractions(env):
     # conf/base holds out more validation data for digits; the paper protocols must not inherit it
-    from calib_pipeline.pipelines.config import load_parameters
+    from calib_pipeline.settings import load_parameters
     from calib_pipeline.settings import project_root
 
     splits = load_parameters(env, project_root())["splits"]
@@ -133,7 +133,7 @@ def test_paper_environments_use_the_papers_split_fractions(env):
 def test_digits_validation_split_is_as_large_as_its_test_hold_out():
     from calib_pipeline.data import load_dataset
     from calib_pipeline.data.splits import stratified_split
-    from calib_pipeline.pipelines.config import load_parameters
+    from calib_pipeline.settings import load_parameters
     from calib_pipeline.settings import project_root
 
     splits = load_parameters("local", project_root())["splits"]

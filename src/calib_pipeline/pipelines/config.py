@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -232,15 +231,3 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
             build_calibrator(entry["name"], **(entry.get("params") or {}))
         except (KeyError, ValueError) as error:
             raise ValueError(f"calibrator {key!r}: {error}") from None
-
-
-def load_parameters(env: str | None, project_path: str | Path) -> dict[str, Any]:
-    """Parameters of ``env`` merged over base, read the same way the Kedro session does."""
-    from calib_pipeline import settings
-
-    loader = settings.CONFIG_LOADER_CLASS(
-        conf_source=str(Path(project_path) / "conf"),
-        env=env,
-        **settings.CONFIG_LOADER_ARGS,
-    )
-    return loader["parameters"]
