@@ -7,13 +7,26 @@ folder is logged as the catalog wrote it (``<namespace>/<report>/``), the evalua
 tables (tidy metrics, reliability bins) as CSV.
 The tracking URI is ``MLFLOW_TRACKING_URI`` when set, else a SQLite file at the
 project root. ``CALIB_MLFLOW=off`` disables tracking.
+
+Tracking never costs a result: every hook body is guarded (a failure is one warning and
+tracking stops for the run), HTTP backends get a short timeout and one retry, a training
+run is logged only after the catalog saved its outputs, credentials in the URI are
+masked in every log line, and runs of a process that died (Ctrl-C, kill -9) end
+``KILLED`` at exit or on the next start.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import logging
 import os
+import re
+import socket
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +58,53 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix] = str(value)[:500]
 
 
+CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+:[^/@\s]+@")
+TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip tracking"
+# A dead tracking server must cost seconds, not MLflow's default 7 retries x 120 s timeout.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
+
+
+def mask_credentials(text: str) -> str:
+    """``scheme://user:password@host`` -> ``scheme://***@host`` anywhere in ``text``."""
+    return CREDENTIALS.sub("***@", text)
+
+
+def _tracked(method: Callable[..., None]) -> Callable[..., None]:
+    """Run a hook body only while tracking is on; a tracking error becomes one warning and
+    switches tracking off for the rest of the run -- it never fails the run or costs a result."""
+
+    @functools.wraps(method)
+    def guarded(self: MlflowTrackingHook, *args: Any, **kwargs: Any) -> None:
+        if self._client is None:
+            return
+        try:
+            method(self, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001 -- any tracking failure must be survivable
+            logger.warning(
+                "MLflow tracking failed in %s and is off for the rest of this run (%s): %s",
+                method.__name__, TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
+            )
+            self._client = None
+
+    return guarded
+
+
 class MlflowTrackingHook:
+    """One parent run per ``kedro run``; a nested run per training node, opened when the node
+    starts and completed after its outputs are saved; report folders as artifacts."""
+
     def __init__(self) -> None:
         self._client = None
-        self._parent = None
+        self._parent: str | None = None
         self._experiment_id = None
         self._catalog = None
+        self._env = "local"
+        self._open_children: dict[str, str] = {}  # node name -> nested run id
+        self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
@@ -58,6 +112,7 @@ class MlflowTrackingHook:
     @hook_impl
     def after_context_created(self, context) -> None:
         self._project_path = Path(context.project_path)
+        self._env = context.env or "local"
         from kedro.config import MissingConfigException
 
         try:
@@ -69,10 +124,22 @@ class MlflowTrackingHook:
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
         if not self._enabled():
             return
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        try:
+            self._start(run_params, catalog, uri)
+        except Exception as error:  # noqa: BLE001 -- an unreachable or broken backend
+            logger.warning(
+                "MLflow tracking is off for this run: %s could not be used (%s): %s",
+                mask_credentials(uri), TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
+            )
+            self._client = self._parent = None
+
+    def _start(self, run_params: dict[str, Any], catalog, uri: str) -> None:
         import mlflow
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
         mlflow.set_tracking_uri(uri)
         self._client = MlflowClient(tracking_uri=uri)
         self._catalog = catalog
@@ -81,19 +148,44 @@ class MlflowTrackingHook:
         self._experiment_id = (
             experiment.experiment_id if experiment else self._client.create_experiment(name)
         )
+        self._end_abandoned_runs()
         pipelines = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
-        run_name = f"{'+'.join(str(p) for p in pipelines)} [{run_params.get('env') or 'local'}]"
+        run_name = f"{'+'.join(str(p) for p in pipelines)} [{self._env}]"
         self._parent = self._client.create_run(
-            self._experiment_id,
-            run_name=run_name,
-            tags={"kedro.run_id": str(run_params.get("run_id")), "kedro.env": str(run_params.get("env"))},
+            self._experiment_id, run_name=run_name, tags={"kedro.run_id": str(run_params.get("run_id")),
+                                                          "kedro.env": self._env, **_owner_tags()},
+        ).info.run_id
+        atexit.register(self._end_at_exit)
+        params: dict[str, str] = {"kedro.env": self._env}
+        for key in ("pipeline_names", "namespaces", "node_names", "from_nodes", "to_nodes", "runner"):
+            value = run_params.get(key)
+            if value:
+                params[f"kedro.{key}"] = _describe(value)[:500]
+        self._log_params(self._parent, params)
+        logger.info("MLflow: parent run %s at %s", self._parent, mask_credentials(uri))
+
+    def _end_abandoned_runs(self) -> None:
+        """Runs left ``RUNNING`` by a process of this host that no longer exists (kill -9,
+        power loss) end ``KILLED``, nested runs included."""
+        host = socket.gethostname()
+        running = self._client.search_runs(
+            [self._experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`calib.host` = '{host}'",
+            max_results=1000,
         )
-        params: dict[str, str] = {}
-        for key in ("env", "pipeline_names", "namespaces", "node_names", "from_nodes", "to_nodes", "runner"):
-            if run_params.get(key):
-                params[f"kedro.{key}"] = str(run_params[key])[:500]
-        self._log_params(self._parent.info.run_id, params)
-        logger.info("MLflow: parent run %s at %s", self._parent.info.run_id, uri)
+        for run in running:
+            if not _process_alive(int(run.data.tags.get("calib.pid", "0"))):
+                self._client.set_terminated(run.info.run_id, "KILLED")
+                logger.warning("MLflow: run %s of a process that no longer exists is now KILLED", run.info.run_id)
+
+    def _end_at_exit(self) -> None:
+        """Ctrl-C and other exits that bypass Kedro's error hook: open runs end ``KILLED``."""
+        if self._client is None:
+            return
+        for run_id in [*self._open_children.values(), *([self._parent] if self._parent else [])]:
+            with contextlib.suppress(Exception):
+                self._client.set_terminated(run_id, "KILLED")
+        self._open_children.clear()
+        self._parent = None
 
     def _log_params(self, run_id: str, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -103,8 +195,6 @@ class MlflowTrackingHook:
             self._client.log_batch(run_id, params=items[start : start + 100])
 
     def _log_metrics(self, run_id: str, rows: list[tuple[str, float, int]]) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
@@ -113,25 +203,33 @@ class MlflowTrackingHook:
             self._client.log_batch(run_id, metrics=metrics[start : start + 1000])
 
     @hook_impl
+    @_tracked
+    def before_node_run(self, node, catalog, inputs: dict[str, Any]) -> None:
+        if self._parent is None or "training" not in node.tags:
+            return
+        method = node.namespace or node.name
+        seed = node.name.rsplit("_", 1)[-1]
+        self._open_children[node.name] = self._client.create_run(
+            self._experiment_id, run_name=f"{method} seed {seed}",
+            tags={"mlflow.parentRunId": self._parent, "method": str(method), "seed": str(seed), **_owner_tags()},
+        ).info.run_id
+
+    @hook_impl
+    @_tracked
     def after_node_run(self, node, catalog, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         if self._parent is None:
             return
-        if "training" in node.tags:
-            self._log_training(node, inputs, outputs)
+        if node.name in self._open_children:
+            # logged once every output is saved: a tracking failure can then never lose one
+            self._pending[node.name] = {"inputs": inputs, "outputs": outputs, "unsaved": set(outputs)}
         if "reporting" in node.tags:
             self._log_artifacts(node, outputs)
 
-    def _log_training(self, node, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+    def _log_training(self, node_name: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        run_id = self._open_children.pop(node_name)
         history = next((v for k, v in outputs.items() if k.endswith(".history")), None)
         checkpoint = next((v for k, v in outputs.items() if k.endswith(".checkpoint")), {})
-        method, seed = checkpoint.get("method", node.namespace), checkpoint.get("seed")
-        child = self._client.create_run(
-            self._experiment_id,
-            run_name=f"{method} seed {seed}",
-            tags={"mlflow.parentRunId": self._parent.info.run_id, "method": str(method), "seed": str(seed)},
-        )
-        run_id = child.info.run_id
-        params: dict[str, str] = {"method": str(method), "seed": str(seed)}
+        params: dict[str, str] = {"method": str(checkpoint.get("method")), "seed": str(checkpoint.get("seed"))}
         for name, value in inputs.items():
             if name.startswith("params:"):
                 _flatten(name[len("params:") :], value, params)
@@ -164,26 +262,69 @@ class MlflowTrackingHook:
             return
         with tempfile.TemporaryDirectory() as tmp:
             write_artifacts(Path(tmp), bundle)
-            self._client.log_artifacts(self._parent.info.run_id, tmp, artifact_path=node.namespace or "")
+            self._client.log_artifacts(self._parent, tmp, artifact_path=node.namespace or "")
 
     @hook_impl
+    @_tracked
     def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
-        if self._parent is None or "reporting" not in node.tags or self._catalog is None:
+        if self._parent is None:
+            return
+        pending = self._pending.get(node.name)
+        if pending is not None:
+            pending["unsaved"].discard(dataset_name)
+            if not pending["unsaved"]:
+                del self._pending[node.name]
+                self._log_training(node.name, pending["inputs"], pending["outputs"])
+        if "reporting" not in node.tags or self._catalog is None:
             return
         folder = getattr(self._catalog[dataset_name], "saved_folder", None)
         if folder is not None:
             stem = dataset_name.split(".", 1)[-1]
             path = f"{node.namespace}/{stem}" if node.namespace else stem
-            self._client.log_artifacts(self._parent.info.run_id, str(folder), artifact_path=path)
+            self._client.log_artifacts(self._parent, str(folder), artifact_path=path)
 
     @hook_impl
+    @_tracked
     def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:
-        if self._parent is not None:
-            self._client.set_terminated(self._parent.info.run_id, "FINISHED")
-            self._parent = None
+        self._finish("FINISHED")
 
     @hook_impl
+    @_tracked
     def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
+        self._finish("FAILED")
+
+    def _finish(self, status: str) -> None:
+        for run_id in self._open_children.values():  # nodes that failed or never saved
+            self._client.set_terminated(run_id, "FAILED")
+        self._open_children.clear()
+        self._pending.clear()
         if self._parent is not None:
-            self._client.set_terminated(self._parent.info.run_id, "FAILED")
+            self._client.set_terminated(self._parent, status)
             self._parent = None
+
+
+def _owner_tags() -> dict[str, str]:
+    """Who holds a run open: lets a later start end the runs of a killed process."""
+    return {"calib.host": socket.gethostname(), "calib.pid": str(os.getpid())}
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _describe(value: Any) -> str:
+    """A readable parameter value: a runner object by its class, lists joined."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    if isinstance(value, str):
+        return value
+    cls = type(value)
+    return f"{cls.__module__}.{cls.__qualname__}" if "object at 0x" in repr(value) else str(value)
