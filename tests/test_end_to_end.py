@@ -110,6 +110,7 @@ def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_ru
     [
         ("methods.erl.params.beta=-1", "beta"),
         ("dataset.name=imagenet", "unknown dataset 'imagenet'; valid dataset names are"),
+        ("dataset.name=fashion_mnist", "dataset.name 'fashion_mnist' differs from the dataset the catalog loads ('digits'"),
         ("evaluation.n_bin=20", "evaluation: unknown key(s) ['n_bin']; valid keys: ['n_bins',"),
     ],
 )

@@ -46,6 +46,19 @@ def stage_pipelines(
     }
 
 
+def check_catalog_dataset(parameters: dict, globals_: dict) -> None:
+    """The catalog reads the dataset named in ``globals.yml``; a runtime
+    ``--params=dataset.name=...`` cannot change that, so it must not relabel the rows."""
+    loaded = (globals_.get("dataset") or {}).get("name")
+    named = (parameters.get("dataset") or {}).get("name")
+    if loaded != named:
+        raise ValueError(
+            f"dataset.name {named!r} differs from the dataset the catalog loads ({loaded!r}, set in "
+            "conf/<env>/globals.yml): pick the dataset with --env=<env> or by editing globals.yml; "
+            "--params cannot change the catalog"
+        )
+
+
 def register_pipelines() -> dict[str, Pipeline]:
     loader = RUN_ENV.get("config_loader")
     if loader is not None:
@@ -55,6 +68,8 @@ def register_pipelines() -> dict[str, Pipeline]:
     check_parameters(parameters)
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
+    if loader is not None:
+        check_catalog_dataset(parameters, loader["globals"])
     dataset = parameters["dataset"]["name"]
     shifted_val = bool((parameters.get("shift") or {}).get("shifted_val"))
 

@@ -62,6 +62,7 @@ def test_sweep_accepts_one_hyperparameter():
         (lambda p: p["methods"]["ce"].update({"split": "other"}), "unknown split 'other'"),
         (lambda p: p["studies"]["a"].update({"calibrators": ["isotonic"]}), r"unknown calibrator\(s\)"),
         (lambda p: p["studies"]["a"].update({"seeds": [-1]}), "seeds must be non-negative"),
+        (lambda p: p["studies"]["a"].update({"seeds": [0, 0]}), r"study 'a' lists a seed twice: \[0, 0\]"),
     ],
 )
 def test_bad_structure_is_rejected(parameters, mutate, message):

@@ -165,6 +165,8 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
         seeds = entry.get("seeds", default_seeds)
         if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
             raise ValueError(f"study {name!r}: seeds must be non-negative integers, got {seeds!r}")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"study {name!r} lists a seed twice: {list(seeds)}")
         studies[name] = StudySpec(
             name=name,
             methods=tuple(_expand_members(members, methods)),
