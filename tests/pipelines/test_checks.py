@@ -32,6 +32,7 @@ def test_every_shipped_environment_passes(env):
         ("evaluation", "shift_metrics", [], r"evaluation.shift_metrics must be a non-empty list"),
         ("evaluation", "reliability_bins", [15, 0], r"evaluation.reliability_bins must be an integer >= 1, got 0"),
         ("logits", "device", "gpu", r"logits.device must be 'auto', 'cpu' or 'cuda\[:i\]', got 'gpu'"),
+        ("training", "device", "cuda:64", r"training.device is 'cuda:64' but this machine sees \d+ CUDA device\(s\); use 'auto'"),
         ("logits", "features", "yes", r"logits.features must be true or false, got 'yes'"),
         ("logits", "batch", 10, r"logits: unknown key\(s\) \['batch'\]"),
         ("model", "params", {"widht": 8}, r"model 'small_cnn' got unknown parameter\(s\) \['widht'\]; it accepts: .*width"),
@@ -81,3 +82,11 @@ def test_base_model_params_do_not_leak_into_another_architecture():
 
 def test_every_group_has_a_check():
     assert set(GROUPS) >= set(load_parameters("local", project_root()))
+
+
+def test_a_method_override_naming_an_absent_device_fails(shipped):
+    bad = copy.deepcopy(shipped)
+    method = next(iter(bad["methods"]))
+    bad["methods"][method]["training"] = {"device": "cuda:64"}
+    with pytest.raises(ValueError, match=rf"methods.{method}.training.device is 'cuda:64'"):
+        check_parameters(bad)

@@ -50,12 +50,25 @@ def check_evaluation(group: str, entry: Any) -> None:
             check_choice(f"{group}.shift_metrics", metric, metric_names())
 
 
+def check_device(name: str, device: Any) -> None:
+    """``auto``, ``cpu`` or ``cuda[:i]``, and a CUDA device only where one is visible."""
+    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
+        raise ValueError(f"{name} must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        index = int(device.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{name} is {device!r} but this machine sees {torch.cuda.device_count()} CUDA "
+                "device(s); use 'auto' (CUDA when present, else CPU) or 'cpu'"
+            )
+
+
 def check_logits(group: str, entry: Any) -> None:
     """``device`` (``auto``, ``cpu`` or ``cuda[:i]``) and ``features`` (bool)."""
     entry = _known_keys(group, entry, ("device", "features"))
-    device = entry.get("device", "auto")
-    if not isinstance(device, str) or not (device in ("auto", "cpu") or device.startswith("cuda")):
-        raise ValueError(f"{group}.device must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}")
+    check_device(f"{group}.device", entry.get("device", "auto"))
     if "features" in entry:
         check_bool(f"{group}.features", entry["features"])
 
@@ -106,21 +119,34 @@ def check_seeds(group: str, entry: Any) -> None:
         raise ValueError(f"{group} lists a seed twice: {list(entry)}")
 
 
+def check_training(group: str, entry: Any) -> None:
+    """The device here; every other key and value in ``TrainConfig.from_params``."""
+    if isinstance(entry, Mapping) and "device" in entry:
+        check_device(f"{group}.device", entry["device"])
+
+
+def check_methods(group: str, entry: Any) -> None:
+    """A method's ``training`` overrides name a usable device; the rest in ``config``."""
+    for key, method in (entry or {}).items():
+        if isinstance(method, Mapping):
+            check_training(f"{group}.{key}.training", method.get("training") or {})
+
+
 def _checked_elsewhere(group: str, entry: Any) -> None:
-    """Groups whose keys their own parser checks (training, shift, methods, studies)."""
+    """Groups whose keys their own parser checks (shift, studies)."""
 
 
 GROUPS: dict[str, GroupCheck] = {
     "dataset": check_dataset,
     "model": check_model,
-    "training": _checked_elsewhere,  # TrainConfig.from_params
+    "training": check_training,  # and TrainConfig.from_params
     "seeds": check_seeds,
     "splits": check_splits,
     "logits": check_logits,
     "calibrators": check_calibrators,
     "evaluation": check_evaluation,
     "shift": _checked_elsewhere,  # data.shift_suites.resolve_suites
-    "methods": _checked_elsewhere,  # config.parse_structure
+    "methods": check_methods,  # and config.parse_structure
     "studies": _checked_elsewhere,  # config.parse_structure
 }
 
