@@ -146,3 +146,30 @@ def test_kedro_run_finishes_with_all_outputs_and_one_warning_when_tracking_is_br
     assert "s3cret" not in output
     report = tmp_path / "data" / "08_reporting" / "digits" / "baseline"
     assert (report / "metrics.parquet").exists() and (report / "summary").exists()
+
+
+def _claim_versions(data_dir: str, count: int, queue) -> None:
+    os.environ["CALIB_DATA_DIR"] = data_dir
+    from calib_pipeline.settings import claim_save_version
+
+    queue.put([claim_save_version() for _ in range(count)])
+
+
+def test_save_versions_never_collide_between_processes(tmp_path):
+    import multiprocessing
+
+    from kedro.framework.session import session
+
+    import calib_pipeline.settings as settings
+
+    assert session.generate_timestamp is settings.claim_save_version, "sessions take their version from the claim"
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_claim_versions, args=(str(tmp_path), 40, queue)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    versions = [v for _ in workers for v in queue.get(timeout=120)]
+    for worker in workers:
+        worker.join()
+    assert len(versions) == 120 and len(set(versions)) == 120
+    assert sorted(versions) == sorted(p.name for p in (tmp_path / ".save_versions").iterdir())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
 import logging
 import os
@@ -26,7 +27,7 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,14 +142,15 @@ class MlflowTrackingHook:
         from mlflow.tracking import MlflowClient
 
         mlflow.set_tracking_uri(uri)
-        self._client = MlflowClient(tracking_uri=uri)
         self._catalog = catalog
         name = self._config.get("experiment_name", "calib-pipeline")
-        experiment = self._client.get_experiment_by_name(name)
-        self._experiment_id = (
-            experiment.experiment_id if experiment else self._client.create_experiment(name)
-        )
-        self._end_abandoned_runs()
+        with _backend_lock(uri):  # a fresh SQLite file is migrated by its first client only
+            self._client = MlflowClient(tracking_uri=uri)
+            experiment = self._client.get_experiment_by_name(name)
+            self._experiment_id = (
+                experiment.experiment_id if experiment else self._client.create_experiment(name)
+            )
+            self._end_abandoned_runs()
         pipelines = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         run_name = f"{'+'.join(str(p) for p in pipelines)} [{self._env}]"
         self._parent = self._client.create_run(
@@ -301,6 +303,24 @@ class MlflowTrackingHook:
         if self._parent is not None:
             self._client.set_terminated(self._parent, status)
             self._parent = None
+
+
+@contextlib.contextmanager
+def _backend_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock beside a SQLite tracking file while a process creates its schema and
+    experiment: two runs started together otherwise race in MLflow's migrations. Servers
+    serialise this themselves."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    lock_path = Path(uri[len("sqlite:///") :]).with_suffix(".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _owner_tags() -> dict[str, str]:

@@ -1,10 +1,13 @@
 """Kedro project settings."""
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from kedro.config import OmegaConfigLoader
+from kedro.framework.session import session as kedro_session
+from kedro.io.core import generate_timestamp
 from omegaconf.resolvers import oc
 
 from calib_pipeline.hooks import MlflowTrackingHook, RunEnvironmentHook
@@ -24,6 +27,31 @@ def data_root() -> str:
     folder), else ``<project>/data``."""
     return os.environ.get("CALIB_DATA_DIR") or str(Path(project_root()) / "data")
 
+
+def claim_save_version() -> str:
+    """A save version (Kedro's timestamp format, so "latest" still sorts) that no other
+    process writing to this data folder holds.
+
+    Kedro stamps a session with the current millisecond; two runs started together can
+    get the same stamp and then write into, or fail on, each other's version folders.
+    Each version is claimed by creating ``<data>/.save_versions/<version>`` (``mkdir`` is
+    atomic, also on shared file systems); a taken one is skipped.
+    """
+    claims = Path(data_root()) / ".save_versions"
+    claims.mkdir(parents=True, exist_ok=True)
+    while True:
+        version = generate_timestamp()
+        try:
+            (claims / version).mkdir()
+        except FileExistsError:
+            time.sleep(0.001)
+            continue
+        return version
+
+
+# KedroSession.create takes its session id (= the save version of every versioned dataset)
+# from this module-level name; settings are imported before any session is created.
+kedro_session.generate_timestamp = claim_save_version
 
 HOOKS = (RunEnvironmentHook(), MlflowTrackingHook())
 

@@ -1,22 +1,33 @@
-"""Resume checkpoints: one atomic ``latest.pt`` per run, written every few epochs."""
+"""Resume checkpoints: one atomic ``latest.pt`` per run, written every few epochs.
+
+Safe with the user's data: a state is loaded with ``weights_only=True`` (tensors, numbers,
+strings and containers only -- a crafted file cannot run code), written to a temporary
+file unique to the writing process and renamed, and a run holds an exclusive lock on
+its folder while it trains, so two runs never interleave writes to one state.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import logging
 import os
+import pickle
+import socket
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+logger = logging.getLogger(__name__)
+
 
 class CheckpointStore:
-    """A folder that holds the resumable state of one training run.
-
-    The state is written to a temporary file and renamed, so an interruption
-    while saving never leaves a truncated checkpoint behind.
-    """
+    """A folder that holds the resumable state of one training run."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
@@ -27,20 +38,66 @@ class CheckpointStore:
 
     def save(self, state: dict[str, Any]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.path)
+        tmp = self.directory / f".latest.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def load(self) -> dict[str, Any] | None:
+        """The saved state, or None when there is none; an unreadable file raises
+        ``ValueError`` naming it (delete it to start the run afresh)."""
         if not self.path.exists():
             return None
-        return torch.load(self.path, map_location="cpu", weights_only=False)
+        return load_tensors(self.path, what="resume state")
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
 
+    @contextlib.contextmanager
+    def lock(self, description: str = "") -> Iterator[None]:
+        """Hold the run's folder exclusively; a second holder waits, told who holds it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / ".lock", "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                logger.warning(
+                    "%s: waiting for %s, which holds its resume folder %s",
+                    description or "training", handle.read().strip() or "another process", self.directory,
+                )
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on {socket.gethostname()}")
+            handle.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
     def __repr__(self) -> str:
         return f"CheckpointStore({str(self.directory)!r})"
+
+
+def load_tensors(path: str | Path, *, what: str = "file") -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, with errors that name the file.
+
+    Raises:
+        ValueError: the file is truncated or corrupt, or holds objects other than tensors,
+            numbers, strings and containers (a pickle that would run code is refused).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ValueError(
+            f"{what} {path} holds objects that could run code and was not loaded "
+            f"(only tensors, numbers, strings and containers are accepted): {error}"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise ValueError(f"{what} {path} is truncated or corrupt ({error}); delete it and rerun") from None
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
