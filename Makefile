@@ -12,7 +12,7 @@ export PYTHONWARNINGS := ignore::DeprecationWarning
 ENV ?= base
 PIPELINE ?= focal_meta
 
-.PHONY: install run run-all test test-fast viz viz-build mlflow-ui bench clean-outputs
+.PHONY: install run run-all test test-fast viz viz-build mlflow-ui bench prune clean-outputs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,5 +46,10 @@ mlflow-ui: $(STAMP)
 bench: $(STAMP)  ## performance ratios (see benchmarks/README.md)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
 
-clean-outputs:  ## delete generated data (keeps raw data); irreversible
+KEEP ?= 3
+prune: $(STAMP)  ## keep the newest KEEP versions of every artifact and their MLflow runs; dry run unless APPLY=1
+	$(BIN)/python -m calib_pipeline.retention --keep $(KEEP) $(if $(APPLY),--apply)
+
+clean-outputs:  ## delete generated data and the local MLflow store (keeps raw data); irreversible
 	find data/02_intermediate data/06_models data/07_model_output data/08_reporting -mindepth 1 ! -name .gitkeep -delete
+	rm -rf data/.save_versions mlflow.db mlflow.lock mlruns mlartifacts

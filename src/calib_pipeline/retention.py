@@ -1,0 +1,138 @@
+"""Retention: keep the newest N versions of every versioned artifact, prune the rest.
+
+Kedro keeps every version of a versioned dataset forever: each ``kedro run`` adds a full
+copy of every checkpoint, logits file and report. This command keeps the newest ``--keep``
+versions of each artifact (a folder whose entries are Kedro save versions) and deletes the
+older ones, then deletes the MLflow runs of versions no artifact keeps (their nested runs
+and artifacts too). It only prints what it would do unless ``--apply`` is given.
+
+    python -m calib_pipeline.retention --keep 3            # dry run: what would go, and its size
+    python -m calib_pipeline.retention --keep 3 --apply    # delete it
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}\.\d{2}\.\d{2}\.\d{3}Z$")
+NEVER_PRUNED = ("01_raw",)  # the user's data
+
+
+@dataclass
+class Plan:
+    """Versions to delete per artifact folder, and the versions kept anywhere."""
+
+    delete: dict[Path, list[str]] = field(default_factory=dict)
+    kept: set[str] = field(default_factory=set)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [folder / version for folder, versions in self.delete.items() for version in versions]
+
+
+def versioned_folders(data_dir: Path) -> list[Path]:
+    """Folders whose entries are all Kedro save versions (one per versioned artifact)."""
+    folders = []
+    for folder, subfolders, files in os.walk(data_dir):
+        path = Path(folder)
+        if path == data_dir:
+            subfolders[:] = [d for d in subfolders if d not in NEVER_PRUNED and not d.startswith(".")]
+            continue
+        if subfolders and not files and all(VERSION.match(d) for d in subfolders):
+            folders.append(path)
+            subfolders[:] = []  # a version's contents are not artifacts of their own
+    return sorted(folders)
+
+
+def plan(data_dir: Path, keep: int) -> Plan:
+    """What ``--keep`` deletes under ``data_dir`` (nothing is touched)."""
+    if keep < 1:
+        raise ValueError(f"--keep must be at least 1, got {keep}")
+    result = Plan()
+    for folder in versioned_folders(data_dir):
+        versions = sorted((p.name for p in folder.iterdir()), reverse=True)  # newest first
+        result.kept.update(versions[:keep])
+        if versions[keep:]:
+            result.delete[folder] = versions[keep:]
+    return result
+
+
+def size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def stale_runs(tracking_uri: str, kept: set[str], experiment: str = "calib-pipeline") -> list[str]:
+    """Parent runs (``kedro.run_id`` = save version) of versions no artifact keeps, with
+    their nested runs; runs still running are never listed."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    runs = client.search_runs([found.experiment_id], max_results=50_000)
+    parents = {
+        r.info.run_id for r in runs
+        if "mlflow.parentRunId" not in r.data.tags and r.info.status != "RUNNING"
+        and r.data.tags.get("kedro.run_id") not in kept
+    }
+    children = {r.info.run_id for r in runs if r.data.tags.get("mlflow.parentRunId") in parents}
+    return sorted(parents | children)
+
+
+def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:
+    """Delete runs and their artifacts for good (MLflow's ``gc`` after a soft delete)."""
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for run_id in run_ids:
+        client.delete_run(run_id)
+    command = [sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
+               "--tracking-uri", tracking_uri, "--run-ids", ",".join(run_ids)]
+    result = subprocess.run(command, check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"mlflow gc failed: {result.stderr.strip().splitlines()[-1:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from calib_pipeline.settings import data_root, project_root
+
+    parser = argparse.ArgumentParser(prog="python -m calib_pipeline.retention", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=int, default=3, help="versions kept per artifact (default 3)")
+    parser.add_argument("--data", type=Path, default=Path(data_root()), help="data folder (default: CALIB_DATA_DIR or data/)")
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(project_root()) / 'mlflow.db'}")
+    parser.add_argument("--no-mlflow", action="store_true", help="leave MLflow runs alone")
+    parser.add_argument("--apply", action="store_true", help="delete (default: only print the plan)")
+    args = parser.parse_args(argv)
+    try:
+        todo = plan(args.data, args.keep)
+    except ValueError as error:
+        parser.error(str(error))
+    total = 0
+    for path in todo.paths:
+        total += size(path)
+        print(f"{'delete' if args.apply else 'would delete'} {path}")
+    runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, todo.kept)
+    print(f"{len(todo.paths)} version folder(s), {total / 2**20:.1f} MiB; {len(runs)} MLflow run(s) of pruned versions")
+    if not args.apply:
+        print("dry run: nothing deleted (add --apply)")
+        return 0
+    for path in todo.paths:
+        shutil.rmtree(path)
+    if runs:
+        delete_runs(args.tracking_uri, runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

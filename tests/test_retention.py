@@ -1,0 +1,68 @@
+"""Retention keeps the newest N versions per artifact and prunes MLflow runs of the rest."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from calib_pipeline.retention import main, plan, versioned_folders
+
+VERSIONS = ["2026-11-20T10.00.00.000Z", "2026-11-21T10.00.00.000Z", "2026-11-22T10.00.00.000Z"]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    data = tmp_path / "data"
+    for version in VERSIONS:
+        (data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / version).mkdir(parents=True)
+        (data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / version / "checkpoint.pt").write_bytes(b"x" * 1000)
+        report = data / "08_reporting" / "digits" / "focal" / "summary" / version / "summary"
+        report.mkdir(parents=True)
+        (report / "summary.csv").write_text("a,b\n")
+    # the newest run wrote only a report: its version is kept by that artifact alone
+    newest = "2026-11-23T10.00.00.000Z"
+    (data / "08_reporting" / "digits" / "focal" / "summary" / newest / "summary").mkdir(parents=True)
+    (data / "01_raw" / "digits" / VERSIONS[0]).mkdir(parents=True)  # looks versioned, is user data
+    (data / "02_intermediate" / "digits").mkdir(parents=True)
+    (data / "02_intermediate" / "digits" / "split_standard.json").write_text("{}")
+    return data
+
+
+def test_plan_keeps_the_newest_versions_per_artifact_and_never_raw_data(data_dir):
+    folders = versioned_folders(data_dir)
+    assert [f.name for f in folders] == ["checkpoint.pt", "summary"]
+    todo = plan(data_dir, keep=2)
+    assert {f.name: v for f, v in todo.delete.items()} == {
+        "checkpoint.pt": [VERSIONS[0]],
+        "summary": [VERSIONS[1], VERSIONS[0]],
+    }
+    assert todo.kept == {VERSIONS[1], VERSIONS[2], "2026-11-23T10.00.00.000Z"}
+    with pytest.raises(ValueError, match="--keep must be at least 1"):
+        plan(data_dir, keep=0)
+
+
+def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow_runs(data_dir, tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("calib-pipeline")
+    runs = {}
+    for version in VERSIONS:
+        parent = client.create_run(experiment, tags={"kedro.run_id": version}).info.run_id
+        child = client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+        for run_id in (parent, child):
+            client.set_terminated(run_id, "FINISHED")
+        runs[version] = (parent, child)
+    running = client.create_run(experiment, tags={"kedro.run_id": "2020-01-01T00.00.00.000Z"}).info.run_id
+
+    assert main(["--keep", "2", "--data", str(data_dir), "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "would delete" in out and "3 version folder(s)" in out and "2 MLflow run(s)" in out
+    assert (data_dir / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / VERSIONS[0]).exists()
+
+    assert main(["--keep", "2", "--data", str(data_dir), "--tracking-uri", uri, "--apply"]) == 0
+    checkpoint = data_dir / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt"
+    assert sorted(p.name for p in checkpoint.iterdir()) == VERSIONS[1:]
+    assert (data_dir / "01_raw" / "digits" / VERSIONS[0]).exists()
+    remaining = {r.info.run_id for r in client.search_runs([experiment], max_results=100)}
+    assert not set(runs[VERSIONS[0]]) & remaining, "runs of pruned versions are gone"
+    assert set(runs[VERSIONS[1]]) | set(runs[VERSIONS[2]]) | {running} <= remaining
