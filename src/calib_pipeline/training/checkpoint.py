@@ -32,9 +32,11 @@ class CheckpointStore:
         os.replace(tmp, self.path)
 
     def load(self) -> dict[str, Any] | None:
+        """The saved state, or None. Tensors and plain containers only: loading a resume
+        state never unpickles (and so never runs) arbitrary code."""
         if not self.path.exists():
             return None
-        return torch.load(self.path, map_location="cpu", weights_only=False)
+        return torch.load(self.path, map_location="cpu", weights_only=True)
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
