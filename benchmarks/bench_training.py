@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from calib_pipeline.calibration.losses import build_objective
+from calib_pipeline.calibration.methods import ObjectiveLearner
 from calib_pipeline.models import build_model
 from calib_pipeline.training import Split, TrainConfig, train_model
 
@@ -56,7 +57,8 @@ def engine_epoch(model, images, labels, objective, batch_size, device) -> float:
     config = TrainConfig(epochs=1, batch_size=batch_size, lr=0.01, device=device.type, track_test=False)
     val = Split(images[:256], labels[:256])
     started = time.perf_counter()
-    train_model(model, objective, Split(images, labels), val, config, normalization=((0.5,), (0.25,)), seed=0)
+    learner = ObjectiveLearner(objective)
+    train_model(model, learner, Split(images, labels), val, config, normalization=((0.5,), (0.25,)), seed=0)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - started

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from calib_pipeline.calibration.losses import build_objective
+from calib_pipeline.calibration.methods import ObjectiveLearner
 from calib_pipeline.data import load_dataset
 from calib_pipeline.models import build_model
 from calib_pipeline.training import BatchStream, CheckpointStore, Split, TrainConfig, augment_batch, train_model
@@ -22,7 +23,7 @@ def _train(digits, config, store=None, stop_after_epoch=None, objective="cross_e
     model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
     return train_model(
         model,
-        build_objective(objective),
+        ObjectiveLearner(build_objective(objective)),
         train,
         val,
         config,
@@ -48,13 +49,14 @@ def test_training_learns_and_records_history(digits):
     assert int(result.learned_epoch.min()) >= 0 and int(result.learned_epoch.max()) <= 4
 
 
-def test_resume_equals_uninterrupted_run(digits, tmp_path):
+@pytest.mark.parametrize("objective", ["cross_entropy", "mixup"])  # mixup also draws from the run's generator
+def test_resume_equals_uninterrupted_run(digits, tmp_path, objective):
     config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cpu", augment="flip")
-    full = _train(digits, config)
+    full = _train(digits, config, objective=objective)
     store = CheckpointStore(tmp_path / "run")
-    _train(digits, config, store=store, stop_after_epoch=1)
+    _train(digits, config, store=store, stop_after_epoch=1, objective=objective)
     assert store.load()["epoch"] == 1
-    resumed = _train(digits, config, store=store)
+    resumed = _train(digits, config, store=store, objective=objective)
     assert [r["epoch"] for r in resumed.history] == [1, 2, 3]
     for key, value in full.state_dict.items():
         assert torch.equal(value, resumed.state_dict[key]), key
@@ -63,12 +65,13 @@ def test_resume_equals_uninterrupted_run(digits, tmp_path):
     assert store.load() is None, "a completed run leaves no resume state behind"
 
 
-def test_checkpoint_of_another_configuration_is_not_resumed(digits, tmp_path):
+@pytest.mark.parametrize(("key", "other"), [("fingerprint", "other"), ("layout", 1)])
+def test_checkpoint_of_another_configuration_is_not_resumed(digits, tmp_path, key, other):
     store = CheckpointStore(tmp_path / "run")
     config = TrainConfig(epochs=2, batch_size=64, device="cpu")
     _train(digits, config, store=store, stop_after_epoch=1)
     state = store.load()
-    state["fingerprint"] = "other"
+    state[key] = other
     store.save(state)
     result = _train(digits, config, store=store)
     assert [r["epoch"] for r in result.history] == [1, 2]
@@ -95,6 +98,14 @@ def test_best_val_error_selection_keeps_the_best_epoch(digits):
 def test_bad_training_parameters_fail(params, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig.from_params(params)
+
+
+def test_an_unknown_training_key_fails_with_the_valid_keys():
+    with pytest.raises(
+        ValueError,
+        match=r"unknown training parameter\(s\) \['extra'\]; valid: \['amp', 'augment', 'batch_size', ",
+    ):
+        TrainConfig.from_params({"epochs": 2, "extra": {"warmup": 5}})
 
 
 def test_crop_flip_keeps_shape_and_content_statistics():
@@ -127,15 +138,15 @@ def test_meta_learning_run_resumes_exactly(digits, tmp_path):
         model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
         learner = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16)
         return train_model(
-            model, None, train, val, config, normalization=(data.mean, data.std), seed=2, test=test,
-            meta_val=meta_val, meta_learner=learner, store=store, fingerprint="meta",
+            model, learner, train, val, config, normalization=(data.mean, data.std), seed=2, test=test,
+            meta_val=meta_val, store=store, fingerprint="meta",
             stop_after_epoch=stop_after_epoch,
         )
 
     full = run()
     store = CheckpointStore(tmp_path / "meta")
     run(store=store, stop_after_epoch=1)
-    assert "meta_learner" in store.load()
+    assert store.load()["learner"]["name"] == "fl_gamma_sece"
     resumed = run(store=store)
     for key, value in full.state_dict.items():
         assert torch.equal(value, resumed.state_dict[key]), key
@@ -151,8 +162,8 @@ def test_meta_learner_requires_a_meta_val_split(digits):
     data, train, val, _ = digits
     model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
     with pytest.raises(ValueError, match="needs a meta_val split"):
-        train_model(model, None, train, val, TrainConfig(epochs=1, device="cpu"), normalization=(data.mean, data.std),
-                    seed=0, meta_learner=build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16))
+        train_model(model, build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16), train, val,
+                    TrainConfig(epochs=1, device="cpu"), normalization=(data.mean, data.std), seed=0)
 
 
 def test_divergence_fails_with_a_clear_message(digits):
@@ -163,5 +174,5 @@ def test_divergence_fails_with_a_clear_message(digits):
     data, train, val, _ = digits
     model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
     with pytest.raises(FloatingPointError, match="probe diverged in epoch 1"):
-        train_model(model, Exploding(), train, val, TrainConfig(epochs=1, device="cpu"),
+        train_model(model, ObjectiveLearner(Exploding()), train, val, TrainConfig(epochs=1, device="cpu"),
                     normalization=(data.mean, data.std), seed=0, description="probe")

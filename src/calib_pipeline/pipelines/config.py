@@ -13,23 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from calib_pipeline.calibration.methods import MethodSpec
+
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
 STUDY_FIELDS = ("methods", "seeds", "calibrators", "reports", "description")
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    key: str
-    label: str
-    split: str
-    objective: str | None
-    meta_learner: str | None
-    params: dict[str, Any]
-    training: dict[str, Any]
-    model: dict[str, Any] | None
-    group: str
-    record_epoch_logits: bool
 
 
 @dataclass(frozen=True)
@@ -188,7 +176,7 @@ def _expand_members(members: list[str], methods: dict[str, MethodSpec]) -> list[
 
 def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None:
     """Build every named thing once (cheaply) so bad names/hyperparameters fail now."""
-    from calib_pipeline.calibration.losses import build_objective
+    from calib_pipeline.calibration.methods import check_method
     from calib_pipeline.calibration.posthoc import build_calibrator
     from calib_pipeline.data import check_fractions, dataset_names
     from calib_pipeline.models import MODELS
@@ -207,15 +195,7 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
         model = {**base_model, **(method.model or {})}
         MODELS.factory(model.get("name"))
         TrainConfig.from_params({**parameters.get("training", {}), **method.training})
-        try:
-            if method.objective is not None:
-                build_objective(method.objective, **method.params)
-            else:
-                from calib_pipeline.calibration.meta import build_meta_learner
-
-                build_meta_learner(method.meta_learner, num_classes=2, feature_dim=4, **method.params)
-        except ValueError as error:
-            raise ValueError(f"method {method.key!r}: {error}") from None
+        check_method(method)
     from calib_pipeline.pipelines.reporting.reports import report_names
 
     for study in structure.studies.values():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from calib_pipeline.registry import check_range
@@ -36,7 +36,6 @@ class TrainConfig:
     track_test: bool = True
     checkpoint_every: int = 1
     num_threads: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:

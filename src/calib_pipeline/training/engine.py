@@ -1,37 +1,45 @@
-"""The training engine: one function that trains a model and records its history.
+"""The training engine: ``train_model`` trains a model and records its history.
 
-Read top to bottom: set up (device, seeds, optimiser, schedule), maybe resume,
-then for each epoch train on shuffled device-resident batches and evaluate on
-val (and test) through the metrics module, checkpointing as it goes.
+It reads top to bottom: set up (device, seeds, optimiser, schedule, device-resident
+batches), maybe resume, then per epoch train (one learner step per shuffled batch),
+evaluate on val (and test) through the metrics module, keep the selected weights and
+checkpoint. Every method -- a plain objective or a meta-learner -- is a learner with one
+step protocol (``calibration.methods.Learner``), so the loop has a single path.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
 from calib_pipeline.calibration import metrics
+from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.training.checkpoint import CheckpointStore
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.data import BatchStream, Normalizer, augment_batch
 
 logger = logging.getLogger(__name__)
 
+# Layout of the resume state; a state of another layout is discarded like one of another
+# configuration (it cannot be continued by this engine).
+RESUME_STATE_LAYOUT = 2
 
-class MetaLearner(Protocol):
-    """What the engine needs of a meta-learner (see ``calibration.meta``)."""
-
-    def step(self, model, optimizer, inputs, targets, meta_inputs, meta_targets) -> dict: ...
-    def gamma(self, features: torch.Tensor) -> torch.Tensor | None: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, state: dict) -> Any: ...
-    def to(self, device: torch.device) -> Any: ...
+# ``config.select`` -> the score of an epoch's history row; the lowest score is kept, the
+# earliest epoch on ties.
+SELECTION_SCORES = {
+    "last": lambda row: -row["epoch"],
+    "best_val_error": lambda row: 1.0 - row["val_accuracy"],
+    "best_val_nll": lambda row: row["val_nll"],
+}
 
 
 @dataclass
@@ -44,12 +52,377 @@ class Split:
 
 @dataclass
 class TrainResult:
+    """What a training run returns (see ``train_model``)."""
+
     state_dict: dict[str, torch.Tensor]
     selected_epoch: int
     history: list[dict[str, float]]
     learned_epoch: torch.Tensor
     epoch_logits: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     meta_state: dict[str, Any] | None = None
+
+
+@dataclass
+class Selected:
+    """The weights kept under ``config.select``: their score, epoch and (CPU) weights."""
+
+    score: float = float("inf")
+    epoch: int = 0
+    state_dict: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class _Run:
+    """One run: its model, learner, optimisation, device-resident data and the state it
+    carries from epoch to epoch (what ``_save_state`` checkpoints)."""
+
+    model: nn.Module
+    learner: Learner
+    config: TrainConfig
+    device: torch.device
+    normalizer: Normalizer
+    generator: torch.Generator
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.MultiStepLR
+    batches: BatchStream
+    meta_batches: Iterator[tuple[torch.Tensor | None, torch.Tensor | None]]
+    val: Split
+    test: Split | None
+    record_epoch_logits: bool
+    description: str
+    # Per train sample, the last epoch in which it was misclassified (-1: never).
+    last_wrong: torch.Tensor
+    history: list[dict[str, float]] = field(default_factory=list)
+    epoch_logits: dict[str, list[torch.Tensor]] = field(
+        default_factory=lambda: {"val": [], "test": []}
+    )
+    selected: Selected = field(default_factory=Selected)
+    start_epoch: int = 1
+
+
+def train_model(
+    model: nn.Module,
+    learner: Learner,
+    train: Split,
+    val: Split,
+    config: TrainConfig,
+    *,
+    normalization: tuple[tuple[float, ...], tuple[float, ...]],
+    seed: int,
+    test: Split | None = None,
+    meta_val: Split | None = None,
+    store: CheckpointStore | None = None,
+    fingerprint: str = "",
+    record_epoch_logits: bool = False,
+    description: str = "",
+    stop_after_epoch: int | None = None,
+) -> TrainResult:
+    """Train ``model`` with ``learner`` under ``config``.
+
+    Args:
+        model: a ``ClassifierNet`` (``forward_features`` + ``head``).
+        learner: the method, from ``calibration.methods.build_method``: an
+            ``ObjectiveLearner`` (one backbone update per batch; it follows
+            ``config.grad_clip`` and ``config.amp`` and mixes batches with the run's
+            generator) or a meta-learner (backbone and meta update per batch).
+        train, val, test, meta_val: the splits; ``meta_val`` is required with a meta-learner.
+        config: the hyperparameters.
+        normalization: per-channel (mean, std).
+        seed: seeds initialisation-independent randomness (batches, augmentation, mixing).
+        store: where the resumable state goes; an existing state with the same
+            ``fingerprint`` is resumed, a different one is discarded with a warning.
+            The state is removed once the run completes.
+        record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
+        description: progress-bar label (method and seed).
+        stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
+
+    Returns:
+        The selected weights (on CPU), the per-epoch history, the learned epoch of every
+        training sample (Wang et al. §5.1: the epoch from which it stays correctly
+        classified, 0 if never learned) and the learner's state (None for a plain objective).
+    """
+    run = _setup(
+        model, learner, config, train=train, val=val, test=test, meta_val=meta_val,
+        normalization=normalization, seed=seed, record_epoch_logits=record_epoch_logits,
+        description=description,
+    )
+    if store is not None:
+        _resume(run, store, fingerprint)
+    progress = tqdm(
+        range(run.start_epoch, config.epochs + 1),
+        desc=description or "training",
+        initial=run.start_epoch - 1,
+        total=config.epochs,
+        leave=False,
+        dynamic_ncols=True,
+    )
+    for epoch in progress:
+        started = time.perf_counter()
+        trained = _train_epoch(run, epoch)
+        run.scheduler.step()
+        row = _evaluate_epoch(run, epoch, trained)
+        row["seconds"] = time.perf_counter() - started
+        run.history.append(row)
+        progress.set_postfix(loss=f"{row['train_loss']:.3f}", val_acc=f"{row['val_accuracy']:.3f}")
+        run.selected = _select(run.selected, SELECTION_SCORES[config.select](row), epoch, model)
+        if store is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
+            _save_state(run, store, fingerprint, epoch)
+        if stop_after_epoch is not None and epoch >= stop_after_epoch:
+            break
+    progress.close()
+    if store is not None and run.history and run.history[-1]["epoch"] == config.epochs:
+        store.clear()  # the run is complete: its artifacts go through the catalog, not the store
+    return _result(run)
+
+
+def _setup(
+    model: nn.Module,
+    learner: Learner,
+    config: TrainConfig,
+    *,
+    train: Split,
+    val: Split,
+    test: Split | None,
+    meta_val: Split | None,
+    normalization: tuple[tuple[float, ...], tuple[float, ...]],
+    seed: int,
+    record_epoch_logits: bool,
+    description: str,
+) -> _Run:
+    """Device, generator, learner, SGD with its MultiStepLR schedule and the batch streams.
+
+    Everything random draws from the one ``generator`` (train batches here, meta-val
+    batches and mixing in ``_prepare_learner``, augmentation in ``_train_epoch``), whose
+    state is checkpointed: a resumed run draws what the uninterrupted run would have.
+    """
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    device = resolve_device(config.device)
+    model.to(device)
+    normalizer = Normalizer(*normalization, device=device)
+    generator = torch.Generator().manual_seed(seed)
+    learner, meta_batches = _prepare_learner(
+        learner, meta_val, config, device, generator, normalizer
+    )
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+    )
+    batches = BatchStream(
+        train.images.to(device), train.labels.to(device), config.batch_size, generator
+    )
+    return _Run(
+        model=model,
+        learner=learner,
+        config=config,
+        device=device,
+        normalizer=normalizer,
+        generator=generator,
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.MultiStepLR(
+            optimizer, milestones=list(config.milestones), gamma=config.lr_decay
+        ),
+        batches=batches,
+        meta_batches=meta_batches,
+        val=Split(val.images, val.labels.to(device)),
+        test=Split(test.images, test.labels.to(device)) if test is not None else None,
+        record_epoch_logits=record_epoch_logits,
+        description=description,
+        last_wrong=torch.full((len(train.labels),), -1, dtype=torch.long, device=device),
+    )
+
+
+def _prepare_learner(
+    learner: Learner,
+    meta_val: Split | None,
+    config: TrainConfig,
+    device: torch.device,
+    generator: torch.Generator,
+    normalizer: Normalizer,
+) -> tuple[Learner, Iterator[tuple[torch.Tensor | None, torch.Tensor | None]]]:
+    """The learner bound to this run and the (normalised) meta-val batches its steps take.
+
+    A plain objective's step follows the run's gradient clipping and mixed precision, mixes
+    batches with the run's generator and takes no meta-val batch. A meta-learner clips by
+    its own hyperparameter and takes one meta-val batch per step, drawn from the generator.
+    """
+    if isinstance(learner, ObjectiveLearner):
+        bound = dataclasses.replace(
+            learner, generator=generator, grad_clip=config.grad_clip, amp=config.amp
+        )
+        return bound, itertools.repeat((None, None))
+    if meta_val is None:
+        raise ValueError("a meta-learner needs a meta_val split")
+    learner.to(device)
+    stream = BatchStream(
+        meta_val.images.to(device), meta_val.labels.to(device), config.batch_size, generator
+    )
+    return learner, ((normalizer(images), labels) for _, images, labels in stream.forever())
+
+
+def _resume(run: _Run, store: CheckpointStore, fingerprint: str) -> None:
+    """Continue from the state in ``store`` if this configuration and engine wrote it."""
+    state = store.load()
+    if state is None:
+        return
+    if state.get("fingerprint") != fingerprint or state.get("layout") != RESUME_STATE_LAYOUT:
+        logger.warning(
+            "discarding checkpoint in %s: it belongs to another configuration or engine version",
+            store,
+        )
+        return
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.learner.load_state_dict(state["learner"])
+    _set_rng_state(run.generator, state["rng"])
+    run.history = state["history"]
+    run.last_wrong = state["last_wrong"].to(run.device)
+    run.epoch_logits = state["epoch_logits"]
+    run.selected = Selected(**state["selected"])
+    run.start_epoch = state["epoch"] + 1
+    logger.info("%s: resuming after epoch %d", run.description, state["epoch"])
+
+
+@dataclass
+class _EpochTraining:
+    """An epoch's train loss and accuracy, and the learner's own statistics
+    (``train_<name>``), kept apart because the history row lists them after evaluation."""
+
+    stats: dict[str, torch.Tensor]
+    learner_stats: dict[str, torch.Tensor]
+
+
+def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
+    """One learner step per shuffled, augmented train batch.
+
+    The train accuracy counts the logits a learner reports for its batch (NaN when it
+    reports none, as the meta-learners do); those logits also mark the samples still
+    misclassified in this epoch. Every other statistic a learner reports is averaged over
+    the epoch's steps.
+    """
+    run.model.train()
+    loss_sum = torch.zeros((), device=run.device, dtype=torch.float64)
+    correct_sum = torch.zeros((), device=run.device, dtype=torch.float64)
+    seen_logits = False
+    learner_sums: dict[str, torch.Tensor] = {}
+    for index, images, labels in run.batches:
+        inputs = augment_batch(run.normalizer(images), run.config.augment, run.generator)
+        meta_inputs, meta_labels = next(run.meta_batches)
+        stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
+        loss_sum += stats.pop("loss").detach().double() * len(labels)
+        logits = stats.pop("logits", None)
+        if logits is not None and logits.shape[0] == len(labels):
+            seen_logits = True
+            wrong = logits.detach().argmax(1) != labels
+            correct_sum += (~wrong).sum()
+            run.last_wrong[index[wrong]] = epoch
+        for key, value in stats.items():
+            learner_sums[key] = learner_sums.get(key, 0) + value.detach().double()
+    num_samples = len(run.batches.labels)
+    return _EpochTraining(
+        stats={
+            "train_loss": loss_sum / num_samples,
+            "train_accuracy": (
+                correct_sum / num_samples if seen_logits else correct_sum * float("nan")
+            ),
+        },
+        learner_stats={f"train_{k}": v / len(run.batches) for k, v in learner_sums.items()},
+    )
+
+
+def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str, float]:
+    """The epoch's history row: train statistics, val (and test) statistics, the head's
+    weight norm and, for learners with a per-sample γ, its mean and spread on val / test.
+
+    Raises:
+        FloatingPointError: the training loss or the model's val outputs are not finite.
+    """
+    batch_size = run.config.eval_batch_size
+    val_logits, val_features = predict_logits(
+        run.model, run.val.images, run.normalizer, batch_size, with_features=True
+    )
+    if not bool(torch.isfinite(trained.stats["train_loss"]) & torch.isfinite(val_logits).all()):
+        raise FloatingPointError(
+            f"{run.description or 'training'} diverged in epoch {epoch}: the training loss or the "
+            "model's outputs are not finite; lower the learning rate or the loss coefficients"
+        )
+    stats = {
+        **trained.stats,
+        **_split_stats("val", val_logits, run.val.labels),
+        "head_weight_norm": run.model.head.weight.detach().double().norm(),
+    }
+    logits, features = {"val": val_logits}, {"val": val_features}
+    if run.test is not None and run.config.track_test:
+        logits["test"], features["test"] = predict_logits(
+            run.model, run.test.images, run.normalizer, batch_size, with_features=True
+        )
+        stats.update(_split_stats("test", logits["test"], run.test.labels))
+    if run.record_epoch_logits:
+        for part, part_logits in logits.items():
+            run.epoch_logits[part].append(part_logits.cpu())
+    stats.update(trained.learner_stats)
+    for part, part_features in features.items():
+        gamma = run.learner.gamma(part_features)
+        if gamma is not None:
+            stats[f"{part}_gamma_mean"] = gamma.double().mean()
+            stats[f"{part}_gamma_std"] = gamma.double().std()
+    names = list(stats)
+    # One host sync per epoch for every statistic.
+    values = torch.stack([stats[k].double().reshape(()) for k in names]).tolist()
+    return {"epoch": epoch, "lr": run.optimizer.param_groups[0]["lr"], **dict(zip(names, values))}
+
+
+def _select(selected: Selected, score: float, epoch: int, model: nn.Module) -> Selected:
+    """Keep this epoch's weights (a CPU copy) if they score lower than the kept ones."""
+    if score < selected.score:
+        weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return Selected(score, epoch, weights)
+    return selected
+
+
+def _save_state(run: _Run, store: CheckpointStore, fingerprint: str, epoch: int) -> None:
+    """Write everything ``_resume`` needs to continue after ``epoch``."""
+    store.save(
+        {
+            "layout": RESUME_STATE_LAYOUT,
+            "fingerprint": fingerprint,
+            "epoch": epoch,
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "learner": run.learner.state_dict(),
+            "rng": _rng_state(run.generator),
+            "history": run.history,
+            "last_wrong": run.last_wrong.cpu(),
+            "epoch_logits": run.epoch_logits,
+            "selected": {
+                "score": run.selected.score,
+                "epoch": run.selected.epoch,
+                "state_dict": run.selected.state_dict,
+            },
+        }
+    )
+
+
+def _result(run: _Run) -> TrainResult:
+    """The selected weights, the history, the learned epochs and the learner's state."""
+    final_epoch = run.history[-1]["epoch"] if run.history else 0
+    last_wrong = run.last_wrong.cpu()
+    # Learned in the epoch after its last mistake; never wrong: 1; wrong in the last epoch: 0.
+    learned = torch.where(last_wrong < final_epoch, last_wrong + 1, torch.zeros_like(last_wrong))
+    learned = torch.where(last_wrong < 0, torch.ones_like(last_wrong), learned)
+    return TrainResult(
+        state_dict=run.selected.state_dict,
+        selected_epoch=run.selected.epoch,
+        history=run.history,
+        learned_epoch=learned,
+        epoch_logits={k: v for k, v in run.epoch_logits.items() if v},
+        meta_state=run.learner.state_dict() or None,
+    )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -121,228 +494,3 @@ def _set_rng_state(generator: torch.Generator, state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def train_model(
-    model: nn.Module,
-    objective: Any,
-    train: Split,
-    val: Split,
-    config: TrainConfig,
-    *,
-    normalization: tuple[tuple[float, ...], tuple[float, ...]],
-    seed: int,
-    test: Split | None = None,
-    meta_val: Split | None = None,
-    meta_learner: MetaLearner | None = None,
-    store: CheckpointStore | None = None,
-    fingerprint: str = "",
-    record_epoch_logits: bool = False,
-    description: str = "",
-    stop_after_epoch: int | None = None,
-) -> TrainResult:
-    """Train ``model`` with ``objective`` (or ``meta_learner``) under ``config``.
-
-    Args:
-        model: a ``ClassifierNet`` (``forward_features`` + ``head``).
-        objective: ``objective(logits, targets, **context) -> loss``; if it has
-            ``mix_batch`` (mixup) the engine mixes each batch through it.
-        train, val, test, meta_val: the splits; ``meta_val`` is required with a meta-learner.
-        config: the hyperparameters.
-        normalization: per-channel (mean, std).
-        seed: seeds initialisation-independent randomness (batches, augmentation, mixing).
-        meta_learner: when given, each step is ``meta_learner.step(...)`` (backbone + meta update).
-        store: where the resumable state goes; an existing state with the same
-            ``fingerprint`` is resumed, a different one is discarded with a warning.
-            The state is removed once the run completes.
-        record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
-        description: progress-bar label (method and seed).
-        stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
-
-    Returns:
-        The selected weights (on CPU), the per-epoch history and the learned epoch of
-        every training sample (Wang et al. §5.1: the epoch from which it stays correctly
-        classified, 0 if never learned).
-    """
-    if meta_learner is not None and meta_val is None:
-        raise ValueError("a meta-learner needs a meta_val split")
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    device = resolve_device(config.device)
-    model.to(device)
-    if meta_learner is not None:
-        meta_learner.to(device)
-    normalizer = Normalizer(*normalization, device=device)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=config.lr,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
-        weight_decay=config.weight_decay,
-    )
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(
-        optimizer, milestones=list(config.milestones), gamma=config.lr_decay
-    )
-    train_images, train_labels = train.images.to(device), train.labels.to(device)
-    stream = BatchStream(train_images, train_labels, config.batch_size, generator)
-    meta_stream = None
-    if meta_val is not None and meta_learner is not None:
-        meta_stream = BatchStream(
-            meta_val.images.to(device), meta_val.labels.to(device), config.batch_size, generator
-        ).forever()
-    val_labels = val.labels.to(device)
-    test_labels = test.labels.to(device) if test is not None else None
-
-    history: list[dict[str, float]] = []
-    last_wrong = torch.full((len(train_labels),), -1, dtype=torch.long, device=device)
-    epoch_logits: dict[str, list[torch.Tensor]] = {"val": [], "test": []}
-    best = (float("inf"), 0, None)
-    start_epoch = 1
-
-    resumed = store.load() if store is not None else None
-    if resumed is not None and resumed.get("fingerprint") != fingerprint:
-        logger.warning("discarding checkpoint in %s: it belongs to another configuration", store)
-        resumed = None
-    if resumed is not None:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        scheduler.load_state_dict(resumed["scheduler"])
-        if meta_learner is not None:
-            meta_learner.load_state_dict(resumed["meta_learner"])
-        _set_rng_state(generator, resumed["rng"])
-        history = resumed["history"]
-        last_wrong = resumed["last_wrong"].to(device)
-        epoch_logits = resumed["epoch_logits"]
-        best = resumed["best"]
-        start_epoch = resumed["epoch"] + 1
-        logger.info("%s: resuming after epoch %d", description, resumed["epoch"])
-
-    progress = tqdm(
-        range(start_epoch, config.epochs + 1),
-        desc=description or "training",
-        initial=start_epoch - 1,
-        total=config.epochs,
-        leave=False,
-        dynamic_ncols=True,
-    )
-    use_amp = config.amp and device.type == "cuda"
-    for epoch in progress:
-        started = time.perf_counter()
-        model.train()
-        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-        correct_sum = torch.zeros((), device=device, dtype=torch.float64)
-        seen_logits = False
-        meta_sums: dict[str, torch.Tensor] = {}
-        for index, images, labels in stream:
-            x = augment_batch(normalizer(images), config.augment, generator)
-            if meta_learner is not None:
-                meta_images, meta_labels = next(meta_stream)[1:]
-                stats = meta_learner.step(
-                    model, optimizer, x, labels, normalizer(meta_images), meta_labels
-                )
-                loss = stats.pop("loss")
-                logits = stats.pop("logits", None)  # learners may return the train-batch logits
-                for key, value in stats.items():
-                    meta_sums[key] = meta_sums.get(key, 0) + value.detach().double()
-            else:
-                targets = labels
-                if hasattr(objective, "mix_batch"):
-                    x, targets = objective.mix_batch(x, labels, generator)
-                with torch.autocast(device.type, enabled=use_amp):
-                    logits = model(x)
-                    loss = objective(logits.float(), targets, model=model, epoch=epoch)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.grad_clip:
-                    nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                optimizer.step()
-            loss_sum += loss.detach().double() * len(labels)
-            if logits is not None and logits.shape[0] == len(labels):
-                seen_logits = True
-                wrong = logits.detach().argmax(1) != labels
-                correct_sum += (~wrong).sum()
-                last_wrong[index[wrong]] = epoch
-        scheduler.step()
-
-        val_logits = predict_logits(model, val.images, normalizer, config.eval_batch_size)
-        if not bool(torch.isfinite(loss_sum) & torch.isfinite(val_logits).all()):
-            raise FloatingPointError(
-                f"{description or 'training'} diverged in epoch {epoch}: the training loss or the "
-                "model's outputs are not finite; lower the learning rate or the loss coefficients"
-            )
-        stats = {
-            "train_loss": loss_sum / len(train_labels),
-            "train_accuracy": correct_sum / len(train_labels) if seen_logits else correct_sum * float("nan"),
-            **_split_stats("val", val_logits, val_labels),
-            "head_weight_norm": model.head.weight.detach().double().norm(),
-        }
-        if record_epoch_logits:
-            epoch_logits["val"].append(val_logits.cpu())
-        test_logits = test_features = None
-        if test is not None and config.track_test:
-            test_logits, test_features = predict_logits(
-                model, test.images, normalizer, config.eval_batch_size, with_features=True
-            )
-            stats.update(_split_stats("test", test_logits, test_labels))
-            if record_epoch_logits:
-                epoch_logits["test"].append(test_logits.cpu())
-        if meta_learner is not None:
-            stats.update({f"train_{k}": v / len(stream) for k, v in meta_sums.items()})
-            _, val_features = predict_logits(
-                model, val.images, normalizer, config.eval_batch_size, with_features=True
-            )
-            for prefix, feats in (("val", val_features), ("test", test_features)):
-                gamma = meta_learner.gamma(feats) if feats is not None else None
-                if gamma is not None:
-                    stats[f"{prefix}_gamma_mean"] = gamma.double().mean()
-                    stats[f"{prefix}_gamma_std"] = gamma.double().std()
-        names = list(stats)
-        values = torch.stack([stats[k].double().reshape(()) for k in names]).tolist()
-        row = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"], **dict(zip(names, values))}
-        row["seconds"] = time.perf_counter() - started
-        history.append(row)
-        progress.set_postfix(loss=f"{row['train_loss']:.3f}", val_acc=f"{row['val_accuracy']:.3f}")
-
-        score = {
-            "last": -epoch,
-            "best_val_error": 1.0 - row["val_accuracy"],
-            "best_val_nll": row["val_nll"],
-        }[config.select]
-        if score < best[0]:
-            best = (score, epoch, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
-
-        if store is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
-            state = {
-                "fingerprint": fingerprint,
-                "epoch": epoch,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "rng": _rng_state(generator),
-                "history": history,
-                "last_wrong": last_wrong.cpu(),
-                "epoch_logits": epoch_logits,
-                "best": best,
-            }
-            if meta_learner is not None:
-                state["meta_learner"] = meta_learner.state_dict()
-            store.save(state)
-        if stop_after_epoch is not None and epoch >= stop_after_epoch:
-            break
-    progress.close()
-    if store is not None and history and history[-1]["epoch"] == config.epochs:
-        store.clear()  # the run is complete: its artifacts go through the catalog, not the store
-
-    final_epoch = history[-1]["epoch"] if history else 0
-    last_wrong = last_wrong.cpu()
-    learned = torch.where(last_wrong < final_epoch, last_wrong + 1, torch.zeros_like(last_wrong))
-    learned = torch.where(last_wrong < 0, torch.ones_like(last_wrong), learned)
-    return TrainResult(
-        state_dict=best[2],
-        selected_epoch=best[1],
-        history=history,
-        learned_epoch=learned,
-        epoch_logits={k: v for k, v in epoch_logits.items() if v},
-        meta_state=meta_learner.state_dict() if meta_learner is not None else None,
-    )

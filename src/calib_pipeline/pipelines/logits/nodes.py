@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from calib_pipeline.calibration.methods import Learner, MethodSpec, build_method
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_tensors
 from calib_pipeline.models import model_from_checkpoint
@@ -50,18 +51,22 @@ def compute_logits(
     return out
 
 
-def _meta_learner(checkpoint: dict[str, Any]):
-    """The run's trained meta-learner (CPU), or None for runs trained with an objective."""
+def _meta_learner(checkpoint: dict[str, Any]) -> Learner | None:
+    """The run's trained meta-learner (CPU), or None for runs trained with a plain objective
+    (they learn no state of their own)."""
     if checkpoint.get("meta_state") is None:
         return None
-    from calib_pipeline.calibration.meta import build_meta_learner
-
     config = checkpoint["config"]
-    learner = build_meta_learner(
-        config["meta_learner"],
+    method = MethodSpec(
+        key=checkpoint["method"],
+        objective=config["objective"],
+        meta_learner=config["meta_learner"],
+        params=config["params"],
+    )
+    learner = build_method(
+        method,
         num_classes=checkpoint["architecture"]["num_classes"],
         feature_dim=model_from_checkpoint(checkpoint).feature_dim,
-        **config["params"],
     )
     learner.load_state_dict(checkpoint["meta_state"])
     return learner

@@ -8,11 +8,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from calib_pipeline.calibration.losses import build_objective
+from calib_pipeline.calibration.methods import MethodSpec, build_method
 from calib_pipeline.data import ImageData
-from calib_pipeline.models import build_model
 from calib_pipeline.data.splits import split_tensors
-from calib_pipeline.training import CheckpointStore, Split, TrainConfig, train_model
+from calib_pipeline.models import build_model
+from calib_pipeline.training import CheckpointStore, Split, TrainConfig, TrainResult, train_model
 from calib_pipeline.training.checkpoint import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def train_method(
     model_params: dict[str, Any],
     training_params: dict[str, Any],
     *,
-    method: dict[str, Any],
+    method: MethodSpec,
     seed: int,
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """Train one (method, seed) run.
@@ -46,70 +46,82 @@ def train_method(
         store: resume store of this run (the catalog decides where it lives).
         model_params: ``{"name": ..., "params": {...}}``, overridden by the method's ``model``.
         training_params: ``TrainConfig`` fields, overridden by the method's ``training``.
-        method: the parsed method entry (objective or meta-learner and hyperparameters).
+        method: the method (objective or meta-learner, hyperparameters, split, overrides).
         seed: initialisation and data-order seed.
 
     Returns:
         The checkpoint (selected weights, architecture, normalisation, config, learned epochs)
         and the per-epoch history table.
     """
-    model_cfg = {**model_params, **(method.get("model") or {})}
-    config = TrainConfig.from_params({**training_params, **method["training"]})
+    model_cfg = {**model_params, **(method.model or {})}
+    config = TrainConfig.from_params({**training_params, **method.training})
     torch.manual_seed(seed)
     model = model_from_config(data, model_cfg)
-    objective = meta_learner = None
-    if method["objective"] is not None:
-        objective = build_objective(method["objective"], **method["params"])
-    else:
-        from calib_pipeline.calibration.meta import build_meta_learner
-
-        meta_learner = build_meta_learner(
-            method["meta_learner"],
-            num_classes=data.num_classes,
-            feature_dim=model.feature_dim,
-            **method["params"],
-        )
+    learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
     run_config = {
         "dataset": data.name,
-        "split": method["split"],
+        "split": method.split,
         "model": model_cfg,
         "training": config.as_dict(),
-        "objective": method["objective"],
-        "meta_learner": method["meta_learner"],
-        "params": method["params"],
+        "objective": method.objective,
+        "meta_learner": method.meta_learner,
+        "params": method.params,
         "seed": seed,
     }
+    parts = {part: Split(*split_tensors(data, split, part)) for part in [*split, "test"]}
     result = train_model(
         model,
-        objective,
-        Split(*split_tensors(data, split, "train")),
-        Split(*split_tensors(data, split, "val")),
+        learner,
+        parts["train"],
+        parts["val"],
         config,
         normalization=(data.mean, data.std),
         seed=seed,
-        test=Split(*split_tensors(data, split, "test")),
-        meta_val=Split(*split_tensors(data, split, "meta_val")) if meta_learner is not None else None,
-        meta_learner=meta_learner,
+        test=parts["test"],
+        meta_val=parts.get("meta_val"),  # plain objectives ignore it
         store=store,
         fingerprint=fingerprint(run_config),
-        record_epoch_logits=method.get("record_epoch_logits", False),
-        description=f"{method['key']} seed {seed}",
+        record_epoch_logits=method.record_epoch_logits,
+        description=f"{method.key} seed {seed}",
     )
-    history = pd.DataFrame(result.history)
-    history.insert(0, "seed", seed)
-    history.insert(0, "method", method["key"])
+    _log_outcome(method.key, seed, result)
+    checkpoint = _checkpoint(method, seed, data, model_cfg, run_config, result)
+    return checkpoint, _history(method.key, seed, result)
+
+
+def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
     last = result.history[-1]
     logger.info(
         "%s seed %d: val acc %.4f, test acc %s (selected epoch %d)",
-        method["key"],
+        key,
         seed,
         last["val_accuracy"],
         f"{last['test_accuracy']:.4f}" if "test_accuracy" in last else "n/a",
         result.selected_epoch,
     )
-    checkpoint = {
-        "method": method["key"],
-        "label": method["label"],
+
+
+def _history(key: str, seed: int, result: TrainResult) -> pd.DataFrame:
+    """The per-epoch history with the run's method and seed as leading columns."""
+    history = pd.DataFrame(result.history)
+    history.insert(0, "seed", seed)
+    history.insert(0, "method", key)
+    return history
+
+
+def _checkpoint(
+    method: MethodSpec,
+    seed: int,
+    data: ImageData,
+    model_cfg: dict[str, Any],
+    run_config: dict[str, Any],
+    result: TrainResult,
+) -> dict[str, Any]:
+    """The run's artifact: selected weights, what rebuilds the model and the learner
+    (architecture, normalisation, ``meta_state``, ``config``), learned epochs."""
+    return {
+        "method": method.key,
+        "label": method.label,
         "seed": seed,
         "state_dict": result.state_dict,
         "architecture": {
@@ -126,4 +138,3 @@ def train_method(
         "meta_state": result.meta_state,
         "config": run_config,
     }
-    return checkpoint, history

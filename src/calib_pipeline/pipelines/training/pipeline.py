@@ -13,7 +13,7 @@ def run_prefix(method: str, seed: int) -> str:
 
 def training_node(structure: Structure, method: str, seed: int):
     spec = structure.methods[method]
-    func = update_wrapper(partial(train_method, method=spec.__dict__.copy(), seed=seed), train_method)
+    func = update_wrapper(partial(train_method, method=spec, seed=seed), train_method)
     prefix = run_prefix(method, seed)
     return node(
         func,

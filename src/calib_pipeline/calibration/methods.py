@@ -1,0 +1,192 @@
+"""Training methods: what a method is (``MethodSpec``) and the one factory that builds it.
+
+A method trains the backbone either with a plain objective (``calibration.losses``) or with
+a meta-learner (``calibration.meta``). ``build_method`` turns either kind into a *learner*
+with the meta-learners' step protocol (``Learner``), so the training engine runs every
+method through one loop: ``learner.step(model, optimizer, inputs, targets, meta_inputs,
+meta_targets)`` per batch. A plain objective is wrapped in ``ObjectiveLearner``, whose step
+is the ordinary forward / loss / backward / optimiser step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from calib_pipeline.calibration.losses import build_objective
+from calib_pipeline.calibration.meta import build_meta_learner
+
+# ``check_method`` builds with these to validate names and hyperparameters cheaply.
+_CHECK_NUM_CLASSES = 2
+_CHECK_FEATURE_DIM = 4
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of ``parameters_methods.yml``, parsed.
+
+    Attributes:
+        key: the method's name (Kedro namespace and catalog prefix).
+        objective: registry name of a plain objective, or None for a meta-learner.
+        meta_learner: registry name of a meta-learner, or None for a plain objective.
+        params: the objective's or meta-learner's hyperparameters.
+        label: display name in tables and figures (the key when left empty).
+        split: the index split it trains on.
+        training: ``TrainConfig`` fields that override the study's training parameters.
+        model: model settings that override the study's model, or None.
+        group: the sweep it belongs to (the key when left empty).
+        record_epoch_logits: keep val/test logits of every epoch.
+    """
+
+    key: str
+    objective: str | None = None
+    meta_learner: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
+    split: str = "standard"
+    training: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] | None = None
+    group: str = ""
+    record_epoch_logits: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.objective is None) == (self.meta_learner is None):
+            raise ValueError(
+                f"method {self.key!r} needs exactly one of 'objective' or 'meta_learner'"
+            )
+        # Frozen: the defaults that depend on the key are filled in through object.__setattr__.
+        if not self.label:
+            object.__setattr__(self, "label", self.key)
+        if not self.group:
+            object.__setattr__(self, "group", self.key)
+
+
+class Learner(Protocol):
+    """The step protocol the training engine runs every method through.
+
+    ``step`` updates the backbone on one train batch (and, for a meta-learner, its own
+    parameters on one meta-val batch; plain objectives receive None there). It returns
+    detached 0-d tensors: ``loss`` (the train-batch loss), optionally ``logits`` (the
+    train-batch logits, for the training accuracy) and any statistics to average per epoch.
+    ``state_dict`` is empty for a learner without trainable state.
+    """
+
+    def step(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        inputs: Tensor,
+        targets: Tensor,
+        meta_inputs: Tensor | None,
+        meta_targets: Tensor | None,
+    ) -> dict[str, Tensor]: ...
+    def gamma(self, features: Tensor) -> Tensor | None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+    def to(self, device: torch.device) -> Any: ...
+
+
+@dataclass
+class ObjectiveLearner:
+    """A plain objective behind the learner step protocol: one backbone update per batch.
+
+    Attributes:
+        objective: ``objective(logits, targets, **context) -> loss``; one with ``mix_batch``
+            (mixup) mixes each batch through it before the forward pass.
+        generator: the randomness of ``mix_batch``; the engine passes the run's generator so
+            that batches, augmentation and mixing come from one checkpointed stream.
+        grad_clip: clip the gradient norm to this value before the optimiser step.
+        amp: run forward and loss under autocast when the inputs are on a GPU.
+    """
+
+    objective: Any
+    generator: torch.Generator = field(default_factory=torch.Generator)
+    grad_clip: float | None = None
+    amp: bool = False
+
+    def step(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        inputs: Tensor,
+        targets: Tensor,
+        meta_inputs: Tensor | None = None,
+        meta_targets: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        """Forward, loss, backward, optional gradient clipping, optimiser step.
+
+        Args:
+            model: the backbone, in train mode.
+            optimizer: its optimiser.
+            inputs, targets: the train batch (class indices; mixup mixes them).
+            meta_inputs, meta_targets: unused; a plain objective learns from the train batch only.
+
+        Returns:
+            The detached batch ``loss`` and the batch ``logits`` (computed on mixed inputs
+            for mixup).
+        """
+        if hasattr(self.objective, "mix_batch"):
+            inputs, targets = self.objective.mix_batch(inputs, targets, self.generator)
+        with torch.autocast(inputs.device.type, enabled=self.amp and inputs.device.type == "cuda"):
+            logits = model(inputs)
+            loss = self.objective(logits.float(), targets, model=model)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+        optimizer.step()
+        return {"loss": loss.detach(), "logits": logits.detach()}
+
+    def gamma(self, features: Tensor) -> None:
+        """A plain objective learns no per-sample focal γ."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: a plain objective has no trainable state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Accepts only the empty state of ``state_dict``."""
+        if state:
+            raise ValueError(f"a plain objective has no state to load, got keys {sorted(state)}")
+
+    def to(self, device: torch.device) -> ObjectiveLearner:
+        """Nothing to move: the objective holds no tensors."""
+        return self
+
+
+def build_method(spec: MethodSpec, num_classes: int, feature_dim: int) -> Learner:
+    """The learner of ``spec`` for a backbone with ``feature_dim`` features.
+
+    Args:
+        spec: the method (an objective or a meta-learner, with hyperparameters).
+        num_classes: number of classes of the backbone's head.
+        feature_dim: width of the backbone's penultimate features (meta-learners use it).
+
+    Returns:
+        An ``ObjectiveLearner`` wrapping the built objective, or the built meta-learner.
+
+    Raises:
+        ValueError: an unknown objective / meta-learner name (listing the valid ones) or a
+            bad hyperparameter.
+    """
+    if spec.objective is not None:
+        return ObjectiveLearner(build_objective(spec.objective, **spec.params))
+    return build_meta_learner(
+        spec.meta_learner, num_classes=num_classes, feature_dim=feature_dim, **spec.params
+    )
+
+
+def check_method(spec: MethodSpec) -> None:
+    """Build ``spec`` for a tiny backbone so that a bad name or hyperparameter fails now.
+
+    Raises:
+        ValueError: as ``build_method``, prefixed with the method's key.
+    """
+    try:
+        build_method(spec, num_classes=_CHECK_NUM_CLASSES, feature_dim=_CHECK_FEATURE_DIM)
+    except ValueError as error:
+        raise ValueError(f"method {spec.key!r}: {error}") from None
