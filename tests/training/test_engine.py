@@ -62,7 +62,12 @@ def test_resume_equals_uninterrupted_run(digits, tmp_path, objective):
         assert torch.equal(value, resumed.state_dict[key]), key
     assert resumed.history[-1]["val_nll"] == full.history[-1]["val_nll"]
     assert torch.equal(resumed.learned_epoch, full.learned_epoch)
-    assert store.load() is None, "a completed run leaves no resume state behind"
+    completed = store.load()
+    assert completed["complete"] and "optimizer" not in completed, "a completed state keeps only the result"
+    again = _train(digits, config, store=store, objective=objective, stop_after_epoch=0)
+    assert again.history == resumed.history, "a completed run is reused, not trained again"
+    for key, value in full.state_dict.items():
+        assert torch.equal(value, again.state_dict[key]), key
 
 
 @pytest.mark.parametrize(("key", "other"), [("fingerprint", "other"), ("layout", 1)])
@@ -126,11 +131,12 @@ def test_batch_stream_covers_every_sample_once_per_epoch():
         BatchStream(torch.empty(0, 1), torch.empty(0), 4, torch.Generator())
 
 
-def test_meta_learning_run_resumes_exactly(digits, tmp_path):
+@pytest.mark.parametrize("meta_size", [200, 400])  # 6 train steps: 3 or 1.5 meta-val permutations
+def test_meta_learning_run_resumes_exactly(digits, tmp_path, meta_size):
     from calib_pipeline.calibration.meta import build_meta_learner
 
     data, train, val, test = digits
-    meta_val = Split(data.train_images[800:1000], data.train_labels[800:1000])
+    meta_val = Split(data.train_images[800 : 800 + meta_size], data.train_labels[800 : 800 + meta_size])
     config = TrainConfig(epochs=2, batch_size=100, lr=0.05, device="cpu", milestones=(1,))
 
     def run(store=None, stop_after_epoch=None):

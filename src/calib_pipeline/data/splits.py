@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -90,3 +92,9 @@ def split_tensors(data: ImageData, split: Mapping[str, list[int]], part: str) ->
         raise KeyError(f"split has no part {part!r}; it has {sorted(split)}")
     index = torch.as_tensor(split[part], dtype=torch.long)
     return data.train_images[index], data.train_labels[index]
+
+
+def split_fingerprint(split: Mapping[str, list[int]]) -> str:
+    """A hash of a split's indices: two artifacts agree on their split iff their hashes do."""
+    text = json.dumps({part: list(map(int, split[part])) for part in sorted(split)})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

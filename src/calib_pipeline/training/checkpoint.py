@@ -54,6 +54,34 @@ class CheckpointStore:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+        for path in self._epoch_logits_dir.glob("*.pt"):
+            path.unlink()
+
+    @property
+    def _epoch_logits_dir(self) -> Path:
+        return self.directory / "epoch_logits"
+
+    def save_epoch_logits(self, epoch: int, logits: dict[str, torch.Tensor]) -> None:
+        """One epoch's logits per split, in a file of their own (written once, atomically)."""
+        folder = self._epoch_logits_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{epoch:05d}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            torch.save({k: v.cpu() for k, v in logits.items()}, tmp)
+            os.replace(tmp, folder / f"{epoch:05d}.pt")
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def load_epoch_logits(self, last_epoch: int) -> dict[str, list[torch.Tensor]]:
+        """Epochs 1 .. ``last_epoch`` as ``{split: [logits per epoch]}``."""
+        out: dict[str, list[torch.Tensor]] = {"val": [], "test": []}
+        for epoch in range(1, last_epoch + 1):
+            path = self._epoch_logits_dir / f"{epoch:05d}.pt"
+            if not path.exists():
+                raise ValueError(f"resume state {self.path} needs {path}, which is missing; delete {self.directory} and rerun")
+            for split, logits in load_tensors(path, what="epoch logits").items():
+                out[split].append(logits)
+        return out
 
     @contextlib.contextmanager
     def lock(self, description: str = "") -> Iterator[None]:
@@ -104,3 +132,18 @@ def fingerprint(payload: dict[str, Any]) -> str:
     """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+TRAINING_CODE = ("calibration", "data", "models", "training")
+
+
+def code_fingerprint() -> str:
+    """A hash of the code a training result depends on (the science packages' sources):
+    a completed or half-trained state is reused only by the code that wrote it."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for folder in TRAINING_CODE:
+        for path in sorted((package / folder).rglob("*.py")):
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

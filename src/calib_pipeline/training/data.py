@@ -82,6 +82,38 @@ class BatchStream:
             index = order[start : start + self.batch_size]
             yield index, self.images[index], self.labels[index]
 
-    def forever(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        while True:
-            yield from self
+
+
+class EndlessBatches:
+    """Batches of a split, one permutation after another, whose position can be saved.
+
+    The meta-val split is read in step with the train batches, so a permutation of it
+    usually spans epochs; resuming needs the current permutation and the position in it
+    (a fresh permutation would draw other batches than the uninterrupted run).
+    """
+
+    def __init__(self, stream: BatchStream) -> None:
+        self.stream = stream
+        self.order: torch.Tensor | None = None
+        self.position = 0
+
+    def __iter__(self) -> EndlessBatches:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        stream = self.stream
+        if self.order is None or self.position >= len(self.order):
+            # drawn lazily, as the previous permutation runs out: the generator is shared
+            order = torch.randperm(len(stream.images), generator=stream.generator, device="cpu")
+            self.order, self.position = order.to(stream.images.device), 0
+        index = self.order[self.position : self.position + stream.batch_size]
+        self.position += stream.batch_size
+        return index, stream.images[index], stream.labels[index]
+
+    def state_dict(self) -> dict[str, torch.Tensor | int | None]:
+        return {"order": None if self.order is None else self.order.cpu(), "position": self.position}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | int | None]) -> None:
+        order = state["order"]
+        self.order = None if order is None else order.to(self.stream.images.device)
+        self.position = int(state["position"])

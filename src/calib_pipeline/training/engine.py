@@ -10,7 +10,6 @@ step protocol (``calibration.methods.Learner``), so the loop has a single path.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -25,13 +24,13 @@ from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.training.checkpoint import CheckpointStore
 from calib_pipeline.training.config import TrainConfig
-from calib_pipeline.training.data import BatchStream, Normalizer, augment_batch
+from calib_pipeline.training.data import BatchStream, EndlessBatches, Normalizer, augment_batch
 
 logger = logging.getLogger(__name__)
 
 # Layout of the resume state; a state of another layout is discarded like one of another
 # configuration (it cannot be continued by this engine).
-RESUME_STATE_LAYOUT = 2
+RESUME_STATE_LAYOUT = 3
 
 # ``config.select`` -> the score of an epoch's history row; the lowest score is kept, the
 # earliest epoch on ties.
@@ -85,7 +84,7 @@ class _Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.MultiStepLR
     batches: BatchStream
-    meta_batches: Iterator[tuple[torch.Tensor | None, torch.Tensor | None]]
+    meta_batches: EndlessBatches | None  # None for a plain objective
     val: Split
     test: Split | None
     record_epoch_logits: bool
@@ -130,8 +129,8 @@ def train_model(
         normalization: per-channel (mean, std).
         seed: seeds initialisation-independent randomness (batches, augmentation, mixing).
         store: where the resumable state goes; an existing state with the same
-            ``fingerprint`` is resumed, a different one is discarded with a warning.
-            The state is removed once the run completes.
+            ``fingerprint`` is resumed (a completed one is reused without training), a
+            different one is discarded with a warning. The run holds the store's lock.
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
@@ -146,11 +145,23 @@ def train_model(
         normalization=normalization, seed=seed, record_epoch_logits=record_epoch_logits,
         description=description,
     )
-    if store is not None:
+    if store is None:
+        _train_epochs(run, None, fingerprint, stop_after_epoch)
+        return _result(run)
+    with store.lock(description):  # one process per run folder; another waits, told by whom
         _resume(run, store, fingerprint)
+        _train_epochs(run, store, fingerprint, stop_after_epoch)
+    return _result(run)
+
+
+def _train_epochs(
+    run: _Run, store: CheckpointStore | None, fingerprint: str, stop_after_epoch: int | None
+) -> None:
+    """Epochs ``run.start_epoch`` .. ``config.epochs``: train, evaluate, select, checkpoint."""
+    config = run.config
     progress = tqdm(
         range(run.start_epoch, config.epochs + 1),
-        desc=description or "training",
+        desc=run.description or "training",
         initial=run.start_epoch - 1,
         total=config.epochs,
         leave=False,
@@ -164,15 +175,15 @@ def train_model(
         row["seconds"] = time.perf_counter() - started
         run.history.append(row)
         progress.set_postfix(loss=f"{row['train_loss']:.3f}", val_acc=f"{row['val_accuracy']:.3f}")
-        run.selected = _select(run.selected, SELECTION_SCORES[config.select](row), epoch, model)
-        if store is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
-            _save_state(run, store, fingerprint, epoch)
+        run.selected = _select(run.selected, SELECTION_SCORES[config.select](row), epoch, run.model)
+        if store is not None:
+            if run.record_epoch_logits:  # written once per epoch, never inside the growing state
+                store.save_epoch_logits(epoch, {k: v[-1] for k, v in run.epoch_logits.items() if v})
+            if epoch % config.checkpoint_every == 0 or epoch == config.epochs:
+                _save_state(run, store, fingerprint, epoch)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
     progress.close()
-    if store is not None and run.history and run.history[-1]["epoch"] == config.epochs:
-        store.clear()  # the run is complete: its artifacts go through the catalog, not the store
-    return _result(run)
 
 
 def _setup(
@@ -201,9 +212,7 @@ def _setup(
     model.to(device)
     normalizer = Normalizer(*normalization, device=device)
     generator = torch.Generator().manual_seed(seed)
-    learner, meta_batches = _prepare_learner(
-        learner, meta_val, config, device, generator, normalizer
-    )
+    learner, meta_batches = _prepare_learner(learner, meta_val, config, device, generator)
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=config.lr,
@@ -241,9 +250,8 @@ def _prepare_learner(
     config: TrainConfig,
     device: torch.device,
     generator: torch.Generator,
-    normalizer: Normalizer,
-) -> tuple[Learner, Iterator[tuple[torch.Tensor | None, torch.Tensor | None]]]:
-    """The learner bound to this run and the (normalised) meta-val batches its steps take.
+) -> tuple[Learner, EndlessBatches | None]:
+    """The learner bound to this run and the meta-val batches its steps take.
 
     A plain objective's step follows the run's gradient clipping and mixed precision, mixes
     batches with the run's generator and takes no meta-val batch. A meta-learner clips by
@@ -253,18 +261,23 @@ def _prepare_learner(
         bound = dataclasses.replace(
             learner, generator=generator, grad_clip=config.grad_clip, amp=config.amp
         )
-        return bound, itertools.repeat((None, None))
+        return bound, None
     if meta_val is None:
         raise ValueError("a meta-learner needs a meta_val split")
     learner.to(device)
     stream = BatchStream(
         meta_val.images.to(device), meta_val.labels.to(device), config.batch_size, generator
     )
-    return learner, ((normalizer(images), labels) for _, images, labels in stream.forever())
+    return learner, EndlessBatches(stream)
 
 
 def _resume(run: _Run, store: CheckpointStore, fingerprint: str) -> None:
-    """Continue from the state in ``store`` if this configuration and engine wrote it."""
+    """Continue from the state in ``store`` if this configuration and engine wrote it.
+
+    A completed state (kept until the next run replaces it) is reused as it is: the run
+    returns its result without training again -- a rerun after an interruption skips the
+    runs that had finished.
+    """
     state = store.load()
     if state is None:
         return
@@ -274,16 +287,25 @@ def _resume(run: _Run, store: CheckpointStore, fingerprint: str) -> None:
             store,
         )
         return
+    run.learner.load_state_dict(state["learner"])
+    run.history = state["history"]
+    run.last_wrong = state["last_wrong"].to(run.device)
+    run.selected = Selected(**state["selected"])
+    run.start_epoch = state["epoch"] + 1
+    if run.record_epoch_logits:
+        run.epoch_logits = store.load_epoch_logits(state["epoch"])
+    if state["complete"]:
+        logger.info(
+            "%s: already trained for this configuration (%s); reusing it -- delete that folder "
+            "to train again", run.description, store.directory,
+        )
+        return
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
-    run.learner.load_state_dict(state["learner"])
     _set_rng_state(run.generator, state["rng"])
-    run.history = state["history"]
-    run.last_wrong = state["last_wrong"].to(run.device)
-    run.epoch_logits = state["epoch_logits"]
-    run.selected = Selected(**state["selected"])
-    run.start_epoch = state["epoch"] + 1
+    if run.meta_batches is not None:
+        run.meta_batches.load_state_dict(state["meta_batches"])
     logger.info("%s: resuming after epoch %d", run.description, state["epoch"])
 
 
@@ -311,7 +333,10 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
     learner_sums: dict[str, torch.Tensor] = {}
     for index, images, labels in run.batches:
         inputs = augment_batch(run.normalizer(images), run.config.augment, run.generator)
-        meta_inputs, meta_labels = next(run.meta_batches)
+        meta_inputs = meta_labels = None
+        if run.meta_batches is not None:
+            _, meta_images, meta_labels = next(run.meta_batches)
+            meta_inputs = run.normalizer(meta_images)
         stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
         loss_sum += stats.pop("loss").detach().double() * len(labels)
         logits = stats.pop("logits", None)
@@ -385,27 +410,31 @@ def _select(selected: Selected, score: float, epoch: int, model: nn.Module) -> S
 
 
 def _save_state(run: _Run, store: CheckpointStore, fingerprint: str, epoch: int) -> None:
-    """Write everything ``_resume`` needs to continue after ``epoch``."""
-    store.save(
-        {
-            "layout": RESUME_STATE_LAYOUT,
-            "fingerprint": fingerprint,
-            "epoch": epoch,
-            "model": run.model.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "scheduler": run.scheduler.state_dict(),
-            "learner": run.learner.state_dict(),
-            "rng": _rng_state(run.generator),
-            "history": run.history,
-            "last_wrong": run.last_wrong.cpu(),
-            "epoch_logits": run.epoch_logits,
-            "selected": {
-                "score": run.selected.score,
-                "epoch": run.selected.epoch,
-                "state_dict": run.selected.state_dict,
-            },
-        }
-    )
+    """Write everything ``_resume`` needs to continue after ``epoch``; after the last epoch
+    only what the result needs (the optimiser and the last weights are done with)."""
+    state: dict[str, Any] = {
+        "layout": RESUME_STATE_LAYOUT,
+        "fingerprint": fingerprint,
+        "epoch": epoch,
+        "complete": epoch == run.config.epochs,
+        "learner": run.learner.state_dict(),
+        "history": run.history,
+        "last_wrong": run.last_wrong.cpu(),
+        "selected": {
+            "score": run.selected.score,
+            "epoch": run.selected.epoch,
+            "state_dict": run.selected.state_dict,
+        },
+    }
+    if not state["complete"]:
+        state.update(
+            model=run.model.state_dict(),
+            optimizer=run.optimizer.state_dict(),
+            scheduler=run.scheduler.state_dict(),
+            rng=_rng_state(run.generator),
+            meta_batches=None if run.meta_batches is None else run.meta_batches.state_dict(),
+        )
+    store.save(state)
 
 
 def _result(run: _Run) -> TrainResult:

@@ -10,10 +10,10 @@ import torch
 
 from calib_pipeline.calibration.methods import MethodSpec, build_method
 from calib_pipeline.data import ImageData
-from calib_pipeline.data.splits import split_tensors
+from calib_pipeline.data.splits import split_fingerprint, split_tensors
 from calib_pipeline.models import build_model
 from calib_pipeline.training import CheckpointStore, Split, TrainConfig, TrainResult, train_model
-from calib_pipeline.training.checkpoint import fingerprint
+from calib_pipeline.training.checkpoint import code_fingerprint, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ def train_method(
     run_config = {
         "dataset": data.name,
         "split": method.split,
+        "split_hash": split_fingerprint(split),
+        "code": code_fingerprint(),
         "model": model_cfg,
         "training": config.as_dict(),
         "objective": method.objective,
