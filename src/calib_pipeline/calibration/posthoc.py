@@ -98,6 +98,19 @@ def build_calibrator(name: str, **hyperparameters: Any) -> Calibrator:
     Raises:
         ValueError: unknown name (the message lists the valid ones), unknown
             hyperparameter (lists the accepted ones) or a value out of range.
+
+    Example:
+        >>> logits = torch.tensor([[4.0, 0.0], [3.0, 1.0], [0.0, 2.0], [2.0, 0.0], [0.0, 5.0]])
+        >>> calibrator = build_calibrator("temperature_nll").fit(logits, [0, 1, 1, 0, 1])
+        >>> round(calibrator.temperature, 3)
+        1.692
+        >>> probabilities = calibrator.predict_proba(logits[:2])
+        >>> [[round(p, 3) for p in row] for row in probabilities.tolist()]
+        [[0.914, 0.086], [0.765, 0.235]]
+        >>> build_calibrator("temperature_nll", t_min=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: t_min must be in [1e-06, 1000000.0], got 0.0
     """
     return CALIBRATORS.build(name, **hyperparameters)
 

@@ -57,7 +57,7 @@ def build_model(
         >>> build_model("vgg16", in_channels=3, num_classes=10, image_size=32)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: unknown model 'vgg16'; valid model names are: resnet110, resnet18, ..., small_cnn
+        ValueError: unknown model 'vgg16'; valid model names are: resnet110, ..., small_cnn
     """
     check_int("in_channels", in_channels, low=1)
     check_int("num_classes", num_classes, low=2)
