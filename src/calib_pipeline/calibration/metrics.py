@@ -56,6 +56,29 @@ __all__ = [
     "calibration_metrics_batched",
     "metric_names",
     "reliability_bins",
+    # the metric functions, in the documented order
+    "accuracy",
+    "error",
+    "nll",
+    "brier",
+    "mean_confidence",
+    "mean_entropy",
+    "ece",
+    "ece_em",
+    "mce",
+    "ece_l2",
+    "ece_lb",
+    "classwise_ece",
+    "overconfidence_error",
+    "debiased_ece_l2",
+    "auroc",
+    "decomp_alpha",
+    "decomp_beta",
+    "decomp_gamma",
+    "sece",
+    "sb_ece",
+    "dece",
+    "smooth_ece",
 ]
 
 
@@ -89,7 +112,8 @@ class Metric:
         return f"{type(self).__name__}({self.key!r}, {self.options})"
 
 
-#: Metric keys in the documented order (the keys of ``calibration_metrics``).
+#: Every metric by key; ``METRICS.names()`` lists them in the documented order (the keys
+#: of ``calibration_metrics``), which is the order of registration below.
 METRICS: Registry[Metric] = Registry("metric", keep_order=True)
 
 # One check per option name: an option means the same thing in every metric that has it.
@@ -166,11 +190,11 @@ def _register(key: str, compute: Callable[..., torch.Tensor]) -> Callable[..., t
     ) -> torch.Tensor:
         return METRICS.build(key, **settings)(logits, labels, inputs=inputs)
 
-    data = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     metric.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [
-            inspect.Parameter("logits", data, annotation=Any),
-            inspect.Parameter("labels", data, annotation=Any),
+            inspect.Parameter("logits", positional, annotation=Any),
+            inspect.Parameter("labels", positional, annotation=Any),
             inspect.Parameter(
                 "inputs", inspect.Parameter.KEYWORD_ONLY, default="logits", annotation=str
             ),
