@@ -33,7 +33,7 @@ from calib_pipeline.calibration import _metrics_hard as hard
 from calib_pipeline.calibration import _metrics_soft as soft
 from calib_pipeline.calibration._metrics_binning import CLOSURES, NORMS, SCHEMES, binned
 from calib_pipeline.calibration._metrics_kernels import Predictions
-from calib_pipeline.calibration._metrics_soft import SB_ECE_TEMPERATURE
+from calib_pipeline.calibration._metrics_soft import SB_ECE_TEMPERATURE  # noqa: F401 (public)
 from calib_pipeline.registry import (
     Registry,
     check_bool,
@@ -42,44 +42,6 @@ from calib_pipeline.registry import (
     check_positive,
     check_range,
 )
-
-__all__ = [
-    "CLOSURES",
-    "METRICS",
-    "NORMS",
-    "SB_ECE_TEMPERATURE",
-    "SCHEMES",
-    "Metric",
-    "bootstrap_ci",
-    "build_metric",
-    "calibration_metrics",
-    "calibration_metrics_batched",
-    "metric_names",
-    "reliability_bins",
-    # the metric functions, in the documented order
-    "accuracy",
-    "error",
-    "nll",
-    "brier",
-    "mean_confidence",
-    "mean_entropy",
-    "ece",
-    "ece_em",
-    "mce",
-    "ece_l2",
-    "ece_lb",
-    "classwise_ece",
-    "overconfidence_error",
-    "debiased_ece_l2",
-    "auroc",
-    "decomp_alpha",
-    "decomp_beta",
-    "decomp_gamma",
-    "sece",
-    "sb_ece",
-    "dece",
-    "smooth_ece",
-]
 
 
 class Metric:
