@@ -9,7 +9,6 @@ import torch
 from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import _metrics_soft as soft
 from calib_pipeline.calibration import metrics as M
-from calib_pipeline.calibration._metrics_kernels import Predictions
 
 KEYS = [
     "accuracy",
@@ -238,7 +237,7 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_point():
 def test_bootstrap_resamples_score_exactly_the_resampled_data():
     """The resampled view gathers cached per-sample statistics; it must equal rescoring."""
     logits, labels = _data(n=120, k=4)
-    base = Predictions.single(logits, labels, "logits")
+    base = kernels.Predictions.single(logits, labels, "logits")
     index = torch.randint(0, 120, (3, 120), generator=torch.Generator().manual_seed(0))
     view = base.resample(index)
     direct = M.calibration_metrics_batched(logits[index], labels[index], n_bins=8)
