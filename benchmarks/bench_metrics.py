@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torchmetrics.functional.classification import multiclass_calibration_error
 
-from calib_pipeline.calibration import metrics
+from calib_pipeline.calibration import _metrics_binning, _metrics_kernels, metrics
 
 
 def median_seconds(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -78,7 +78,7 @@ def bench_large_ece(n: int, repeats: int) -> None:
 def bench_suite(n: int, repeats: int) -> None:
     logits, labels = random_predictions((n,), 100, seed=1)
     contenders = {
-        key: (lambda key=key: metrics.METRICS[key](logits, labels))
+        key: (lambda key=key: getattr(metrics, key)(logits, labels))
         for key in metrics.metric_names()
     }
     contenders["suite"] = lambda: metrics.calibration_metrics(logits, labels)
@@ -106,8 +106,8 @@ def bench_batched(runs: int, n: int, repeats: int) -> None:
             for r in range(runs)
         ]
 
-    def statistics_stage() -> metrics._Predictions:
-        pred = metrics._Predictions.batched(logits, labels, "logits")
+    def statistics_stage() -> _metrics_kernels.Predictions:
+        pred = _metrics_kernels.Predictions.batched(logits, labels, "logits")
         pred.confidence  # noqa: B018 -- validation and the top-label scan
         return pred
 
@@ -120,7 +120,7 @@ def bench_batched(runs: int, n: int, repeats: int) -> None:
             ),
             "loop": loop,
             "statistics": statistics_stage,
-            "binning": lambda: metrics._binned_error(
+            "binning": lambda: _metrics_binning.binned_error(
                 pred.confidence, pred.correct, 15, "width", "l1", "left"
             ),
             "suite": lambda: metrics.calibration_metrics_batched(logits, labels, keys=cheap_keys),

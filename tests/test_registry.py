@@ -1,6 +1,16 @@
+import math
+
+import numpy as np
 import pytest
 
-from calib_pipeline.registry import Registry, check_range
+from calib_pipeline.registry import (
+    Registry,
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive,
+    check_range,
+)
 
 
 def test_build_passes_parameters_and_rejects_unknown_ones():
@@ -46,3 +56,62 @@ def test_check_range_rejects(value, kwargs, message):
 
 def test_check_range_accepts_bounds():
     assert check_range("eps", 0.0, low=0, high=1, high_inclusive=False) == 0.0
+
+
+def test_names_are_sorted_unless_the_registration_order_is_kept():
+    for keep_order, expected in ((False, ["a", "b", "c"]), (True, ["c", "a", "b"])):
+        reg: Registry = Registry("widget", keep_order=keep_order)
+        for name in ("c", "a", "b"):
+            reg.register(name)(lambda: 0)
+        assert reg.names() == expected
+        with pytest.raises(ValueError, match=f"valid widget names are: {', '.join(expected)}"):
+            reg.build("d")
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "message"),
+    [
+        (0, {"low": 1}, "n must be an integer >= 1, got 0"),
+        (2.0, {"low": 1}, "n must be an integer >= 1, got 2.0"),
+        (True, {}, "n must be an integer, got True"),
+        ("3", {}, "n must be an integer, got '3'"),
+        (6, {"low": 1, "high": 5}, r"n must be an integer in \[1, 5\], got 6"),
+        (np.int64(-1), {"high": -2}, r"n must be an integer <= -2, got np.int64\(-1\)"),
+    ],
+)
+def test_check_int_rejects(value, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        check_int("n", value, **kwargs)
+
+
+def test_check_int_returns_a_python_int_also_for_numpy_integers():
+    assert check_int("n", 3, low=1) == 3
+    value = check_int("n", np.int32(5), low=1, high=5)
+    assert value == 5 and type(value) is int
+
+
+def test_check_choice_wants_one_of_the_choices_of_their_own_type():
+    assert check_choice("norm", "l2", ("l1", "l2")) == "l2"
+    assert check_choice("k", 2, (1, 2)) == 2
+    with pytest.raises(ValueError, match="norm must be one of 'l1', 'l2', got 'l3'"):
+        check_choice("norm", "l3", ("l1", "l2"))
+    for slip in (2.0, True):
+        with pytest.raises(ValueError, match=f"k must be one of 1, 2, got {slip!r}"):
+            check_choice("k", slip, (1, 2))
+
+
+def test_check_bool_accepts_only_booleans():
+    assert check_bool("flag", False) is False
+    for value in (1, "yes", None):
+        with pytest.raises(ValueError, match=f"flag must be true or false, got {value!r}"):
+            check_bool("flag", value)
+
+
+def test_check_positive_wants_a_positive_finite_number():
+    assert check_positive("h", 0.5) == 0.5
+    assert isinstance(check_positive("h", 2), float)
+    for value in (0, -1.0, math.inf):
+        with pytest.raises(ValueError, match=rf"h must be in \(0.0, inf\), got {value!r}"):
+            check_positive("h", value)
+    with pytest.raises(ValueError, match="h must not be NaN"):
+        check_positive("h", math.nan)

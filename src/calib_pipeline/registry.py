@@ -9,6 +9,8 @@ pipeline is constructed -- long before any training starts.
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -16,10 +18,15 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Maps names to factories; ``build(name, **params)`` is the single entry point."""
+    """Maps names to factories; ``build(name, **params)`` is the single entry point.
 
-    def __init__(self, kind: str) -> None:
+    ``names()`` are sorted, or in registration order with ``keep_order=True`` (for kinds
+    whose order is documented, such as the metric keys of a results table).
+    """
+
+    def __init__(self, kind: str, *, keep_order: bool = False) -> None:
         self.kind = kind
+        self._keep_order = keep_order
         self._factories: dict[str, Callable[..., T]] = {}
         self._validators: dict[str, Callable[..., Any]] = {}
 
@@ -44,7 +51,7 @@ class Registry(Generic[T]):
         return decorator
 
     def names(self) -> list[str]:
-        return sorted(self._factories)
+        return list(self._factories) if self._keep_order else sorted(self._factories)
 
     def __contains__(self, name: object) -> bool:
         return name in self._factories
@@ -125,6 +132,13 @@ def check_range(
     return number
 
 
+def check_positive(name: str, value: Any) -> float:
+    """A positive finite number (a scale, a bandwidth, a temperature), as ``float``."""
+    return check_range(
+        name, value, low=0.0, high=math.inf, low_inclusive=False, high_inclusive=False
+    )
+
+
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     """``value`` if it is one of ``choices``; otherwise ``ValueError`` listing them.
 
@@ -138,11 +152,13 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
 
 
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
-    """``value`` if it is an integer (not a bool, not a float) within ``[low, high]``."""
-    in_range = (low is None or (isinstance(value, int) and value >= low)) and (
-        high is None or (isinstance(value, int) and value <= high)
-    )
-    if not isinstance(value, int) or isinstance(value, bool) or not in_range:
+    """``value`` as an ``int`` if it is an integer (not a bool, not a float) in ``[low, high]``.
+
+    NumPy integers count as integers: indices and counts often come out of NumPy.
+    """
+    is_integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    in_range = is_integer and (low is None or value >= low) and (high is None or value <= high)
+    if not in_range:
         if low is not None and high is not None:
             bounds = f" in [{low}, {high}]"
         elif low is not None:
@@ -152,7 +168,7 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
         else:
             bounds = ""
         raise ValueError(f"{name} must be an integer{bounds}, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_bool(name: str, value: Any) -> bool:

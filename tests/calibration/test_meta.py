@@ -383,7 +383,7 @@ def test_registry_names_and_defaults():
         ("fl_gamma_sece", {"tau": 0.0}, "tau"),
         ("fl_gamma_sece", {"bandwidth": 0.0}, "bandwidth"),
         ("ce_sece", {"tau_a": 0.0}, "tau_a"),
-        ("fl_gamma_sece", {"unroll": "first_layer"}, "unroll must be one of last_layer, full"),
+        ("fl_gamma_sece", {"unroll": "first_layer"}, "unroll must be one of 'last_layer', 'full'"),
         ("fl_gamma_sece", {"detach_features": "yes"}, "detach_features"),
         ("fl_gamma_sece", {"detach_pt": 1}, "detach_pt"),
         ("fl_gamma_sece", {"meta_loss_weight": -0.5}, "meta_loss_weight"),

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from calib_pipeline.calibration import _metrics_kernels as kernels
+from calib_pipeline.calibration import _metrics_soft as soft
 from calib_pipeline.calibration import metrics as M
 
 KEYS = [
@@ -52,12 +54,32 @@ def test_metric_names_and_suite_keys():
     assert values["error"] == pytest.approx(1 - values["accuracy"])
 
 
+def test_a_built_metric_holds_its_validated_options_and_scores_as_the_function():
+    logits, labels = _data()
+    metric = M.build_metric("ece", n_bins=np.int64(10), scheme="mass")
+    assert metric.options == {"n_bins": 10, "scheme": "mass", "norm": "l1", "closure": "right"}
+    assert type(metric.options["n_bins"]) is int
+    assert float(metric(logits, labels)) == float(M.ece(logits, labels, n_bins=10, scheme="mass"))
+    assert M.build_metric("smooth_ece").options == {"bandwidth": None}
+
+
+def test_metric_options_are_checked_without_scoring():
+    M.METRICS.check("ece", n_bins=10, closure="left")
+    M.METRICS.check("smooth_ece", bandwidth=None)  # None: the automatic bandwidth
+    with pytest.raises(ValueError, match="bandwidth must be a number, got None"):
+        M.METRICS.check("sece", bandwidth=None)
+    with pytest.raises(ValueError, match="closure must be one of 'right', 'left', got 'both'"):
+        M.METRICS.check("mce", closure="both")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['norm'\]"):
+        M.METRICS.check("mce", norm="l2")
+
+
 def test_every_metric_function_equals_its_suite_value():
     logits, labels = _data()
     values = M.calibration_metrics(logits, labels, n_bins=12)
     for key in KEYS:
         kwargs = {"n_bins": 12} if "n_bins" in M._accepted_options(key) else {}
-        assert float(M.METRICS[key](logits, labels, **kwargs)) == pytest.approx(
+        assert float(getattr(M, key)(logits, labels, **kwargs)) == pytest.approx(
             values[key], rel=1e-6, abs=1e-9
         ), key
 
@@ -84,30 +106,32 @@ def test_options_are_forwarded_to_the_metrics_that_accept_them():
         ),
         (
             lambda x, y: M.calibration_metrics(x, y, keys=["ece", "nope"]),
-            "unknown metric 'nope'; valid metrics are: accuracy",
+            "unknown metric 'nope'; valid metric names are: accuracy",
         ),
         (
             lambda x, y: M.calibration_metrics(x, y, keys=["accuracy"], scheme="mass"),
             "unknown option",
         ),
-        (lambda x, y: M.ece(x, y, bandwidth=0.1), "metric 'ece' got unknown option"),
-        (lambda x, y: M.ece(x, y, n_bins=0), "n_bins must be a positive integer, got 0"),
-        (lambda x, y: M.ece(x, y, n_bins=2.5), "n_bins must be a positive integer"),
+        (lambda x, y: M.ece(x, y, bandwidth=0.1), "metric 'ece' got unknown parameter"),
+        (lambda x, y: M.ece(x, y, n_bins=0), "n_bins must be an integer >= 1, got 0"),
+        (lambda x, y: M.ece(x, y, n_bins=2.5), "n_bins must be an integer >= 1, got 2.5"),
         (lambda x, y: M.ece(x, y, scheme="quantile"), "scheme must be one of"),
         (lambda x, y: M.ece(x, y, norm="l3"), "norm must be one of"),
         (lambda x, y: M.ece(x, y, closure="both"), "closure must be one of"),
-        (lambda x, y: M.sece(x, y, bandwidth=-1), "bandwidth must be a positive finite number"),
+        (lambda x, y: M.sece(x, y, bandwidth=-1), r"bandwidth must be in \(0.0, inf\), got -1"),
         (
             lambda x, y: M.sb_ece(x, y, temperature=0),
-            "temperature must be a positive finite number",
+            r"temperature must be in \(0.0, inf\), got 0",
         ),
-        (lambda x, y: M.dece(x, y, tau_a=float("nan")), "tau_a must be a positive finite number"),
-        (lambda x, y: M.smooth_ece(x, y, bandwidth="auto"), "bandwidth must be a positive number"),
+        (lambda x, y: M.dece(x, y, tau_a=float("nan")), "tau_a must not be NaN"),
+        (lambda x, y: M.sece(x, y, bandwidth=math.inf), r"bandwidth must be in \(0.0, inf\)"),
+        (lambda x, y: M.smooth_ece(x, y, bandwidth="auto"), "bandwidth must be a number"),
+        (lambda x, y: M.sb_ece(x, y, label_binned=1), "label_binned must be true or false"),
         (lambda x, y: M.bootstrap_ci(x, y, "nope"), "unknown metric 'nope'"),
         (lambda x, y: M.bootstrap_ci(x, y, level=1.0), r"level must be in \(0, 1\)"),
         (
             lambda x, y: M.bootstrap_ci(x, y, n_resamples=0),
-            "n_resamples must be a positive integer",
+            "n_resamples must be an integer >= 1, got 0",
         ),
         (lambda x, y: M.ece(x, y[:-1]), "shape mismatch"),
     ],
@@ -213,13 +237,13 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_point():
 def test_bootstrap_resamples_score_exactly_the_resampled_data():
     """The resampled view gathers cached per-sample statistics; it must equal rescoring."""
     logits, labels = _data(n=120, k=4)
-    base = M._Predictions.single(logits, labels, "logits")
+    base = kernels.Predictions.single(logits, labels, "logits")
     index = torch.randint(0, 120, (3, 120), generator=torch.Generator().manual_seed(0))
     view = base.resample(index)
     direct = M.calibration_metrics_batched(logits[index], labels[index], n_bins=8)
     for key in KEYS:
         options = {"n_bins": 8} if "n_bins" in M._accepted_options(key) else {}
-        got = M._RUN_METRICS[key](view, **options).detach().double().numpy()
+        got = M.build_metric(key, **options).runs(view).detach().double().numpy()
         np.testing.assert_allclose(got, direct[key], rtol=1e-5, atol=1e-9, err_msg=key)
 
 
@@ -234,7 +258,7 @@ def test_bootstrap_of_probability_input_and_options():
 def test_differentiable_metrics_keep_the_graph_and_dtype(key):
     logits, labels = _data(n=64, k=5)
     logits.requires_grad_()
-    value = M.METRICS[key](logits, labels)
+    value = getattr(M, key)(logits, labels)
     assert value.dtype == torch.float32 and value.requires_grad
     value.backward()
     assert torch.isfinite(logits.grad).all() and logits.grad.abs().sum() > 0
@@ -252,7 +276,7 @@ def test_differentiable_metrics_keep_the_graph_and_dtype(key):
 def test_differentiable_metrics_pass_gradcheck(key, options):
     logits, labels = _data(n=12, k=3, seed=5, dtype=torch.float64)
     logits.requires_grad_()
-    assert torch.autograd.gradcheck(lambda x: M.METRICS[key](x, labels, **options), (logits,))
+    assert torch.autograd.gradcheck(lambda x: getattr(M, key)(x, labels, **options), (logits,))
 
 
 def test_temperature_scaled_logits_train_through_sb_ece():
@@ -273,14 +297,14 @@ def test_hard_metrics_return_detached_float64():
 def test_sece_blocks_give_the_same_value_as_one_block(monkeypatch):
     logits, labels = _data(n=300, k=4)
     whole = float(M.sece(logits, labels))
-    monkeypatch.setattr(M, "_KERNEL_BLOCK_ELEMENTS", 300 * 7)
+    monkeypatch.setattr(soft, "_KERNEL_BLOCK_ELEMENTS", 300 * 7)
     assert float(M.sece(logits, labels)) == pytest.approx(whole, rel=1e-6)
 
 
 def test_top_label_blocks_give_the_same_statistics(monkeypatch):
     logits, labels = _data(n=1000, k=20)
     whole = M.calibration_metrics(logits, labels, keys=["ece", "accuracy", "mean_confidence"])
-    monkeypatch.setattr(M, "_BLOCK_ELEMENTS", 20 * 3 // torch.get_num_threads())
+    monkeypatch.setattr(kernels, "_BLOCK_ELEMENTS", 20 * 3 // torch.get_num_threads())
     assert M.calibration_metrics(
         logits, labels, keys=["ece", "accuracy", "mean_confidence"]
     ) == pytest.approx(whole)

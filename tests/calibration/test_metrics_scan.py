@@ -10,9 +10,11 @@ import math
 import pytest
 import torch
 
+from calib_pipeline.calibration import _metrics_binning as binning
+from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import metrics as M
 
-SHORT_AND_LONG_ROWS = [2, 3, 10, M._SHORT_ROWS - 1, M._SHORT_ROWS, 100]
+SHORT_AND_LONG_ROWS = [2, 3, 10, kernels.SHORT_ROWS - 1, kernels.SHORT_ROWS, 100]
 
 
 def _logits(n, k, seed=0, scale=3.0):
@@ -34,7 +36,7 @@ def test_confidence_is_the_softmax_maximum_and_ties_go_to_the_first_class(k):
     g = torch.Generator().manual_seed(k)
     logits = torch.randint(0, 3, (3000, k), generator=g).float()
     labels = torch.randint(0, k, (3000,), generator=g)
-    pred = M._Predictions.single(logits, labels, "logits")
+    pred = kernels.Predictions.single(logits, labels, "logits")
     expected = torch.softmax(logits.double(), 1).amax(1)
     assert torch.allclose(pred.confidence[0].double(), expected, rtol=3e-7, atol=0)
     assert torch.equal(pred.correct[0], logits.argmax(1) == labels)
@@ -45,7 +47,7 @@ def test_probability_input_confidence_is_the_row_maximum(k):
     logits, labels = _logits(2000, k, seed=1)
     probs = torch.softmax(logits.double(), 1)
     probs[:50] = 1.0 / k  # all classes tied
-    pred = M._Predictions.single(probs, labels, "probs")
+    pred = kernels.Predictions.single(probs, labels, "probs")
     assert torch.equal(pred.confidence[0], probs.amax(1))
     assert torch.equal(pred.correct[0], probs.argmax(1) == labels)
 
@@ -55,12 +57,12 @@ def test_probability_input_confidence_is_the_row_maximum(k):
 def test_a_row_scores_the_same_at_any_position(threads, monkeypatch, n_threads, k):
     # small blocks: rows land in different blocks and block positions run to run
     torch.set_num_threads(n_threads)
-    monkeypatch.setattr(M, "_BLOCK_ELEMENTS", 64 * 64)
+    monkeypatch.setattr(kernels, "_BLOCK_ELEMENTS", 64 * 64)
     logits, labels = _logits(1000, k, seed=2)
-    single = M._Predictions.single(logits, labels, "logits")
+    single = kernels.Predictions.single(logits, labels, "logits")
     for shift in (1, 7, 63, 500):
         shifted = torch.cat([logits[:shift], logits])
-        moved = M._Predictions.single(shifted, torch.cat([labels[:shift], labels]), "logits")
+        moved = kernels.Predictions.single(shifted, torch.cat([labels[:shift], labels]), "logits")
         assert torch.equal(moved.confidence[0, shift:], single.confidence[0])
         assert torch.equal(moved.correct[0, shift:], single.correct[0])
 
@@ -78,14 +80,14 @@ def test_batched_runs_score_exactly_as_single_runs():
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("k", [10, 100])
 def test_non_finite_logits_raise_for_every_metric(monkeypatch, bad, k):
-    monkeypatch.setattr(M, "_BLOCK_ELEMENTS", 64 * 100)  # the bad row sits in a later block
+    monkeypatch.setattr(kernels, "_BLOCK_ELEMENTS", 64 * 100)  # the bad row sits in a later block
     logits, labels = _logits(500, k, seed=4)
     logits[450, 3] = bad
     kind = "NaN" if math.isnan(bad) else "inf"
     message = rf"logits contain {kind} values \(1 non-finite entries, first at index \(450, 3\)\)"
     for key in M.metric_names():
         with pytest.raises(ValueError, match=message):
-            M.METRICS[key](logits, labels)
+            M.build_metric(key)(logits, labels)
     batched_message = message.replace(r"\(450, 3\)", r"\(1, 450, 3\)")
     with pytest.raises(ValueError, match=batched_message):
         M.calibration_metrics_batched(torch.stack([logits.nan_to_num(0.0), logits]), labels)
@@ -121,8 +123,8 @@ def test_width_bins_equal_bucketize_at_and_around_every_edge(dtype, n_bins, clos
     confidence = torch.cat(
         [_edge_confidences(n_bins, dtype), torch.rand(5000, generator=g, dtype=dtype)]
     ).view(1, -1)
-    edges = M._bin_edges(confidence, n_bins, "width")
-    index = M._bin_index(confidence, edges, "width", closure)
+    edges = binning.bin_edges(confidence, n_bins, "width")
+    index = binning.bin_index(confidence, edges, "width", closure)
     # bucketize(right=True) - 1 makes [lo, hi) bins, right=False (lo, hi]; the clamp puts
     # 1 into the last bin ([lo, hi)) and 0 into the first ((lo, hi])
     expected = torch.bucketize(confidence, edges[0], right=closure == "left") - 1

@@ -118,7 +118,7 @@ def test_unknown_name_lists_valid_names():
             {"soft_bin_temperature": -1.0},
             r"soft_bin_temperature must be in \(0",
         ),
-        ("temperature_sb_ece", {"label_binned": "yes"}, "label_binned must be True or False"),
+        ("temperature_sb_ece", {"label_binned": "yes"}, "label_binned must be true or false"),
         ("histogram_binning", {"n_bins": 0}, "n_bins must be an integer >= 1"),
         ("histogram_binning", {"n_bins": 2.5}, "n_bins must be an integer >= 1"),
         (

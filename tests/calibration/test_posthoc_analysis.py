@@ -110,7 +110,7 @@ def test_validation_size_sweep_scores_probability_calibrators(split):
         ({"sizes": [0, 10]}, r"sizes must be .* in \[1, 500\]"),
         ({"sizes": [501]}, r"in \[1, 500\]"),
         ({"seeds": [-1]}, "seeds must be"),
-        ({"metric": "ecee"}, "unknown metric 'ecee'; valid metrics are: accuracy"),
+        ({"metric": "ecee"}, "unknown metric 'ecee'; valid metric names are: accuracy"),
         ({"name": "platt"}, "unknown calibrator 'platt'"),
         ({"n_bins": 0}, "n_bins must be"),
         ({"val_logits": torch.full((500, 4), math.nan)}, "NaN"),

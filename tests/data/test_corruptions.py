@@ -347,7 +347,7 @@ def test_unknown_name_lists_valid_names():
 
 @pytest.mark.parametrize("severity", [0, 6, -1, 2.5, 2.0, True, "3"])
 def test_bad_severity_lists_valid_values(severity):
-    with pytest.raises(ValueError, match=r"\[1, 2, 3, 4, 5\]"):
+    with pytest.raises(ValueError, match=r"severity must be an integer in \[1, 5\]"):
         corrupt(natural_images(1, 32, False), "fog", severity, seed=0)
 
 

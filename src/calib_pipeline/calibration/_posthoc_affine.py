@@ -33,8 +33,8 @@ from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 from torch import Tensor
 
-from calib_pipeline.calibration._posthoc_base import LogitCalibrator, check_count, register
-from calib_pipeline.registry import check_range
+from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register
+from calib_pipeline.registry import check_int, check_range
 
 
 class AffineCalibration(LogitCalibrator):
@@ -46,7 +46,7 @@ class AffineCalibration(LogitCalibrator):
     def __init__(self, *, off_diagonal_l2: float, intercept_l2: float, max_iter: int) -> None:
         off_diagonal_l2 = check_range("off_diagonal_l2", off_diagonal_l2, low=0.0)
         intercept_l2 = check_range("intercept_l2", intercept_l2, low=0.0)
-        max_iter = check_count("max_iter", max_iter, low=0)
+        max_iter = check_int("max_iter", max_iter, low=0)
         super().__init__(
             off_diagonal_l2=off_diagonal_l2, intercept_l2=intercept_l2, max_iter=max_iter
         )

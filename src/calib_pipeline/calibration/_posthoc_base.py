@@ -41,28 +41,6 @@ def validated_logits(logits: Tensor | np.ndarray) -> Tensor:
     return check_logits_labels(scores, placeholder)[0].detach().to(torch.float64)
 
 
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Validate a string hyperparameter; the error quotes the value and the valid choices."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """Validate a boolean hyperparameter; the error quotes the value."""
-    if not isinstance(value, bool):
-        # ValueError, not TypeError: the registry contract for every bad hyperparameter
-        raise ValueError(f"{name} must be True or False, got {value!r}")  # noqa: TRY004
-    return value
-
-
-def check_count(name: str, value: Any, *, low: int) -> int:
-    """Validate an integer hyperparameter ``>= low``; the error quotes the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 class Calibrator:
     """Base class: validation, fitted-state bookkeeping and degenerate-fit warnings.
 

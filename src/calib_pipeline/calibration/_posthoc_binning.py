@@ -24,13 +24,10 @@ from calib_pipeline.calibration._posthoc_base import (
     Calibrator,
     TopLabel,
     TopLabelCalibrator,
-    check_choice,
-    check_count,
-    check_flag,
     redistribute_top_label,
     register,
 )
-from calib_pipeline.registry import check_range
+from calib_pipeline.registry import check_bool, check_choice, check_int, check_range
 
 BINNING_SCHEMES = {"equal_size": "width", "equal_mass": "mass"}
 
@@ -79,7 +76,7 @@ class HistogramBinning(TopLabelCalibrator):
     name = "histogram_binning"
 
     def __init__(self, *, n_bins: int = 15, binning: str = "equal_size") -> None:
-        n_bins = check_count("n_bins", n_bins, low=1)
+        n_bins = check_int("n_bins", n_bins, low=1)
         binning = check_choice("binning", binning, tuple(BINNING_SCHEMES))
         super().__init__(n_bins=n_bins, binning=binning)
 
@@ -256,7 +253,7 @@ class PlattScaling(TopLabelCalibrator):
     name = "platt_top_label"
 
     def __init__(self, *, target_smoothing: bool = True) -> None:
-        target_smoothing = check_flag("target_smoothing", target_smoothing)
+        target_smoothing = check_bool("target_smoothing", target_smoothing)
         super().__init__(target_smoothing=target_smoothing)
 
     def _fit_top_label(
@@ -303,7 +300,7 @@ class ScalingBinning(TopLabelCalibrator):
         seed: int = 0,
         target_smoothing: bool = True,
     ) -> None:
-        n_bins = check_count("n_bins", n_bins, low=1)
+        n_bins = check_int("n_bins", n_bins, low=1)
         fit_fraction = check_range(
             "fit_fraction",
             fit_fraction,
@@ -312,8 +309,8 @@ class ScalingBinning(TopLabelCalibrator):
             low_inclusive=False,
             high_inclusive=False,
         )
-        seed = check_count("seed", seed, low=0)
-        target_smoothing = check_flag("target_smoothing", target_smoothing)
+        seed = check_int("seed", seed, low=0)
+        target_smoothing = check_bool("target_smoothing", target_smoothing)
         super().__init__(
             n_bins=n_bins, fit_fraction=fit_fraction, seed=seed, target_smoothing=target_smoothing
         )

@@ -15,19 +15,13 @@ import torch
 from scipy.optimize import minimize_scalar
 from torch import Tensor
 
-from calib_pipeline.calibration._posthoc_base import (
-    LogitCalibrator,
-    check_choice,
-    check_count,
-    check_flag,
-    register,
-)
+from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register
 from calib_pipeline.calibration.metrics import (
     SB_ECE_TEMPERATURE,
     calibration_metrics_batched,
     sb_ece,
 )
-from calib_pipeline.registry import check_range
+from calib_pipeline.registry import check_bool, check_choice, check_int, check_range
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -291,7 +285,7 @@ class GridTemperatureScaling(TemperatureScaling):
         n_bins: int = 15,
     ) -> None:
         start, stop, step = _grid_arguments(preset, start, stop, step)
-        n_bins = check_count("n_bins", n_bins, low=1)
+        n_bins = check_int("n_bins", n_bins, low=1)
         super().__init__(preset=preset, start=start, stop=stop, step=step, n_bins=n_bins)
         self.grid = temperature_grid(start, stop, step)
         self.objective = math.nan
@@ -385,11 +379,11 @@ class SBECETemperatureScaling(TemperatureScaling):
         t_min: float = 0.05,
         t_max: float = 20.0,
     ) -> None:
-        n_bins = check_count("n_bins", n_bins, low=1)
+        n_bins = check_int("n_bins", n_bins, low=1)
         soft_bin_temperature = check_range(
             "soft_bin_temperature", soft_bin_temperature, low=0.0, low_inclusive=False
         )
-        label_binned = check_flag("label_binned", label_binned)
+        label_binned = check_bool("label_binned", label_binned)
         p = check_range("p", p, low=1.0)
         t_min = check_range("t_min", t_min, low=1e-6, high=1e6)
         t_max = check_range("t_max", t_max, low=t_min, high=1e6, low_inclusive=False)

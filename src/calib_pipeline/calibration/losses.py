@@ -32,7 +32,7 @@ from calib_pipeline.calibration import _losses_elementwise as elementwise
 from calib_pipeline.calibration import _losses_secondary as secondary_losses
 from calib_pipeline.calibration._losses_elementwise import focal_loss, prepare_targets
 from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE
-from calib_pipeline.registry import Registry, check_range
+from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
 
 __all__ = [
     "OBJECTIVES",
@@ -168,6 +168,18 @@ def build_objective(name: str, **hyperparameters: Any) -> Objective:
     Raises:
         ValueError: unknown name (listing the valid ones), unknown hyperparameter, or a
             value outside its valid range (quoting value and range).
+
+    Example:
+        >>> objective = build_objective("focal", gamma=2.0)
+        >>> objective
+        Objective('focal', {'gamma': 2.0, 'detach_pt': False})
+        >>> logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+        >>> round(float(objective(logits, torch.tensor([0, 2]))), 4)
+        0.4872
+        >>> build_objective("focal", gamma=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: gamma must be in [0.0, inf], got -1.0
     """
     return OBJECTIVES.build(name, **hyperparameters)
 
@@ -177,24 +189,6 @@ def objective_names() -> list[str]:
 
 
 # --- validation helpers -------------------------------------------------------------
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return value
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
 
 
 def _check_kappa(kappa: Any) -> float:
@@ -219,7 +213,7 @@ def _primary_nll() -> LossTerm:
 
 @PRIMARY_LOSSES.register("focal")
 def _primary_focal(gamma: float = 3.0, detach_pt: bool = False) -> LossTerm:
-    gamma, detach_pt = _check_gamma(gamma), _check_bool("detach_pt", detach_pt)
+    gamma, detach_pt = _check_gamma(gamma), check_bool("detach_pt", detach_pt)
     loss = partial(elementwise.focal_per_sample, gamma=gamma, detach_pt=detach_pt)
     return loss, {"gamma": gamma, "detach_pt": detach_pt}
 
@@ -240,7 +234,7 @@ def _secondary_none() -> None:
 @SECONDARY_LOSSES.register("mmce")
 def _secondary_mmce(width: float = 0.4, estimator: str = "weighted_code") -> LossTerm:
     width = check_range("width", width, low=0.0, low_inclusive=False)
-    estimator = _check_choice("estimator", estimator, secondary_losses.MMCE_ESTIMATORS)
+    estimator = check_choice("estimator", estimator, secondary_losses.MMCE_ESTIMATORS)
     loss = partial(secondary_losses.mmce, width=width, estimator=estimator)
     return loss, {"width": width, "estimator": estimator}
 
@@ -269,9 +263,9 @@ def _secondary_soft_avuc(kappa: float = 0.5, temperature: float = 1.0) -> LossTe
 def _secondary_sb_ece(
     n_bins: int = 15, temperature: float = SB_ECE_TEMPERATURE, label_binned: bool = True, p: float = 2.0
 ) -> LossTerm:
-    n_bins = _check_positive_int("n_bins", n_bins)
+    n_bins = check_int("n_bins", n_bins, low=1)
     temperature = check_range("temperature", temperature, low=0.0, low_inclusive=False)
-    label_binned = _check_bool("label_binned", label_binned)
+    label_binned = check_bool("label_binned", label_binned)
     p = check_range("p", p, low=1.0)
     params = {"n_bins": n_bins, "temperature": temperature, "label_binned": label_binned, "p": p}
     return partial(secondary_losses.sb_ece, **params), params
@@ -374,14 +368,14 @@ def _focal(gamma: float = 3.0, detach_pt: bool = False) -> Objective:
 
 @OBJECTIVES.register("flsd53")
 def _flsd53(detach_pt: bool = False) -> Objective:
-    detach_pt = _check_bool("detach_pt", detach_pt)
+    detach_pt = check_bool("detach_pt", detach_pt)
     loss = partial(elementwise.flsd53, detach_pt=detach_pt)
     return Objective("flsd53", {"detach_pt": detach_pt}, loss)
 
 
 @OBJECTIVES.register("inverse_focal")
 def _inverse_focal(gamma: float = 1.0, detach_pt: bool = False) -> Objective:
-    gamma, detach_pt = _check_gamma(gamma), _check_bool("detach_pt", detach_pt)
+    gamma, detach_pt = _check_gamma(gamma), check_bool("detach_pt", detach_pt)
     loss = partial(elementwise.inverse_focal, gamma=gamma, detach_pt=detach_pt)
     return Objective("inverse_focal", {"gamma": gamma, "detach_pt": detach_pt}, loss)
 

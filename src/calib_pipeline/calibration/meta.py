@@ -29,8 +29,8 @@ from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from calib_pipeline.calibration.losses import focal_loss
-from calib_pipeline.calibration.metrics import dece, sece
-from calib_pipeline.registry import Registry, check_range
+from calib_pipeline.calibration.metrics import build_metric
+from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
 
 UNROLL_MODES = ("last_layer", "full")
 
@@ -278,6 +278,30 @@ class MetaLearner:
         """
         named = {name: p for name, p in model.named_parameters() if p.requires_grad}
         learning_rates = _learning_rates(optimizer)
+        unrolled = self._unrolled_names(model, named, learning_rates)
+        loss, statistics, gradients, clip_scale = self._backbone_step(
+            model, optimizer, named, unrolled, inputs, targets
+        )
+        # (b) Meta update through the look-ahead θ̂ (value θ_{t+1}, derivative via g(φ)).
+        lookahead = {
+            name: named[name].detach()
+            - (learning_rates[id(named[name])] * clip_scale) * (g - g.detach())
+            for name, g in gradients.items()
+            if g is not None
+        }
+        meta = self._meta_step(model, lookahead, meta_inputs, meta_targets)
+        report = {"loss": loss, **meta, **statistics}
+        return {key: value.detach() for key, value in report.items()}
+
+    def _unrolled_names(
+        self,
+        model: nn.Module,
+        named: dict[str, nn.Parameter],
+        learning_rates: dict[int, float | Tensor],
+    ) -> list[str]:
+        """The parameters the look-ahead differentiates through: the head's for
+        ``unroll="last_layer"``, every trainable one for ``"full"``; only those the
+        optimiser updates."""
         head_names = [f"head.{name}" for name, _ in model.head.named_parameters()]
         unrolled = [
             name
@@ -286,11 +310,28 @@ class MetaLearner:
         ]
         if not all(name in unrolled for name in head_names):
             raise ValueError("the model's head must be trainable and updated by the optimizer")
+        return unrolled
 
-        # (a) Backbone update. The unrolled parameters enter as detached copies so the graph
-        # of their gradient survives the in-place optimizer step below.
+    def _backbone_step(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        named: dict[str, nn.Parameter],
+        unrolled: list[str],
+        inputs: Tensor,
+        targets: Tensor,
+    ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor | None], Tensor | float]:
+        """(a) of :meth:`step`: one optimiser step of the backbone on the learner's loss.
+
+        Returns:
+            The loss at θ_t, the learner's statistics, the gradient g(φ) of every unrolled
+            parameter with its graph (``None`` where the loss does not reach it) and the
+            gradient-clipping scale that was applied.
+        """
+        # The unrolled parameters enter as detached copies so the graph of their gradient
+        # survives the in-place optimizer step below.
         fast = {name: named[name].detach().clone().requires_grad_(True) for name in unrolled}
-        head = {name.removeprefix("head."): fast[name] for name in head_names}
+        head = {n.removeprefix("head."): t for n, t in fast.items() if n.startswith("head.")}
         if self.unroll == "full":
             features, logits = functional_call(
                 _FeaturesAndLogits(model), {f"model.{n}": t for n, t in fast.items()}, (inputs,)
@@ -318,14 +359,17 @@ class MetaLearner:
                 named[name].grad = grad.detach()
         clip_scale = self._clip_gradients(named.values())
         optimizer.step()
+        return loss, statistics, dict(zip(fast, fast_grads)), clip_scale
 
-        # (b) Meta update through the look-ahead θ̂ (value θ_{t+1}, derivative via g(φ)).
-        lookahead = {
-            name: named[name].detach()
-            - (learning_rates[id(named[name])] * clip_scale) * (g - g.detach())
-            for name, g in zip(fast, fast_grads)
-            if g is not None
-        }
+    def _meta_step(
+        self,
+        model: nn.Module,
+        lookahead: dict[str, Tensor],
+        meta_inputs: Tensor,
+        meta_targets: Tensor,
+    ) -> dict[str, Tensor]:
+        """(b) of :meth:`step`: one Adam step of the learner on the meta loss at the
+        look-ahead parameters; returns the meta loss and its terms."""
         with batch_statistics_without_update(model):
             if self.unroll == "full":
                 meta_logits = functional_call(model, lookahead, (meta_inputs,))
@@ -339,9 +383,7 @@ class MetaLearner:
         meta["meta_loss"].backward(inputs=list(self.module.parameters()))
         self.meta_optimizer.step()
         self._after_meta_update()
-
-        report = {"loss": loss, **meta, **statistics}
-        return {key: value.detach() for key, value in report.items()}
+        return meta
 
     def _clip_gradients(self, parameters: Iterator[nn.Parameter]) -> Tensor | float:
         """Clip the backbone gradient norm if configured; returns the scale applied."""
@@ -414,19 +456,6 @@ def meta_learner_names() -> list[str]:
     return META_LEARNERS.names()
 
 
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        # ValueError, not TypeError: every bad hyperparameter fails alike at build time.
-        raise ValueError(f"{name} must be true or false, got {value!r}")  # noqa: TRY004
-    return value
-
-
-def _check_positive_int(name: str, value: Any, low: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 def _checked_common(
     *,
     num_classes: Any,
@@ -438,13 +467,11 @@ def _checked_common(
     meta_loss_weight: Any,
 ) -> dict[str, Any]:
     """Validate the hyperparameters every learner shares; returns them normalised."""
-    _check_positive_int("num_classes", num_classes, low=2)
-    _check_positive_int("feature_dim", feature_dim)
-    if unroll not in UNROLL_MODES:
-        raise ValueError(f"unroll must be one of {', '.join(UNROLL_MODES)}; got {unroll!r}")
+    check_int("num_classes", num_classes, low=2)
+    check_int("feature_dim", feature_dim, low=1)
     checked = {
         "meta_lr": check_range("meta_lr", meta_lr, low=0.0),
-        "unroll": unroll,
+        "unroll": check_choice("unroll", unroll, UNROLL_MODES),
         "max_grad_norm": None
         if max_grad_norm is None
         else check_range("max_grad_norm", max_grad_norm, low=0.0, low_inclusive=False),
@@ -456,25 +483,13 @@ def _checked_common(
     return checked
 
 
-def _sece_term(
-    bandwidth: Any, tau_a: Any
+def _calibration_term(
+    metric: str, **options: Any
 ) -> tuple[Callable[[Tensor, Tensor], Tensor], dict[str, Any]]:
-    settings = {
-        "bandwidth": check_range("bandwidth", bandwidth, low=0.0, low_inclusive=False),
-        "tau_a": check_range("tau_a", tau_a, low=0.0, low_inclusive=False),
-    }
-    return (lambda logits, labels: sece(logits, labels, **settings)), settings
-
-
-def _dece_term(
-    n_bins: Any, tau_a: Any, tau_b: Any
-) -> tuple[Callable[[Tensor, Tensor], Tensor], dict[str, Any]]:
-    settings = {
-        "n_bins": _check_positive_int("n_bins", n_bins),
-        "tau_a": check_range("tau_a", tau_a, low=0.0, low_inclusive=False),
-        "tau_b": check_range("tau_b", tau_b, low=0.0, low_inclusive=False),
-    }
-    return (lambda logits, labels: dece(logits, labels, **settings)), settings
+    """The meta loss's calibration term (``sece`` or ``dece`` with ``options`` checked) and
+    its options, recorded among the learner's hyperparameters."""
+    term = build_metric(metric, **options)
+    return term, term.options
 
 
 def _focal_gamma_learner(
@@ -491,8 +506,8 @@ def _focal_gamma_learner(
     checked = _checked_common(num_classes=num_classes, feature_dim=feature_dim, **common)
     gamma_options = {
         "tau": check_range("tau", tau, low=0.0, low_inclusive=False),
-        "detach_features": _check_bool("detach_features", detach_features),
-        "detach_pt": _check_bool("detach_pt", detach_pt),
+        "detach_features": check_bool("detach_features", detach_features),
+        "detach_pt": check_bool("detach_pt", detach_pt),
     }
     term, settings = calibration if calibration is not None else (None, {})
     objective = MetaObjective(
@@ -553,10 +568,11 @@ def fl_gamma_sece(
 ) -> FocalGammaLearner:
     """FL_γ-SECE, the paper's method: γ-Net meta-learned on meta-val SECE alone (eq. 2)."""
     return _focal_gamma_learner(
-        "fl_gamma_sece", _sece_term(bandwidth, tau_a), num_classes=num_classes,
-        feature_dim=feature_dim, tau=tau, detach_features=detach_features, detach_pt=detach_pt,
-        meta_lr=meta_lr, unroll=unroll, max_grad_norm=max_grad_norm,
-        meta_ce_weight=meta_ce_weight, meta_loss_weight=meta_loss_weight,
+        "fl_gamma_sece", _calibration_term("sece", bandwidth=bandwidth, tau_a=tau_a),
+        num_classes=num_classes, feature_dim=feature_dim, tau=tau,
+        detach_features=detach_features, detach_pt=detach_pt, meta_lr=meta_lr, unroll=unroll,
+        max_grad_norm=max_grad_norm, meta_ce_weight=meta_ce_weight,
+        meta_loss_weight=meta_loss_weight,
     )  # fmt: skip
 
 
@@ -579,10 +595,11 @@ def fl_gamma_dece(
 ) -> FocalGammaLearner:
     """FL_γ-DECE: γ-Net meta-learned on meta-val DECE (Bohdal et al.'s surrogate) alone."""
     return _focal_gamma_learner(
-        "fl_gamma_dece", _dece_term(n_bins, tau_a, tau_b), num_classes=num_classes,
-        feature_dim=feature_dim, tau=tau, detach_features=detach_features, detach_pt=detach_pt,
-        meta_lr=meta_lr, unroll=unroll, max_grad_norm=max_grad_norm,
-        meta_ce_weight=meta_ce_weight, meta_loss_weight=meta_loss_weight,
+        "fl_gamma_dece", _calibration_term("dece", n_bins=n_bins, tau_a=tau_a, tau_b=tau_b),
+        num_classes=num_classes, feature_dim=feature_dim, tau=tau,
+        detach_features=detach_features, detach_pt=detach_pt, meta_lr=meta_lr, unroll=unroll,
+        max_grad_norm=max_grad_norm, meta_ce_weight=meta_ce_weight,
+        meta_loss_weight=meta_loss_weight,
     )  # fmt: skip
 
 
@@ -623,8 +640,9 @@ def ce_sece(
 ) -> UnitwiseL2Learner:
     """CE-SECE: CE + meta-learned unit-wise L2, meta loss CE + 0.5·SECE."""
     return _unitwise_l2_learner(
-        "ce_sece", _sece_term(bandwidth, tau_a), num_classes=num_classes, feature_dim=feature_dim,
-        meta_lr=meta_lr, unroll=unroll, max_grad_norm=max_grad_norm,
+        "ce_sece", _calibration_term("sece", bandwidth=bandwidth, tau_a=tau_a),
+        num_classes=num_classes, feature_dim=feature_dim, meta_lr=meta_lr, unroll=unroll,
+        max_grad_norm=max_grad_norm,
         meta_ce_weight=meta_ce_weight, meta_loss_weight=meta_loss_weight,
     )  # fmt: skip
 
@@ -646,7 +664,8 @@ def ce_dece(
     """CE-DECE, Bohdal et al.'s meta-calibration: CE + meta-learned unit-wise L2, meta loss
     CE + 0.5·DECE (M = 15 bins, τ_a = 100, τ_b = 0.01)."""
     return _unitwise_l2_learner(
-        "ce_dece", _dece_term(n_bins, tau_a, tau_b), num_classes=num_classes,
-        feature_dim=feature_dim, meta_lr=meta_lr, unroll=unroll, max_grad_norm=max_grad_norm,
-        meta_ce_weight=meta_ce_weight, meta_loss_weight=meta_loss_weight,
+        "ce_dece", _calibration_term("dece", n_bins=n_bins, tau_a=tau_a, tau_b=tau_b),
+        num_classes=num_classes, feature_dim=feature_dim, meta_lr=meta_lr, unroll=unroll,
+        max_grad_norm=max_grad_norm, meta_ce_weight=meta_ce_weight,
+        meta_loss_weight=meta_loss_weight,
     )  # fmt: skip

@@ -98,6 +98,19 @@ def build_calibrator(name: str, **hyperparameters: Any) -> Calibrator:
     Raises:
         ValueError: unknown name (the message lists the valid ones), unknown
             hyperparameter (lists the accepted ones) or a value out of range.
+
+    Example:
+        >>> logits = torch.tensor([[4.0, 0.0], [3.0, 1.0], [0.0, 2.0], [2.0, 0.0], [0.0, 5.0]])
+        >>> calibrator = build_calibrator("temperature_nll").fit(logits, [0, 1, 1, 0, 1])
+        >>> round(calibrator.temperature, 3)
+        1.692
+        >>> probabilities = calibrator.predict_proba(logits[:2])
+        >>> [[round(p, 3) for p in row] for row in probabilities.tolist()]
+        [[0.914, 0.086], [0.765, 0.235]]
+        >>> build_calibrator("temperature_nll", t_min=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: t_min must be in [1e-06, 1000000.0], got 0.0
     """
     return CALIBRATORS.build(name, **hyperparameters)
 
@@ -145,12 +158,43 @@ def stratified_subsample(labels: Tensor, size: int, seed: int) -> Tensor:
     return shuffle[grouped[rank_in_class < take[grouped_labels]]]
 
 
-def _metric_function(metric: str) -> Any:
-    if metric not in metrics.METRICS:
+def _checked_sweep_data(
+    val_logits: Tensor | np.ndarray,
+    val_labels: Tensor | np.ndarray,
+    test_logits: Tensor | np.ndarray,
+    test_labels: Tensor | np.ndarray,
+    sizes: Sequence[int],
+    seeds: Sequence[int],
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The validated logits and labels of :func:`validation_size_sweep`; checks its sizes
+    against the validation set and its seeds."""
+    val_z, val_y = check_logits_labels(val_logits, val_labels)
+    test_z, test_y = check_logits_labels(test_logits, test_labels)
+    if val_z.shape[1] != test_z.shape[1]:
         raise ValueError(
-            f"unknown metric {metric!r}; valid metrics are: {', '.join(metrics.metric_names())}"
+            f"validation logits have {val_z.shape[1]} classes "
+            f"but test logits have {test_z.shape[1]}"
         )
-    return metrics.METRICS[metric]
+    n_val = val_z.shape[0]
+    bad_sizes = [s for s in sizes if isinstance(s, bool) or int(s) != s or not 1 <= s <= n_val]
+    if bad_sizes or not sizes:
+        raise ValueError(
+            f"sizes must be a non-empty list of integers in [1, {n_val}], got {list(sizes)}"
+        )
+    bad_seeds = [s for s in seeds if isinstance(s, bool) or int(s) != s or s < 0]
+    if bad_seeds or not seeds:
+        raise ValueError(
+            f"seeds must be a non-empty list of non-negative integers, got {list(seeds)}"
+        )
+    return val_z, val_y, test_z, test_y
+
+
+def _subsample(labels: Tensor, size: int, seed: int, stratified: bool) -> Tensor:
+    """Indices of ``size`` rows: :func:`stratified_subsample`, or a uniform draw."""
+    if stratified:
+        return stratified_subsample(labels, size, seed)
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(labels.numel(), generator=generator)[:size]
 
 
 def validation_size_sweep(
@@ -178,8 +222,8 @@ def validation_size_sweep(
         val_logits, val_labels, test_logits, test_labels: N×K logits and labels.
         sizes: subsample sizes, each in ``[1, N_val]``.
         seeds: subsample seeds (non-negative integers).
-        metric: a function of ``calib_pipeline.calibration.metrics`` taking
-            ``(scores, labels, inputs=...)``.
+        metric: a key of ``calib_pipeline.calibration.metrics.metric_names()``, scored with
+            its default options.
         stratified: stratify the subsamples by class.
 
     Returns:
@@ -192,35 +236,15 @@ def validation_size_sweep(
             a size outside ``[1, N_val]``, an unknown metric or calibrator.
     """
     build_calibrator(name, **hyperparameters)
-    score = _metric_function(metric)
-    val_z, val_y = check_logits_labels(val_logits, val_labels)
-    test_z, test_y = check_logits_labels(test_logits, test_labels)
-    if val_z.shape[1] != test_z.shape[1]:
-        raise ValueError(
-            f"validation logits have {val_z.shape[1]} classes "
-            f"but test logits have {test_z.shape[1]}"
-        )
-    n_val = val_z.shape[0]
-    bad_sizes = [s for s in sizes if isinstance(s, bool) or int(s) != s or not 1 <= s <= n_val]
-    if bad_sizes or not sizes:
-        raise ValueError(
-            f"sizes must be a non-empty list of integers in [1, {n_val}], got {list(sizes)}"
-        )
-    bad_seeds = [s for s in seeds if isinstance(s, bool) or int(s) != s or s < 0]
-    if bad_seeds or not seeds:
-        raise ValueError(
-            f"seeds must be a non-empty list of non-negative integers, got {list(seeds)}"
-        )
+    score = metrics.build_metric(metric)
+    val_z, val_y, test_z, test_y = _checked_sweep_data(
+        val_logits, val_labels, test_logits, test_labels, sizes, seeds
+    )
     val_y_cpu = val_y.cpu()
     rows = []
     for size in sizes:
         for seed in seeds:
-            if stratified:
-                index = stratified_subsample(val_y_cpu, int(size), int(seed))
-            else:
-                generator = torch.Generator().manual_seed(int(seed))
-                index = torch.randperm(n_val, generator=generator)[: int(size)]
-            index = index.to(val_z.device)
+            index = _subsample(val_y_cpu, int(size), int(seed), stratified).to(val_z.device)
             calibrator = build_calibrator(name, **hyperparameters).fit(val_z[index], val_y[index])
             scores, inputs = calibrated_scores(calibrator, test_z)
             rows.append(

@@ -27,6 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats as scipy_stats
 
+from calib_pipeline.registry import check_choice
+
 T_TESTS = ("welch", "student")
 ALTERNATIVES = ("two-sided", "less", "greater")
 
@@ -67,12 +69,6 @@ def _sample(values: ArrayLike, name: str, minimum: int) -> np.ndarray:
     if not np.isfinite(array).all():
         raise ValueError(f"{name} contains NaN or inf: {array.tolist()}")
     return array
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
 
 
 def _paired(a: ArrayLike, b: ArrayLike) -> np.ndarray:
@@ -166,8 +162,8 @@ def t_test(
         ValueError: fewer than 2 values in a sample, NaN/inf, unequal lengths when
             paired, or an unknown ``test`` / ``alternative``.
     """
-    _check_choice("test", test, T_TESTS)
-    _check_choice("alternative", alternative, ALTERNATIVES)
+    check_choice("test", test, T_TESTS)
+    check_choice("alternative", alternative, ALTERNATIVES)
     if paired:
         d = _paired(a, b)
         error = float(np.std(d, ddof=1)) / math.sqrt(d.size)

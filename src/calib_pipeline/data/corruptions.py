@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from calib_pipeline.data import _corruption_ops as ops
-from calib_pipeline.registry import Registry
+from calib_pipeline.registry import Registry, check_int
 
 BENCHMARK_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",
@@ -161,23 +162,23 @@ def spatial_scale(height: int, width: int) -> float:
     return math.sqrt(min(height, width) / REFERENCE_SIDE)
 
 
+def check_severity(severity: Any) -> int:
+    """``severity`` if it is an integer in 1..5 (``SEVERITIES``); else ``ValueError``."""
+    return check_int("severity", severity, low=SEVERITIES[0], high=SEVERITIES[-1])
+
+
 def check_corruption(
     name: str, severity: int, *, channels: int = 3, frost_dir: str | Path | None = None
 ) -> None:
     """Validate a (corruption, severity) request before any image is touched.
 
     Raises:
-        ValueError: unknown name or severity outside 1..5 (the message lists valid values).
+        ValueError: unknown name or severity outside 1..5 (the message gives the valid ones).
         CorruptionUnavailable: ``frost`` without usable ``frost_dir``; ``saturate`` with
             ``channels == 1``.
     """
     CORRUPTIONS.factory(name)
-    if (
-        isinstance(severity, bool)
-        or not isinstance(severity, (int, np.integer))
-        or severity not in SEVERITIES
-    ):
-        raise ValueError(f"severity must be one of {list(SEVERITIES)}, got {severity!r}")
+    check_severity(severity)
     if channels not in (1, 3):
         raise ValueError(f"images must have 1 or 3 channels, got {channels}")
     if name == "saturate" and channels == 1:
@@ -217,8 +218,7 @@ def corrupt(
     """
     _check_images(images)
     check_corruption(name, severity, channels=images.shape[1], frost_dir=frost_dir)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_int("seed", seed, low=0)
     if images.shape[0] == 0:
         return images.clone()
     rng = np.random.default_rng([int(seed), zlib.crc32(name.encode()), severity])

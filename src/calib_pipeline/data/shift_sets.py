@@ -28,10 +28,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from calib_pipeline.data.corruptions import BENCHMARK_CORRUPTIONS, corruption_names
-from calib_pipeline.registry import Registry
+from calib_pipeline.data.corruptions import (
+    BENCHMARK_CORRUPTIONS,
+    SEVERITIES,
+    check_severity,
+    corruption_names,
+)
+from calib_pipeline.registry import Registry, check_choice
 
-SEVERITIES = (1, 2, 3, 4, 5)
 CIFAR_C_FOLDERS = {"cifar10": "CIFAR-10-C", "cifar100": "CIFAR-100-C"}
 CIFAR_C_CORRUPTIONS = tuple(corruption_names(include_extra=True))
 TINY_IMAGENET_C_CORRUPTIONS = BENCHMARK_CORRUPTIONS
@@ -137,9 +141,9 @@ def load_cifar_c(
     Returns:
         10,000 images (3, 32, 32) and their labels.
     """
-    _check_choice("dataset", dataset, tuple(CIFAR_C_FOLDERS))
-    _check_choice("corruption", corruption, CIFAR_C_CORRUPTIONS)
-    _check_choice("severity", severity, SEVERITIES)
+    check_choice("dataset", dataset, tuple(CIFAR_C_FOLDERS))
+    check_choice("corruption", corruption, CIFAR_C_CORRUPTIONS)
+    check_severity(severity)
     folder = Path(root) / CIFAR_C_FOLDERS[dataset]
     images = _load_npy(folder / f"{corruption}.npy", "cifar_c", mmap=True)
     labels = _load_npy(folder / "labels.npy", "cifar_c", mmap=True)
@@ -172,8 +176,8 @@ def load_tiny_imagenet_c(
     Returns:
         The images (3, 64, 64), in wnid then file-name order, and their labels.
     """
-    _check_choice("corruption", corruption, TINY_IMAGENET_C_CORRUPTIONS)
-    _check_choice("severity", severity, SEVERITIES)
+    check_choice("corruption", corruption, TINY_IMAGENET_C_CORRUPTIONS)
+    check_severity(severity)
     folder = Path(root) / "Tiny-ImageNet-C" / corruption / str(severity)
     if not folder.is_dir():
         raise ShiftSetMissing(_missing_message(folder, "tiny_imagenet_c"))
@@ -201,7 +205,7 @@ def load_tiny_imagenet_c(
 
 def load_cifar10_1(root: str | Path, version: str = "v6") -> tuple[torch.Tensor, torch.Tensor]:
     """CIFAR-10.1 (``version`` ``"v6"``, 2,000 images, or ``"v4"``, 2,021 images)."""
-    _check_choice("version", version, ("v4", "v6"))
+    check_choice("version", version, ("v4", "v6"))
     folder = Path(root) / "CIFAR-10.1"
     images = _load_npy(folder / f"cifar10.1_{version}_data.npy", "cifar10_1")
     labels = _load_npy(folder / f"cifar10.1_{version}_labels.npy", "cifar10_1")
@@ -211,7 +215,7 @@ def load_cifar10_1(root: str | Path, version: str = "v6") -> tuple[torch.Tensor,
 
 def load_cifar10_2(root: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
     """CIFAR-10.2 ``split`` (``"test"``: 2,000 images, ``"train"``: 10,000) from its ``.npz``."""
-    _check_choice("split", split, ("test", "train"))
+    check_choice("split", split, ("test", "train"))
     path = Path(root) / "CIFAR-10.2" / f"cifar102_{split}.npz"
     if not path.is_file():
         raise ShiftSetMissing(_missing_message(path, "cifar10_2"))
@@ -232,8 +236,8 @@ def load_mnist_c(
     Returns:
         Images (1, 28, 28) and labels.
     """
-    _check_choice("corruption", corruption, MNIST_C_CORRUPTIONS)
-    _check_choice("split", split, ("test", "train"))
+    check_choice("corruption", corruption, MNIST_C_CORRUPTIONS)
+    check_choice("split", split, ("test", "train"))
     folder = Path(root) / "mnist_c" / corruption
     images = _load_npy(folder / f"{split}_images.npy", "mnist_c")
     labels = _load_npy(folder / f"{split}_labels.npy", "mnist_c")
@@ -263,15 +267,6 @@ def _missing_message(path: Path, layout: str) -> str:
         f"shift-set file not found: {path}\n"
         f"Expected layout (see docs/shift.md):\n{LAYOUTS[layout]}"
     )
-
-
-def _check_choice(name: str, value: object, valid: Sequence[object]) -> None:
-    # 2.0 == 2 and True == 1: only the choices' own kind (str or int) is accepted
-    wrong_kind = isinstance(value, (bool, float)) or isinstance(value, str) != isinstance(
-        valid[0], str
-    )
-    if wrong_kind or value not in valid:
-        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
 
 
 def _load_npy(path: Path, layout: str, mmap: bool = False) -> np.ndarray:

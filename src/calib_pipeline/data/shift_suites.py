@@ -34,6 +34,7 @@ from calib_pipeline.data.corruptions import (
     SEVERITIES,
     CorruptionUnavailable,
     check_corruption,
+    check_severity,
     corrupt,
     corruption_names,
 )
@@ -413,15 +414,15 @@ def _blocks(
 
 
 def _severities(values: Any, name: str) -> list[int]:
-    if (
-        not isinstance(values, (list, tuple))
-        or not values
-        or any(isinstance(s, bool) or not isinstance(s, int) or s not in SEVERITIES for s in values)
-    ):
-        raise ValueError(
-            f"{name} must be a non-empty list of integers in {list(SEVERITIES)}, got {values!r}"
-        )
-    return list(dict.fromkeys(values))
+    """The distinct severities of a non-empty list, in order; the error quotes the list."""
+    if isinstance(values, (list, tuple)) and values:
+        try:
+            return list(dict.fromkeys(check_severity(severity) for severity in values))
+        except ValueError:
+            pass  # reported below for the whole list
+    raise ValueError(
+        f"{name} must be a non-empty list of integers in {list(SEVERITIES)}, got {values!r}"
+    )
 
 
 def _corruptions(values: Any, source: str, name: str) -> list[str]:

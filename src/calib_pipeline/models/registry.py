@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from calib_pipeline.registry import Registry
+from calib_pipeline.registry import Registry, check_int
 
 MODELS: Registry[nn.Module] = Registry("model")
 
@@ -32,12 +32,6 @@ class ClassifierNet(nn.Module):
         return self.head(self.forward_features(x))
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def build_model(
     name: str, *, in_channels: int, num_classes: int, image_size: int, **params: Any
 ) -> ClassifierNet:
@@ -52,11 +46,22 @@ def build_model(
 
     Returns:
         An untrained ``ClassifierNet``.
+
+    Raises:
+        ValueError: unknown name (listing the valid ones), unknown option or bad size.
+
+    Example:
+        >>> model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8)
+        >>> model(torch.zeros(2, 1, 8, 8)).shape
+        torch.Size([2, 10])
+        >>> build_model("vgg16", in_channels=3, num_classes=10, image_size=32)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown model 'vgg16'; valid model names are: resnet110, ..., small_cnn
     """
-    _check_positive_int("in_channels", in_channels)
-    _check_positive_int("image_size", image_size)
-    if not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    check_int("in_channels", in_channels, low=1)
+    check_int("num_classes", num_classes, low=2)
+    check_int("image_size", image_size, low=1)
     return MODELS.build(
         name, in_channels=in_channels, num_classes=num_classes, image_size=image_size, **params
     )

@@ -1,0 +1,149 @@
+"""Binning of the metrics: bin edges, bin indices and per-bin sums, vectorised over runs.
+
+Every binned metric reduces the per-bin count, confidence sum and number correct of
+:func:`binned`: two ``bincount`` calls per block of samples over run-offset bin ids, no
+Python loop over bins, samples or runs. Options arrive validated (``metrics`` checks them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCHEMES = ("width", "mass")
+NORMS = ("l1", "l2", "max")
+CLOSURES = ("right", "left")
+
+# Samples per block of the binning pass: the block's temporaries (<= 1 MiB each) stay in cache;
+# measured 10-20% faster than 2^16 or 2^18.
+_SAMPLE_BLOCK = 2**17
+
+
+def _width_index(confidence: torch.Tensor, edges: torch.Tensor, closure: str) -> torch.Tensor:
+    """Equal-width bin of every confidence, identical to ``bucketize`` on ``edges`` (int32).
+
+    Arithmetic is ~15x faster than bucketize's binary search: g = trunc(c M - 1/4) is the
+    bin or the one below it (the rounding of c M and of the linspace edges stays far below
+    1/4 bin for M up to ~10^6), and one comparison with the upper edge of g (+inf for the
+    last bin, which keeps c = 1 inside) decides between them. int32 and ``index_select``
+    are ~3x faster than int64 and ``take``.
+    """
+    infinity = torch.tensor([torch.inf], dtype=edges.dtype, device=edges.device)
+    upper = torch.cat([edges[1:-1], infinity])
+    guess = confidence.mul(edges.shape[0] - 1).sub_(0.25).int()
+    high = upper.index_select(0, guess.reshape(-1)).view(guess.shape)
+    if closure == "right":  # bin j is (e_j, e_{j+1}], bin 0 also holds 0
+        return guess.add_(confidence > high)
+    return guess.add_(confidence >= high)  # [e_j, e_{j+1}), 1 in the last
+
+
+def bin_edges(confidence: torch.Tensor, n_bins: int, scheme: str) -> torch.Tensor:
+    """Bin edges, in the dtype they are compared in: 1 x (M+1) shared, or R x (M+1) per run.
+
+    ``width``: edges j/M from ``torch.linspace`` in the confidence dtype (as torchmetrics and
+    Guo et al.). ``mass`` (float64): interior edge j is the midpoint between the c_j-th and
+    (c_j+1)-th smallest confidence, c_j = floor(j N / M), so bins hold floor-spaced equal
+    counts; tied confidences are never split (the whole tie group goes below the edge under
+    ``right`` closure, above it under ``left``), which can leave bins unequal or empty.
+    """
+    if scheme == "width":
+        return torch.linspace(
+            0, 1, n_bins + 1, dtype=confidence.dtype, device=confidence.device
+        ).unsqueeze(0)
+    values = confidence.to(torch.float64)
+    ordered = torch.nn.functional.pad(values.sort(dim=-1).values, (1, 0))
+    counts_below = torch.arange(1, n_bins, device=values.device) * values.shape[-1] // n_bins
+    interior = (ordered[:, counts_below] + ordered[:, counts_below + 1]) / 2
+    outer = torch.ones(values.shape[0], 1, dtype=torch.float64, device=values.device)
+    return torch.cat([outer * 0, interior, outer], dim=1)
+
+
+def bin_index(
+    confidence: torch.Tensor, edges: torch.Tensor, scheme: str, closure: str
+) -> torch.Tensor:
+    """Bin of every confidence, given :func:`bin_edges` (for ``mass``, of the same runs).
+
+    ``right`` closure: bin j is (e_j, e_{j+1}] and the first bin also holds 0; ``left``:
+    [e_j, e_{j+1}) and the last bin also holds 1.
+    """
+    if scheme == "width":
+        return _width_index(confidence, edges[0], closure)
+    # searchsorted(right=True) counts edges <= x, which makes [lo, hi) bins
+    return torch.searchsorted(
+        edges[:, 1:-1].contiguous(),
+        confidence.to(edges.dtype).contiguous(),
+        right=closure == "left",
+    )
+
+
+def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int, int]]:
+    """(first run, last run + 1, first sample, last sample + 1) blocks of ~2^17 samples.
+
+    Blocking keeps the per-sample temporaries of the binning in cache and out of fresh
+    (page-faulting) allocations; on CUDA one block avoids per-launch overhead.
+    """
+    if on_cuda:
+        return [(0, runs, 0, n)]
+    if n >= _SAMPLE_BLOCK:
+        return [
+            (r, r + 1, s, min(s + _SAMPLE_BLOCK, n))
+            for r in range(runs)
+            for s in range(0, n, _SAMPLE_BLOCK)
+        ]
+    rows = _SAMPLE_BLOCK // n
+    return [(r, min(r + rows, runs), 0, n) for r in range(0, runs, rows)]
+
+
+def binned(
+    confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, scheme: str, closure: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Edges (:func:`bin_edges`) and per-bin count, confidence sum and number correct.
+
+    Counts and sums are R x M float64.
+
+    Two bincounts per block over run-offset bin ids (bin + M * run): no loop over bins or runs.
+    """
+    runs, n = confidence.shape
+    edges = bin_edges(confidence, n_bins, scheme)
+    totals = torch.zeros(3, runs, n_bins, dtype=torch.float64, device=confidence.device)
+    for first, last, start, stop in _sample_blocks(runs, n, confidence.is_cuda):
+        block = confidence[first:last, start:stop]
+        index = bin_index(
+            block, edges if scheme == "width" else edges[first:last], scheme, closure
+        )
+        block_runs = last - first
+        offsets = n_bins * torch.arange(block_runs, dtype=index.dtype, device=index.device)
+        ids = (index + offsets.unsqueeze(1)).reshape(-1)
+        hits = correct[first:last, start:stop].reshape(-1)
+        # ids 2 (bin + M run) + correct: one count gives both the bin counts and the hits
+        pairs = torch.bincount(ids * 2 + hits, minlength=2 * block_runs * n_bins)
+        pairs = pairs.view(block_runs, n_bins, 2)
+        conf_sum = torch.bincount(
+            ids, block.reshape(-1).to(torch.float64), minlength=block_runs * n_bins
+        )
+        totals[0, first:last] += pairs.sum(-1)
+        totals[1, first:last] += conf_sum.view(block_runs, n_bins)
+        totals[2, first:last] += pairs[..., 1]
+    return edges, totals[0], totals[1], totals[2]
+
+
+def binned_error(
+    confidence: torch.Tensor,
+    correct: torch.Tensor,
+    n_bins: int,
+    scheme: str,
+    norm: str,
+    closure: str,
+) -> torch.Tensor:
+    """ECE_{bin,p} of every run (Karandikar et al. eq. 6; Guo et al. for l1, max = MCE).
+
+    l1: sum_b (n_b/N) |acc_b - conf_b|; l2: sqrt(sum_b (n_b/N) (acc_b - conf_b)^2);
+    max: max over non-empty bins of |acc_b - conf_b|.
+    """
+    _, count, conf_sum, hits = binned(confidence, correct, n_bins, scheme, closure)
+    n = confidence.shape[-1]
+    gap = (hits - conf_sum).abs() / count.clamp_min(1)
+    if norm == "l1":
+        return (hits - conf_sum).abs().sum(-1) / n
+    if norm == "l2":
+        return ((count / n) * gap.square()).sum(-1).sqrt()
+    return gap.amax(-1)  # empty bins have gap 0

@@ -1,0 +1,313 @@
+"""Per-sample statistics of the metrics: the top-label scan kernels and ``Predictions``.
+
+``Predictions`` holds the validated R x N x K scores of R runs and computes, lazily and
+once, what the metrics reduce: top-label confidence and correctness (one cache-blocked scan
+of the scores, :func:`_scan`), log-probabilities and probabilities. The metrics themselves
+live in ``_metrics_hard`` and ``_metrics_soft``; ``metrics`` is the public module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from calib_pipeline.calibration.validation import (
+    check_batched_logits_labels,
+    check_finite,
+    check_logits_labels,
+)
+
+LOG2_E = 1.0 / math.log(2.0)
+# torch's exp takes a slow path (~50x) where it underflows; the kernels use exp2 of an
+# argument floored at -115 (2^-115 ~ 2e-35, a normal float32 that no sum can notice).
+EXP2_FLOOR = -115.0
+# Below K = 24 classes a block of rows is scanned transposed (see _scan_columns); measured
+# 1.2-1.7x faster than row-wise for K = 2..20, slower from K = 24 on.
+SHORT_ROWS = 24
+# Logits per block and CPU thread when scanning logits: 2^19 floats (2 MiB; with the work
+# buffer in L3 cache) stay in cache across the max / exp2 / sum passes, so the logits are
+# read from memory once, while the per-block overhead (~6 torch calls of ~5 us each) stays
+# a few percent; 2^17 floats made the scan ~20% slower, 2^20 no faster.
+_BLOCK_ELEMENTS = 2**19
+
+
+def _scan_rows(
+    block: torch.Tensor, peak: torch.Tensor, mass: torch.Tensor | None, work: torch.Tensor
+) -> None:
+    """Row max of an n x K block into ``peak``; for logits, sum_k 2^((z_k - max) log2 e).
+
+    The sums go to ``mass``; they are computed over all rows of the ``work`` buffer (rows x
+    K, and ``mass`` has rows entries), past n in a short last block (see
+    :func:`_block_rows`). exp2 of the scaled difference is about twice as fast as exp; the
+    row sum as a matrix-vector product is faster than ``sum(dim=1)``.
+    """
+    size = block.shape[0]
+    torch.amax(block, dim=1, out=peak)
+    if mass is not None:
+        torch.sub(block, peak.unsqueeze(1), out=work[:size]).mul_(LOG2_E)
+        ones = torch.ones(block.shape[1], dtype=block.dtype, device=block.device)
+        torch.mv(work.exp2_(), ones, out=mass)
+
+
+def _scan_columns(
+    block: torch.Tensor, peak: torch.Tensor, mass: torch.Tensor | None, work: torch.Tensor
+) -> None:
+    """:func:`_scan_rows` for short rows (K < ``SHORT_ROWS``) on CPU; ``work`` is K x rows.
+
+    torch does not vectorise reductions over short rows, so the block is copied transposed
+    into ``work`` (``stack`` of its columns is faster than ``copy_``) and max, exp2 and a
+    pairwise sum run along dim 0, vectorised across rows.
+    """
+    size = block.shape[0]
+    columns = torch.stack(block.unbind(1), out=work[:, :size])
+    torch.amax(columns, dim=0, out=peak)
+    if mass is not None:
+        torch.sub(columns, peak, out=columns).mul_(LOG2_E)
+        mass.copy_(_pairwise_sum_rows(work.exp2_()))
+
+
+def _pairwise_sum_rows(work: torch.Tensor) -> torch.Tensor:
+    """Sum of the rows of ``work`` (overwritten), adding halves pairwise in place.
+
+    Rounding error O(log K), as a row-wise vectorised sum, rather than the O(K) of
+    ``sum(dim=0)``, which adds the rows in sequence.
+    """
+    rows = work.shape[0]
+    while rows > 1:
+        half = rows // 2
+        work[:half] += work[rows - half : rows]
+        rows -= half
+    return work[0]
+
+
+def _block_rows(n: int, n_classes: int, on_cuda: bool) -> int:
+    """Rows per block of the top-label scan: all n on CUDA; on CPU a cache-sized share per
+    thread (parallel ops split a block and stay in cache), at most n, a multiple of 64 rows.
+
+    torch's exp2, sum and mv round differently (by an ulp) in their scalar remainder loops
+    than in their vector loops. The scans apply them to whole blocks of a multiple of 64
+    rows (a short last block is padded with stale rows of the work buffer), which split
+    into whole vectors on 1 or 2 threads, so that a row's confidence does not depend on its
+    position (a batched run scores exactly as the single run; on more threads an ulp can
+    differ for some block sizes).
+    """
+    if on_cuda:
+        return n
+    share = max(1, _BLOCK_ELEMENTS * torch.get_num_threads() // (64 * n_classes))
+    return min(share, -(-n // 64)) * 64
+
+
+def _scan(
+    flat: torch.Tensor,
+    targets: torch.Tensor,
+    logits: bool,
+    on_non_finite: Callable[[], None] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Row max, label score and (for logits) sum_k exp(z_k - max) of n x K scores.
+
+    One cache-sized block at a time, so each block is read from memory once and its
+    temporaries stay in one reused work buffer. ``on_non_finite``, if given, is called
+    (and raises) when a score is NaN or inf: each block's ``aminmax`` is then the pass that
+    reads it from memory, instead of a separate pass that reads all scores once more.
+    """
+    n, n_classes = flat.shape
+    dtype, device = flat.dtype, flat.device
+    rows = _block_rows(n, n_classes, flat.is_cuda)
+    columns = n_classes < SHORT_ROWS and not flat.is_cuda
+    scan = _scan_columns if columns else _scan_rows
+    n_blocks = -(-n // rows)
+    top = torch.empty(n, dtype=dtype, device=device)
+    label_score = torch.empty_like(top)
+    mass = torch.empty(n_blocks * rows, dtype=dtype, device=device) if logits else None
+    bounds = torch.zeros(n_blocks, 2, dtype=dtype, device=device)
+    row_offsets = torch.arange(rows, device=device) * n_classes
+    # zeros: the rows past a short last block are computed too
+    work = torch.zeros(
+        (n_classes, rows) if columns else (rows, n_classes), dtype=dtype, device=device
+    )
+    for index, start in enumerate(range(0, n, rows)):
+        block = flat[start : start + rows]
+        part = slice(start, start + block.shape[0])
+        if on_non_finite is not None:
+            torch.aminmax(block, out=(bounds[index, 0], bounds[index, 1]))
+        scan(block, top[part], None if mass is None else mass[start : start + rows], work)
+        label_index = row_offsets[: block.shape[0]] + targets[part]
+        torch.index_select(block.reshape(-1), 0, label_index, out=label_score[part])
+    if on_non_finite is not None and not bool(torch.isfinite(bounds).all()):
+        on_non_finite()
+    return top, label_score, None if mass is None else mass[:n]
+
+
+def _top_label_from_scores(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    inputs: str,
+    on_non_finite: Callable[[], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Confidence max_k p_k and correctness 1[argmax_k p_k = y] of every sample.
+
+    Works on detached ``(..., K)`` scores in their dtype (:func:`_scan`; ``on_non_finite``
+    as there). For logits the confidence is 1 / sum_k exp(z_k - max_j z_j). Ties for the
+    maximum resolve to the first maximal class (torch/NumPy argmax): a sample is correct iff
+    its label scores the maximum and, where two classes could tie (sum_k exp(z_k - max) >= 2
+    for logits, p_max <= 1/2 + tolerance for probabilities), argmax confirms it.
+    """
+    flat = scores.reshape(-1, scores.shape[-1])
+    targets = labels.reshape(-1)
+    top, label_score, mass = _scan(flat, targets, inputs == "logits", on_non_finite)
+    correct = label_score == top
+    if mass is None:
+        # two maxima need 2 p <= 1 (+ a tolerance <= 1e-2)
+        confidence, tie_possible = top, top <= 0.51
+    else:
+        tie_possible, confidence = mass >= 2, mass.reciprocal_()
+    suspect = (correct & tie_possible).nonzero().squeeze(1)
+    if suspect.numel():
+        argmax = flat.index_select(0, suspect).argmax(dim=1)
+        correct[suspect] = argmax == targets.index_select(0, suspect)
+    return confidence.reshape(labels.shape), correct.reshape(labels.shape)
+
+
+class Predictions:
+    """Validated scores of R runs (R x N x K) and their per-sample statistics, computed once.
+
+    Logits are checked for NaN/inf by the top-label scan on its way through them, or by
+    one ``aminmax`` pass at the first other use of :attr:`scores`, whichever comes first.
+
+    :meth:`resample` (B x N indices into the samples of a single run) makes a bootstrap
+    view: per-sample statistics are gathered from the parent and the full scores are
+    gathered only if a metric needs them.
+    """
+
+    def __init__(
+        self,
+        scores: torch.Tensor,
+        labels: torch.Tensor,
+        inputs: str,
+        unchecked: torch.Tensor | None = None,
+    ) -> None:
+        self._scores = scores
+        self.labels = labels
+        self.inputs = inputs
+        # the scores as the caller shaped them (for the error message), while not yet
+        # checked for NaN/inf
+        self._unchecked = unchecked
+        self._cache: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def single(cls, logits: Any, labels: Any, inputs: str) -> Predictions:
+        deferred = inputs == "logits"
+        scores, targets = check_logits_labels(logits, labels, inputs=inputs, finite=not deferred)
+        return cls(scores.unsqueeze(0), targets.unsqueeze(0), inputs, scores if deferred else None)
+
+    @classmethod
+    def batched(cls, logits: Any, labels: Any, inputs: str) -> Predictions:
+        deferred = inputs == "logits"
+        scores, targets = check_batched_logits_labels(
+            logits, labels, inputs=inputs, finite=not deferred
+        )
+        return cls(scores, targets, inputs, scores if deferred else None)
+
+    def resample(self, index: torch.Tensor) -> Predictions:
+        """Bootstrap view: run r of the result is run 0 at samples ``index[r]``."""
+        return _ResampledPredictions(self, index)
+
+    def cached(self, key: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``compute()``, computed at the first request of ``key`` only (shared by metrics)."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def _check_finite(self) -> None:
+        if self._unchecked is not None:
+            check_finite(self._unchecked, "logits")
+            self._unchecked = None
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """R x N x K validated scores (raises ``ValueError`` for NaN/inf logits)."""
+        self._check_finite()
+        return self._scores
+
+    @property
+    def n_samples(self) -> int:
+        return self.labels.shape[-1]
+
+    @property
+    def n_classes(self) -> int:
+        return self._scores.shape[-1]
+
+    def _top_label(self) -> torch.Tensor:
+        confidence, correct = _top_label_from_scores(
+            self._scores.detach(),
+            self.labels,
+            self.inputs,
+            None if self._unchecked is None else self._check_finite,
+        )
+        self._unchecked = None
+        self._cache["correct"] = correct
+        return confidence
+
+    @property
+    def confidence(self) -> torch.Tensor:
+        """R x N top-label confidence, detached, in the scores' dtype."""
+        return self.cached("confidence", self._top_label)
+
+    @property
+    def correct(self) -> torch.Tensor:
+        """R x N bool: prediction (first maximal class) equals the label."""
+        self.confidence  # noqa: B018 -- computes and caches correctness with it
+        return self._cache["correct"]
+
+    @property
+    def log_probs(self) -> torch.Tensor:
+        """R x N x K log-probabilities, detached (log 0 = -inf for probability input)."""
+
+        def compute() -> torch.Tensor:
+            scores = self.scores.detach()
+            return torch.log_softmax(scores, -1) if self.inputs == "logits" else scores.log()
+
+        return self.cached("log_probs", compute)
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """R x N x K probabilities, detached."""
+
+        def compute() -> torch.Tensor:
+            scores = self.scores.detach()
+            return self.log_probs.exp() if self.inputs == "logits" else scores
+
+        return self.cached("probs", compute)
+
+
+class _ResampledPredictions(Predictions):
+    """Resampled runs of a single-run parent; gathers the parent's cached statistics."""
+
+    def __init__(self, parent: Predictions, index: torch.Tensor) -> None:
+        self.parent = parent
+        self.index = index
+        self.inputs = parent.inputs
+        self.labels = parent.labels[0][index]
+        self._cache = {}
+
+    @property
+    def scores(self) -> torch.Tensor:  # type: ignore[override]
+        return self.cached("scores", lambda: self.parent.scores[0][self.index])
+
+    @property
+    def n_classes(self) -> int:
+        return self.parent.n_classes
+
+    def _top_label(self) -> torch.Tensor:
+        self._cache["correct"] = self.parent.correct[0][self.index]
+        return self.parent.confidence[0][self.index]
+
+    @property
+    def log_probs(self) -> torch.Tensor:
+        return self.cached("log_probs", lambda: self.parent.log_probs[0][self.index])
+
+
+# --------------------------------------------------------------------------- binning
