@@ -334,7 +334,7 @@ def test_missing_official_files_do_not_matter_when_not_requested(cifar, tmp_path
             "shifts the cifar10 test set; this run's dataset is 'digits'",
         ),
         ({"natural": ["cifar10_1"]}, "cifar10", "set shift.root"),
-        ({"chunk_size": 0}, "digits", "chunk_size must be a positive integer"),
+        ({"chunk_size": 0}, "digits", "shift.chunk_size must be an integer >= 1, got 0"),
         (
             {"shifted_val": {"corruptions": "all", "levels": [1]}},
             "digits",

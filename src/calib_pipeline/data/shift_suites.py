@@ -46,6 +46,7 @@ from calib_pipeline.data.shift_sets import (
     load_shift_set,
 )
 from calib_pipeline.data.splits import split_dataset
+from calib_pipeline.registry import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -223,17 +224,8 @@ def shift_settings(shift: dict[str, Any]) -> dict[str, Any]:
             f"shift parameters: unknown key(s) {unknown}; valid keys: {list(SHIFT_DEFAULTS)}"
         )
     settings = {**SHIFT_DEFAULTS, **shift}
-    for key in ("chunk_size", "cache_mb"):
-        value = settings[key]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or value < (1 if key == "chunk_size" else 0)
-        ):
-            raise ValueError(
-                f"shift.{key} must be a {'positive' if key == 'chunk_size' else 'non-negative'} "
-                f"integer, got {value!r}"
-            )
+    check_int("shift.chunk_size", settings["chunk_size"], low=1)
+    check_int("shift.cache_mb", settings["cache_mb"], low=0)
     return settings
 
 
