@@ -62,6 +62,29 @@ def test_fashion_mnist_uses_debian_files(tmp_path, monkeypatch):
     assert torch.equal(to_float(data.train_images)[0, 0, 0, :3], torch.tensor([0, 1, 2]) / 255.0)
 
 
+def _write_mnist_files(raw, images, labels):
+    raw.mkdir(parents=True)
+    for prefix in ("train", "t10k"):
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(_idx(images, 2051))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(_idx(labels, 2049))
+
+
+def test_a_corrupt_raw_file_fails_naming_the_folder_and_files(tmp_path):
+    images = np.zeros((2, 28, 28), dtype=np.uint8)
+    _write_mnist_files(tmp_path / "MNIST" / "raw", images, np.array([3, 7], dtype=np.uint8))
+    truncated = tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    truncated.write_bytes(truncated.read_bytes()[:50])
+    with pytest.raises(ValueError, match=rf"dataset 'mnist': the files under {tmp_path} could not be read .*truncated or corrupt"):
+        load_dataset("mnist", root=tmp_path, download=False)
+
+
+def test_labels_outside_the_classes_are_refused(tmp_path):
+    images = np.zeros((2, 28, 28), dtype=np.uint8)
+    _write_mnist_files(tmp_path / "MNIST" / "raw", images, np.array([3, 12], dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"train labels span 3..12, outside 0..9"):
+        load_dataset("mnist", root=tmp_path, download=False)
+
+
 def test_split_is_stratified_disjoint_and_seeded():
     labels = np.repeat(np.arange(5), 100)
     fractions = {"train": 0.8, "val": 0.1, "meta_val": 0.1}

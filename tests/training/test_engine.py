@@ -98,6 +98,8 @@ def test_best_val_error_selection_keeps_the_best_epoch(digits):
         ({"select": "best"}, "select must be one of"),
         ({"augment": "cutout"}, "augment must be one of"),
         ({"learning_rate": 0.1}, r"unknown training parameter\(s\) \['learning_rate'\]"),
+        ({"lr": "fast"}, "lr must be a number, got 'fast'"),
+        ({"milestones": [10, "x"]}, "milestones must be an integer >= 1, got 'x'"),
     ],
 )
 def test_bad_training_parameters_fail(params, message):

@@ -104,7 +104,31 @@ def load_dataset(name: str, *, root: str | Path = "data/01_raw", download: bool 
     root = Path(root)
     if not download and not dataset_available(name, root):
         raise DatasetMissing(_missing_message(name, root, spec))
-    return spec.loader(root, download)
+    try:
+        data = spec.loader(root, download)
+    except Exception as error:  # torchvision reports a bad file as a bare AssertionError, etc.
+        raise ValueError(
+            f"dataset {name!r}: the files under {root} could not be read "
+            f"({type(error).__name__}: {error or 'no message'}); they may be truncated or corrupt -- "
+            f"replace them ({', '.join(spec.required_files) or 'bundled data'})"
+        ) from error
+    _check_loaded(data, root)
+    return data
+
+
+def _check_loaded(data: ImageData, root: Path) -> None:
+    """Labels in range and one label per image: a wrong file must not train silently."""
+    for part, images, labels in (("train", data.train_images, data.train_labels), ("test", data.test_images, data.test_labels)):
+        if images.ndim != 4 or len(images) != len(labels) or len(labels) == 0:
+            raise ValueError(
+                f"dataset {data.name!r} ({root}): the {part} part has images of shape "
+                f"{tuple(images.shape)} and {len(labels)} labels; expected (N, C, H, W) and N labels"
+            )
+        if int(labels.min()) < 0 or int(labels.max()) >= data.num_classes:
+            raise ValueError(
+                f"dataset {data.name!r} ({root}): {part} labels span {int(labels.min())}..{int(labels.max())}, "
+                f"outside 0..{data.num_classes - 1}"
+            )
 
 
 def dataset_available(name: str, root: str | Path) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from calib_pipeline.registry import check_range
+from calib_pipeline.registry import check_int, check_range
 
 SELECTION_RULES = ("last", "best_val_error", "best_val_nll")
 
@@ -72,10 +72,10 @@ class TrainConfig:
             raise ValueError(f"unknown training parameter(s) {unknown}; valid: {sorted(known)}")
         values = dict(params)
         if "milestones" in values:
-            values["milestones"] = tuple(int(m) for m in values["milestones"] or ())
+            values["milestones"] = tuple(check_int("milestones", m, low=1) for m in values["milestones"] or ())
         for name in ("lr", "momentum", "weight_decay", "lr_decay"):
-            if name in values:
-                values[name] = float(values[name])
+            if name in values:  # "fast" fails naming the parameter, not float()'s bare message
+                values[name] = check_range(name, values[name])
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
