@@ -215,7 +215,7 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
                 build_meta_learner(method.meta_learner, num_classes=2, feature_dim=4, **method.params)
         except ValueError as error:
             raise ValueError(f"method {method.key!r}: {error}") from None
-    from calib_pipeline.pipelines.reporting.reports import report_names
+    from calib_pipeline.reports.registry import report_names
 
     for study in structure.studies.values():
         unknown = sorted(set(study.reports) - set(report_names()))

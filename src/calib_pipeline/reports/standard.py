@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from calib_pipeline.pipelines.reporting.reports import StudyResults, report  # noqa: E402
-from calib_pipeline.pipelines.reporting.tables import mean_std_table  # noqa: E402
+from calib_pipeline.reports.common import mean_std_table
+from calib_pipeline.reports.registry import METRIC, StudyResults, either, integer, list_of, optional, report
 
 DEFAULT_SUMMARY_METRICS = ["accuracy", "nll", "brier", "ece", "ece_em", "mce", "classwise_ece", "auroc"]
+BIN_COUNT = integer(low=1)
 
 
 def fit_warnings(results: StudyResults) -> pd.DataFrame:
@@ -30,7 +28,7 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "seed", "calibrator", "converged", "warning"])
 
 
-@report("summary", needs=("calibrators",))
+@report("summary", needs=("calibrators",), options={"metrics": optional(list_of(METRIC))})
 def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str, Any]:
     """Mean ± std over seeds on the clean test split, per method and calibrator, followed
     by every calibrator fit warning (a degenerate fit is reported, never hidden)."""
@@ -52,18 +50,39 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     }
 
 
-def _pooled_bins(cell: pd.DataFrame) -> pd.DataFrame:
-    """Per-bin accuracy and confidence pooled over seeds, weighted by bin counts."""
-    weight = cell["count"].to_numpy(dtype=float)
+def pooled_bins(bins: pd.DataFrame) -> pd.DataFrame:
+    """Per-bin accuracy and confidence of one reliability cell, pooled over seeds and
+    weighted by the bin counts.
+
+    Args:
+        bins: rows of the per-bin reliability table (lower, upper, count, accuracy,
+            confidence) of one (method, calibrator, bin count), every seed.
+
+    Returns:
+        Columns lower, upper, count, accuracy, confidence (NaN in empty bins).
+    """
+    weight = bins["count"].to_numpy(dtype=float)
     pooled = (
-        cell.assign(acc_w=cell["accuracy"].fillna(0) * weight, conf_w=cell["confidence"].fillna(0) * weight)
+        bins.assign(acc_w=bins["accuracy"].fillna(0) * weight, conf_w=bins["confidence"].fillna(0) * weight)
         .groupby(["lower", "upper"], as_index=False)[["count", "acc_w", "conf_w"]]
         .sum()
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         pooled["accuracy"] = pooled["acc_w"] / pooled["count"]
         pooled["confidence"] = pooled["conf_w"] / pooled["count"]
-    return pooled
+    return pooled.drop(columns=["acc_w", "conf_w"])
+
+
+def bins_with_count(bins: pd.DataFrame, n_bins: int) -> pd.DataFrame:
+    """The rows of the per-bin table with ``n_bins`` bins; ``ValueError`` naming the
+    available counts when the evaluation did not keep it."""
+    frame = bins[bins["n_bins"] == n_bins]
+    if frame.empty:
+        raise ValueError(
+            f"no reliability bins with n_bins={n_bins}; add it to evaluation.reliability_bins "
+            f"(available: {sorted(bins['n_bins'].unique().tolist())})"
+        )
+    return frame
 
 
 def reliability_axes(ax: plt.Axes, pooled: pd.DataFrame) -> None:
@@ -77,35 +96,38 @@ def reliability_axes(ax: plt.Axes, pooled: pd.DataFrame) -> None:
     ax.set_ylim(0, 1)
 
 
-@report("reliability")
+def reliability_figure(bins: pd.DataFrame, title: str) -> plt.Figure:
+    """Reliability diagrams of one bin count: a row per method label, a column per
+    calibrator, seeds pooled (:func:`pooled_bins`)."""
+    labels = list(dict.fromkeys(bins["label"]))
+    calibrators = list(dict.fromkeys(bins["calibrator"]))
+    fig, axes = plt.subplots(
+        len(labels), len(calibrators), figsize=(2.6 * len(calibrators), 2.6 * len(labels)),
+        squeeze=False, sharex=True, sharey=True,
+    )
+    for i, label in enumerate(labels):
+        for j, cal in enumerate(calibrators):
+            ax = axes[i, j]
+            reliability_axes(ax, pooled_bins(bins[(bins["label"] == label) & (bins["calibrator"] == cal)]))
+            if i == 0:
+                ax.set_title(cal, fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{label}\naccuracy", fontsize=8)
+            if i == len(labels) - 1:
+                ax.set_xlabel("confidence", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+@report("reliability", options={"n_bins": either(BIN_COUNT, list_of(BIN_COUNT))})
 def reliability(results: StudyResults, n_bins: list[int] | int = 15) -> dict[str, Any]:
     """Reliability diagrams on the clean test split, one figure per bin count: a row per
     method, a column per calibrator, seeds pooled (count-weighted)."""
-    figures: dict[str, Any] = {}
-    for count in [n_bins] if isinstance(n_bins, int) else n_bins:
-        frame = results.bins[results.bins["n_bins"] == count]
-        if frame.empty:
-            raise ValueError(
-                f"no reliability bins with n_bins={count}; add it to evaluation.reliability_bins "
-                f"(available: {sorted(results.bins['n_bins'].unique().tolist())})"
-            )
-        labels = list(dict.fromkeys(frame["label"]))
-        calibrators = list(dict.fromkeys(frame["calibrator"]))
-        fig, axes = plt.subplots(
-            len(labels), len(calibrators), figsize=(2.6 * len(calibrators), 2.6 * len(labels)),
-            squeeze=False, sharex=True, sharey=True,
+    return {
+        f"reliability_{count}_bins": reliability_figure(
+            bins_with_count(results.bins, count),
+            f"{results.study}: reliability on the test split, {count} bins",
         )
-        for i, label in enumerate(labels):
-            for j, cal in enumerate(calibrators):
-                ax = axes[i, j]
-                reliability_axes(ax, _pooled_bins(frame[(frame["label"] == label) & (frame["calibrator"] == cal)]))
-                if i == 0:
-                    ax.set_title(cal, fontsize=9)
-                if j == 0:
-                    ax.set_ylabel(f"{label}\naccuracy", fontsize=8)
-                if i == len(labels) - 1:
-                    ax.set_xlabel("confidence", fontsize=8)
-        fig.suptitle(f"{results.study}: reliability on the test split, {count} bins", fontsize=10)
-        fig.tight_layout()
-        figures[f"reliability_{count}_bins"] = fig
-    return figures
+        for count in ([n_bins] if isinstance(n_bins, int) else n_bins)
+    }

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from calib_pipeline.calibration.posthoc import build_calibrator
-from calib_pipeline.pipelines.reporting.nodes import evaluate_runs
-from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report, report_names
+from calib_pipeline.reports.evaluation import evaluate_runs
+from calib_pipeline.reports.registry import StudyResults, build_report, report_names
 
 METHODS = ["fm_ce", "fm_fl_gamma", "fm_fl_gamma_sece"]
 LABELS = {"fm_ce": "CE", "fm_fl_gamma": "FLγ", "fm_fl_gamma_sece": "FLγ-SECE"}
@@ -61,7 +61,7 @@ def test_table_errors_name_the_problem(results):
         build_report("meta_tables", results, calibrated={"fm_ce": "dirichlet"})
     with pytest.raises(ValueError, match=r"methods \['nope'\] are not in the study's table"):
         build_report("meta_tables", results, ablation=["nope"])
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['bins'\]"):
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['bins'\]; valid options: calibrated, ablation"):
         build_report("meta_tables", results, bins=3)
 
 

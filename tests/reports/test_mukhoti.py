@@ -1,0 +1,92 @@
+"""Mukhoti et al. reports on a synthetic study."""
+
+import numpy as np
+import pytest
+
+from calib_pipeline.reports.registry import build_report
+from tests.reports.synthetic import FOCAL, FOCAL_GROUPS, study
+
+
+def test_mukhoti_table_cells_and_temperatures(focal_results):
+    out = build_report("mukhoti_table", focal_results)
+    table = out["table"]
+    assert list(table.columns) == [
+        "Method",
+        "Error",
+        "ECE Pre T",
+        "ECE Post T",
+        "AdaECE Pre T",
+        "AdaECE Post T",
+        "Classwise-ECE Pre T",
+        "Classwise-ECE Post T",
+    ]
+    assert table["Method"].tolist() == list(FOCAL.values())
+    ce = table.iloc[0]
+    assert ce["Error"] == "25.00 ± 5.00"
+    assert ce["ECE Pre T"] == "12.00 ± 2.00"
+    t = np.mean(
+        [
+            focal_results.calibrators[("ce", s)]["ts_grid"].learned()["temperature"]
+            for s in (0, 1, 2)
+        ]
+    )
+    assert ce["ECE Post T"] == f"3.00 ± 1.00 ({t:.2f})"
+    assert out["temperatures"].shape == (9, 3)
+    paper = out["paper_ece"]
+    assert paper.columns[:3].tolist() == ["Dataset", "CE ECE Pre T", "CE ECE Post T"]
+    assert paper.loc[0, "CE ECE Post T"] == ce["ECE Post T"]
+    assert out["paper_error"].columns.tolist() == ["Dataset", *FOCAL.values()]
+    assert "ts_grid" in out["mukhoti_table"] and "| CE" in out["mukhoti_table"]
+
+
+def test_mukhoti_table_selection_marks_test_selected(focal_results):
+    out = build_report("mukhoti_table", focal_results, selection="test_ece")
+    assert len(out["table"]) == 2 and out["table"]["Method"][1].endswith("[test-selected]")
+    assert out["selection"]["selected_on"].tolist() == ["test"]
+    assert "test-selected" in out["mukhoti_table"]
+
+
+def test_mukhoti_table_failure_paths(focal_results):
+    with pytest.raises(ValueError, match=r"valid calibrator keys: \['ts_grid'\]"):
+        build_report("mukhoti_table", focal_results, calibrator="ts")
+    with pytest.raises(ValueError, match="unknown option"):
+        build_report("mukhoti_table", focal_results, temperature="grid")
+    with pytest.raises(ValueError, match="spread"):
+        build_report("mukhoti_table", focal_results, spread="iqr")
+    with pytest.raises(ValueError, match="not in the metrics table"):
+        build_report("mukhoti_table", focal_results, metrics=["ece", "smooth_ece"])
+    without = study(FOCAL, [0, 1, 2], focal_results.metrics, FOCAL_GROUPS)
+    with pytest.raises(ValueError, match="needs 'calibrators'"):
+        build_report("mukhoti_table", without)
+
+
+def test_mukhoti_curves_mean_over_seeds(focal_results):
+    out = build_report("mukhoti_curves", focal_results)
+    curves = out["curves"].set_index(["method", "quantity", "epoch"])
+    assert curves.loc[("ce", "nll", 2), "mean"] == pytest.approx(3.0)  # seeds give 2, 3, 4
+    assert curves.loc[("ce", "nll", 2), "std"] == pytest.approx(1.0)
+    assert curves.loc[("ce", "nll_incorrect", 2), "n"] == 0  # NaN epochs are skipped, not zeros
+    assert curves.loc[("ce", "head_weight_norm", 3), "mean"] == pytest.approx(4.0)  # 3, 4, 5
+    assert set(out["curves"]["quantity"]) == {
+        "nll",
+        "nll_correct",
+        "nll_incorrect",
+        "entropy_correct",
+        "entropy_incorrect",
+        "head_weight_norm",
+    }
+    assert len(out["epochs_by_method"].axes) == 6 and len(out["overview"].axes) == 3
+    assert [t.get_text() for t in out["epochs_by_method"].axes[0].get_legend().get_texts()] == list(
+        FOCAL.values()
+    )
+
+
+def test_mukhoti_curves_failure_paths(focal_results):
+    with pytest.raises(ValueError, match="valid panels: .*entropy_correct"):
+        build_report("mukhoti_curves", focal_results, panels=["nll", "confidence"])
+    with pytest.raises(ValueError, match="unknown method"):
+        build_report("mukhoti_curves", focal_results, methods=["brier"])
+    with pytest.raises(ValueError, match="needs 'histories'"):
+        build_report("mukhoti_curves", study(FOCAL, [0, 1, 2], focal_results.metrics))
+
+
