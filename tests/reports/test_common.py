@@ -1,10 +1,13 @@
 """Shared report helpers: cells, method order and colours, writing artifacts."""
 
+import doctest
+
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 
+from calib_pipeline.reports import common, mukhoti
 from calib_pipeline.reports.common import (
     MARKDOWN_MAX_ROWS,
     mean_std_cell,
@@ -88,3 +91,9 @@ def test_method_colors_are_one_per_method_and_stable_across_figures():
     assert colors["focal"] == matplotlib.colormaps["tab10"](1)
     assert method_colors(study, {"ce": "CE", "focal": "FL", "ls": "LS"})["FL"] == colors["focal"]
     assert len(set(method_colors([f"m{i}" for i in range(15)]).values())) == 15  # tab20 past 10 methods
+
+
+@pytest.mark.parametrize("module", [common, mukhoti], ids=lambda m: m.__name__)
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

@@ -1,8 +1,11 @@
 """Mukhoti et al. reports on a synthetic study."""
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import pytest
 
+from calib_pipeline.reports import mukhoti
 from calib_pipeline.reports.registry import build_report
 from tests.reports.synthetic import FOCAL, FOCAL_GROUPS, study
 
@@ -90,3 +93,43 @@ def test_mukhoti_curves_failure_paths(focal_results):
         build_report("mukhoti_curves", study(FOCAL, [0, 1, 2], focal_results.metrics))
 
 
+
+
+# --- notebook use: compute functions on a tidy frame, no Kedro, no figures ---------------
+
+
+def tiny_tidy() -> pd.DataFrame:
+    """Two methods x two seeds x (raw, TS) on the clean test split: error 20 / 30 %, every
+    calibration error 10 % + 2 points per seed raw and 3 % + 2 points per seed after TS."""
+    rows = []
+    for method, label, error in (("ce", "CE", 0.20), ("focal", "Focal", 0.30)):
+        for seed in (0, 1):
+            for calibrator, base in (("none", 0.10), ("ts", 0.03)):
+                for metric in ("error", "ece", "ece_em", "classwise_ece"):
+                    value = error if metric == "error" else base + 0.02 * seed
+                    rows.append((method, label, seed, calibrator, metric, value))
+    frame = pd.DataFrame(rows, columns=["method", "label", "seed", "calibrator", "metric", "value"])
+    return frame.assign(split="test", shift="none", severity=0)
+
+
+def test_mukhoti_table_from_a_tidy_frame_alone_draws_nothing():
+    before = plt.get_fignums()
+    table = mukhoti.table(tiny_tidy())
+    assert plt.get_fignums() == before
+    assert table["Method"].tolist() == ["CE", "Focal"]
+    assert table.loc[1, "Error"] == "30.00 ± 0.00"
+    assert table.loc[0, "ECE Pre T"] == "11.00 ± 1.41" and table.loc[0, "ECE Post T"] == "4.00 ± 1.41"
+    assert table.loc[0, "AdaECE Post T"] == "4.00 ± 1.41"
+    # options of the report are plain arguments: SEM, fewer metrics, the row order, T
+    temperatures = pd.DataFrame({"method": ["ce", "ce"], "seed": [0, 1], "temperature": [1.4, 1.6]})
+    sem = mukhoti.table(
+        tiny_tidy(), "ts", metrics=["ece"], methods=["focal", "ce"], temperatures=temperatures, spread="sem"
+    )
+    assert sem.columns.tolist() == ["Method", "Error", "ECE Pre T", "ECE Post T"]
+    assert sem["Method"].tolist() == ["Focal", "CE"]
+    assert sem.loc[1, "ECE Post T"] == "4.00 ± 1.00 (1.50)" and sem.loc[0, "ECE Post T"] == "4.00 ± 1.00"
+    assert list(mukhoti.paper_orientation(sem, ["ece"], "toy")) == ["paper_error", "paper_ece"]
+    with pytest.raises(ValueError, match="spread must be one of 'std', 'sem', got 'iqr'"):
+        mukhoti.table(tiny_tidy(), spread="iqr")
+    with pytest.raises(ValueError, match=r"metric\(s\) \['nll'\] are not in the metrics table"):
+        mukhoti.table(tiny_tidy(), metrics=["nll"])

@@ -145,8 +145,8 @@ def either(*options: Option) -> Option:
 
 def list_of(item: Option, *, length: int | None = None) -> Option:
     """A non-empty list (or tuple) of values ``item`` accepts; ``length`` fixes its size."""
-    size = f"{length} " if length is not None else "non-empty "
-    description = f"a {size}list of {item.description}"
+    size = "a non-empty list" if length is None else f"a list of {length} values"
+    description = f"{size}, each {item.description}"
 
     def validate(name: str, value: Any) -> Any:
         if not isinstance(value, (list, tuple)) or not value or (length is not None and len(value) != length):
@@ -160,7 +160,7 @@ def list_of(item: Option, *, length: int | None = None) -> Option:
 
 def mapping(key: Option, value: Option) -> Option:
     """A non-empty mapping whose keys ``key`` and values ``value`` accept."""
-    description = f"a mapping of {key.description} to {value.description}"
+    description = f"a mapping, each key {key.description} and each value {value.description}"
 
     def validate(name: str, given: Any) -> Any:
         if not isinstance(given, Mapping) or not given:
