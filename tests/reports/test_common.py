@@ -67,7 +67,9 @@ def test_mean_std_cell(mean, spread, n, digits, expected):
 
 
 def test_seed_stats_skips_nan_and_keeps_first_seen_order():
-    rows = pd.DataFrame({"method": ["b", "b", "a", "a", "a"], "value": [1.0, 3.0, 2.0, np.nan, 4.0]})
+    rows = pd.DataFrame(
+        {"method": ["b", "b", "a", "a", "a"], "value": [1.0, 3.0, 2.0, np.nan, 4.0]}
+    )
     stats = seed_stats(rows, ["method"], sem=True)
     assert stats["method"].tolist() == ["b", "a"]
     assert stats["n"].tolist() == [2, 2] and stats["mean"].tolist() == [2.0, 3.0]
@@ -81,7 +83,12 @@ def test_method_order_keeps_the_study_order_and_groups_sweeps():
     assert method_order(study) == study
     assert method_order(study, groups=groups) == ["ce", "ls_0p1", "ls_0p3", "focal_1", "focal_3"]
     # only the methods present; those the study does not list come last, sorted
-    assert method_order(study, present=["focal_3", "zeta", "ce", "alpha"]) == ["ce", "focal_3", "alpha", "zeta"]
+    assert method_order(study, present=["focal_3", "zeta", "ce", "alpha"]) == [
+        "ce",
+        "focal_3",
+        "alpha",
+        "zeta",
+    ]
 
 
 def test_method_colors_are_one_per_method_and_stable_across_figures():
@@ -90,7 +97,9 @@ def test_method_colors_are_one_per_method_and_stable_across_figures():
     assert len(set(colors.values())) == 3
     assert colors["focal"] == matplotlib.colormaps["tab10"](1)
     assert method_colors(study, {"ce": "CE", "focal": "FL", "ls": "LS"})["FL"] == colors["focal"]
-    assert len(set(method_colors([f"m{i}" for i in range(15)]).values())) == 15  # tab20 past 10 methods
+    assert (
+        len(set(method_colors([f"m{i}" for i in range(15)]).values())) == 15
+    )  # tab20 past 10 methods
 
 
 @pytest.mark.parametrize("module", [common, mukhoti], ids=lambda m: m.__name__)

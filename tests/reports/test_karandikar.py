@@ -61,7 +61,10 @@ def test_karandikar_table_loss_mapping_and_failures(soft_results):
         )
     with pytest.raises(ValueError, match=r"valid calibrator keys: \['ts', 'ts_sb_ece'\]"):
         build_report("karandikar_table", soft_results, ts="ts_nll")
-    with pytest.raises(ValueError, match="selection must be one of 'karandikar', 'best_val_error', 'test_ece', got 'best'"):
+    with pytest.raises(
+        ValueError,
+        match="selection must be one of 'karandikar', 'best_val_error', 'test_ece', got 'best'",
+    ):
         build_report("karandikar_table", soft_results, selection="best")
 
 
@@ -101,5 +104,3 @@ def test_karandikar_effects_with_one_seed_is_nan_with_a_note():
         build_report("karandikar_effects", results, calibrators=["ts_sb_ece"])
     with pytest.raises(ValueError, match="alpha"):
         build_report("karandikar_effects", results, alpha=0)
-
-

@@ -93,8 +93,6 @@ def test_mukhoti_curves_failure_paths(focal_results):
         build_report("mukhoti_curves", study(FOCAL, [0, 1, 2], focal_results.metrics))
 
 
-
-
 # --- notebook use: compute functions on a tidy frame, no Kedro, no figures ---------------
 
 
@@ -118,16 +116,26 @@ def test_mukhoti_table_from_a_tidy_frame_alone_draws_nothing():
     assert plt.get_fignums() == before
     assert table["Method"].tolist() == ["CE", "Focal"]
     assert table.loc[1, "Error"] == "30.00 ± 0.00"
-    assert table.loc[0, "ECE Pre T"] == "11.00 ± 1.41" and table.loc[0, "ECE Post T"] == "4.00 ± 1.41"
+    assert (
+        table.loc[0, "ECE Pre T"] == "11.00 ± 1.41" and table.loc[0, "ECE Post T"] == "4.00 ± 1.41"
+    )
     assert table.loc[0, "AdaECE Post T"] == "4.00 ± 1.41"
     # options of the report are plain arguments: SEM, fewer metrics, the row order, T
     temperatures = pd.DataFrame({"method": ["ce", "ce"], "seed": [0, 1], "temperature": [1.4, 1.6]})
     sem = mukhoti.table(
-        tiny_tidy(), "ts", metrics=["ece"], methods=["focal", "ce"], temperatures=temperatures, spread="sem"
+        tiny_tidy(),
+        "ts",
+        metrics=["ece"],
+        methods=["focal", "ce"],
+        temperatures=temperatures,
+        spread="sem",
     )
     assert sem.columns.tolist() == ["Method", "Error", "ECE Pre T", "ECE Post T"]
     assert sem["Method"].tolist() == ["Focal", "CE"]
-    assert sem.loc[1, "ECE Post T"] == "4.00 ± 1.00 (1.50)" and sem.loc[0, "ECE Post T"] == "4.00 ± 1.00"
+    assert (
+        sem.loc[1, "ECE Post T"] == "4.00 ± 1.00 (1.50)"
+        and sem.loc[0, "ECE Post T"] == "4.00 ± 1.00"
+    )
     assert list(mukhoti.paper_orientation(sem, ["ece"], "toy")) == ["paper_error", "paper_ece"]
     with pytest.raises(ValueError, match="spread must be one of 'std', 'sem', got 'iqr'"):
         mukhoti.table(tiny_tidy(), spread="iqr")

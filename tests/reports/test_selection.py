@@ -65,7 +65,10 @@ def test_test_ece_rule_labels_the_choice_everywhere(ls_table):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"rule": "lowest_ece"}, "rule must be one of 'karandikar', 'best_val_error', 'test_ece', got 'lowest_ece'"),
+        (
+            {"rule": "lowest_ece"},
+            "rule must be one of 'karandikar', 'best_val_error', 'test_ece', got 'lowest_ece'",
+        ),
         ({"rule": "best_val_error", "metric": "ece"}, "minimises 'error'"),
         ({"rule": "karandikar", "tolerance": 1.5}, "tolerance"),
         ({"rule": "karandikar", "metric": "sece"}, "missing"),
@@ -74,5 +77,3 @@ def test_test_ece_rule_labels_the_choice_everywhere(ls_table):
 def test_selection_failure_paths(ls_table, kwargs, match):
     with pytest.raises(ValueError, match=match):
         select_sweep_members(ls_table, LS_GROUPS, **kwargs)
-
-

@@ -328,8 +328,16 @@ def test_studies_without_shift_rows_get_a_note_not_a_crash():
             r"metrics\[0\] must be one of 'accuracy', 'error', .*got 'ecee'",
         ),
         ("shift_tables", {"sem": "masson"}, r"sem must be one of 'plain', 'within', got 'masson'"),
-        ("shift_figures", {"metric": "brierr"}, r"metric must be one of 'accuracy', .*got 'brierr'"),
-        ("natural_shift_table", {"sets": ["cifar10_1"]}, r"unknown option\(s\) \['sets'\]; valid options: metrics, include_clean"),
+        (
+            "shift_figures",
+            {"metric": "brierr"},
+            r"metric must be one of 'accuracy', .*got 'brierr'",
+        ),
+        (
+            "natural_shift_table",
+            {"sets": ["cifar10_1"]},
+            r"unknown option\(s\) \['sets'\]; valid options: metrics, include_clean",
+        ),
         ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\]"),
         (
             "shift_tables",

@@ -85,11 +85,32 @@ def test_singh_table_runs_with_a_single_seed():
         parts = {}
         for part in ("val", "test"):
             labels = torch.randint(0, 3, (60,), generator=generator)
-            parts[part] = {"logits": torch.randn(60, 3, generator=generator) + 2 * torch.nn.functional.one_hot(labels, 3), "labels": labels}
-        runs[f"{method}|0"] = {"logits": parts, "calibrators": {"ts_fixed": build_calibrator("temperature_fixed").fit(parts["val"]["logits"], parts["val"]["labels"])}}
+            parts[part] = {
+                "logits": torch.randn(60, 3, generator=generator)
+                + 2 * torch.nn.functional.one_hot(labels, 3),
+                "labels": labels,
+            }
+        runs[f"{method}|0"] = {
+            "logits": parts,
+            "calibrators": {
+                "ts_fixed": build_calibrator("temperature_fixed").fit(
+                    parts["val"]["logits"], parts["val"]["labels"]
+                )
+            },
+        }
     labels = {"ce": "CE", "erl": "ERL"}
-    metrics, bins = evaluate_runs(runs, dataset="toy", study="dark_side", labels=labels, calibrators=["ts_fixed"])
-    results = StudyResults(study="dark_side", dataset="toy", methods=["ce", "erl"], seeds=[0], labels=labels,
-                           groups={"ce": "ce", "erl": "erl"}, metrics=metrics, bins=bins)
+    metrics, bins = evaluate_runs(
+        runs, dataset="toy", study="dark_side", labels=labels, calibrators=["ts_fixed"]
+    )
+    results = StudyResults(
+        study="dark_side",
+        dataset="toy",
+        methods=["ce", "erl"],
+        seeds=[0],
+        labels=labels,
+        groups={"ce": "ce", "erl": "erl"},
+        metrics=metrics,
+        bins=bins,
+    )
     out = build_report("singh_table", results, calibrator="ts_fixed")
     assert "CE" in set(out["table"]["Method"])

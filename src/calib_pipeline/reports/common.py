@@ -22,8 +22,22 @@ if TYPE_CHECKING:
 
 UNCALIBRATED = "none"  # the calibrator key of raw scores
 UNSHIFTED = "none"  # the shift of the clean splits
-PERCENT_METRICS = ("accuracy", "error", "ece", "ece_em", "ece_l2", "ece_lb", "mce", "classwise_ece",
-                   "overconfidence_error", "sece", "sb_ece", "dece", "smooth_ece", "debiased_ece_l2")
+PERCENT_METRICS = (
+    "accuracy",
+    "error",
+    "ece",
+    "ece_em",
+    "ece_l2",
+    "ece_lb",
+    "mce",
+    "classwise_ece",
+    "overconfidence_error",
+    "sece",
+    "sb_ece",
+    "dece",
+    "smooth_ece",
+    "debiased_ece_l2",
+)
 SPREADS = ("std", "sem")
 MISSING_CELL = "–"
 # Column headers of the metrics in the paper layouts.
@@ -78,15 +92,21 @@ def mean_std_cell(mean: float, spread: float, n: int | None = None, digits: int 
 def mean_std_cells(stats: pd.DataFrame, spread: str = "std", digits: int = 2) -> list[str]:
     """:func:`mean_std_cell` of every row of a :func:`seed_stats` frame (``spread``: its
     ``std`` or ``sem`` column)."""
-    return [mean_std_cell(m, s, n, digits) for m, s, n in zip(stats["mean"], stats[spread], stats["n"])]
+    return [
+        mean_std_cell(m, s, n, digits) for m, s, n in zip(stats["mean"], stats[spread], stats["n"])
+    ]
 
 
 def percent_scaled(rows: pd.DataFrame, percent: Iterable[str] = PERCENT_METRICS) -> pd.DataFrame:
     """``rows`` of a tidy table with the values of the ``percent`` metrics ×100."""
-    return rows.assign(value=np.where(rows["metric"].isin(list(percent)), rows["value"] * 100, rows["value"]))
+    return rows.assign(
+        value=np.where(rows["metric"].isin(list(percent)), rows["value"] * 100, rows["value"])
+    )
 
 
-def seed_stats(rows: pd.DataFrame, by: list[str], value: str = "value", *, sem: bool = False) -> pd.DataFrame:
+def seed_stats(
+    rows: pd.DataFrame, by: list[str], value: str = "value", *, sem: bool = False
+) -> pd.DataFrame:
     """Mean, sample std (NaN for one value) and count of ``value`` per ``by`` cell.
 
     NaN values are skipped (and not counted); cells keep their first-seen order.
@@ -129,7 +149,9 @@ def mean_std_table(
     Returns:
         Columns ``label, calibrator, *metrics``; labels in first-seen order.
     """
-    subset = table[(table["split"] == split) & (table["shift"] == shift) & table["metric"].isin(metrics)]
+    subset = table[
+        (table["split"] == split) & (table["shift"] == shift) & table["metric"].isin(metrics)
+    ]
     if subset.empty:
         raise ValueError(f"no rows for split={split!r}, shift={shift!r}, metrics={metrics}")
     stats = seed_stats(percent_scaled(subset, percent), ["label", "calibrator", "metric"])
@@ -149,7 +171,9 @@ def clean_rows(
     table: pd.DataFrame, split: str = "test", shift: str = UNSHIFTED, severity: int = 0
 ) -> pd.DataFrame:
     """The rows of one evaluated set (default: the clean test split)."""
-    return table[(table["split"] == split) & (table["shift"] == shift) & (table["severity"] == severity)]
+    return table[
+        (table["split"] == split) & (table["shift"] == shift) & (table["severity"] == severity)
+    ]
 
 
 def require_metrics(table: pd.DataFrame, metrics: list[str]) -> None:
@@ -157,7 +181,9 @@ def require_metrics(table: pd.DataFrame, metrics: list[str]) -> None:
     available = sorted(set(table["metric"]))
     missing = [m for m in metrics if m not in available]
     if missing:
-        raise ValueError(f"metric(s) {missing} are not in the metrics table; available: {available}")
+        raise ValueError(
+            f"metric(s) {missing} are not in the metrics table; available: {available}"
+        )
 
 
 def calibrator_key(table: pd.DataFrame, requested: str | None) -> str:
@@ -182,7 +208,9 @@ def method_labels(table: pd.DataFrame) -> dict[str, str]:
 
 
 def method_order(
-    methods: Sequence[str], present: Iterable[str] | None = None, groups: dict[str, str] | None = None
+    methods: Sequence[str],
+    present: Iterable[str] | None = None,
+    groups: dict[str, str] | None = None,
 ) -> list[str]:
     """Methods in the study's order.
 
@@ -227,7 +255,9 @@ def method_colors(methods: Sequence[str], labels: dict[str, str] | None = None) 
 # --- paper reports ------------------------------------------------------------------------
 
 
-def paper_header(results: StudyResults, title: str, spread: str, record: pd.DataFrame | None) -> str:
+def paper_header(
+    results: StudyResults, title: str, spread: str, record: pd.DataFrame | None
+) -> str:
     """The Markdown heading of a paper table: title, study, seeds, spread and, when sweep
     members were selected, by which rule (and a warning for test-set choices)."""
     text = (
@@ -273,7 +303,9 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
         if isinstance(value, pd.DataFrame):
             value.to_csv(folder / f"{name}.csv", index=False)
             if len(value) <= MARKDOWN_MAX_ROWS:
-                (folder / f"{name}.md").write_text(value.to_markdown(index=False) + "\n", encoding="utf-8")
+                (folder / f"{name}.md").write_text(
+                    value.to_markdown(index=False) + "\n", encoding="utf-8"
+                )
         elif isinstance(value, str):
             (folder / f"{name}.md").write_text(value, encoding="utf-8")
         elif hasattr(value, "savefig"):
@@ -282,6 +314,8 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
             value.savefig(folder / f"{name}.png", dpi=dpi, bbox_inches="tight")
             plt.close(value)
         elif isinstance(value, (dict, list)):
-            (folder / f"{name}.json").write_text(json.dumps(value, indent=2, default=str), encoding="utf-8")
+            (folder / f"{name}.json").write_text(
+                json.dumps(value, indent=2, default=str), encoding="utf-8"
+            )
         else:
             raise TypeError(f"report artifact {name!r} has unsupported type {type(value).__name__}")

@@ -12,15 +12,28 @@ from typing import Any
 import pandas as pd
 import torch
 
-from calib_pipeline.calibration.metrics import calibration_metrics, calibration_metrics_batched, reliability_bins
+from calib_pipeline.calibration.metrics import (
+    calibration_metrics,
+    calibration_metrics_batched,
+    reliability_bins,
+)
 from calib_pipeline.calibration.posthoc import calibrated_scores
 from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
 
 logger = logging.getLogger(__name__)
 
 TIDY_COLUMNS = [
-    "dataset", "study", "method", "label", "seed", "calibrator",
-    "split", "shift", "severity", "metric", "value",
+    "dataset",
+    "study",
+    "method",
+    "label",
+    "seed",
+    "calibrator",
+    "split",
+    "shift",
+    "severity",
+    "metric",
+    "value",
 ]
 SHIFT_METRICS = ("accuracy", "nll", "brier", "ece", "ece_em", "mce", "ece_l2", "auroc")
 
@@ -33,18 +46,27 @@ def _cells(run: dict[str, Any]) -> list[tuple[str, str, int, dict[str, Any]]]:
     Shift entries carry their split (``"test"``, or ``"val"`` for shifted validation sets;
     older caches have none: test); skipped corruptions have no logits and no cell.
     """
-    cells = [(part, UNSHIFTED, 0, run["logits"][part]) for part in ("val", "test") if part in run["logits"]]
+    cells = [
+        (part, UNSHIFTED, 0, run["logits"][part])
+        for part in ("val", "test")
+        if part in run["logits"]
+    ]
     for entry in (run.get("shift") or {}).values():
         if "logits" in entry:
-            cells.append((entry.get("split", "test"), entry["shift"], int(entry["severity"]), entry))
+            cells.append(
+                (entry.get("split", "test"), entry["shift"], int(entry["severity"]), entry)
+            )
     return cells
 
 
 def _bins_frame(stats: dict[str, Any], count: int, base: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
-            "lower": stats["edges"][:-1], "upper": stats["edges"][1:], "count": stats["counts"],
-            "confidence": stats["confidence"], "accuracy": stats["accuracy"],
+            "lower": stats["edges"][:-1],
+            "upper": stats["edges"][1:],
+            "count": stats["counts"],
+            "confidence": stats["confidence"],
+            "accuracy": stats["accuracy"],
         }
     )
     frame.insert(0, "n_bins", count)
@@ -54,7 +76,9 @@ def _bins_frame(stats: dict[str, Any], count: int, base: dict[str, Any]) -> pd.D
     return frame
 
 
-def _score_shifted(shifted: ShiftedCells, n_bins: int, shift_metrics: tuple[str, ...]) -> list[dict[str, Any]]:
+def _score_shifted(
+    shifted: ShiftedCells, n_bins: int, shift_metrics: tuple[str, ...]
+) -> list[dict[str, Any]]:
     """Rows of the shifted cells of one (run, calibrator), one batched call per score kind
     and set size (the sets of a run share their size, so they stack into R × N × K)."""
     rows: list[dict[str, Any]] = []
@@ -62,7 +86,9 @@ def _score_shifted(shifted: ShiftedCells, n_bins: int, shift_metrics: tuple[str,
         values = calibration_metrics_batched(
             torch.stack([torch.as_tensor(c[1]) for c in cells]),
             torch.stack([torch.as_tensor(c[2]) for c in cells]),
-            n_bins=n_bins, inputs=kind, keys=list(shift_metrics),
+            n_bins=n_bins,
+            inputs=kind,
+            keys=list(shift_metrics),
         )
         for index, (cell, _, _) in enumerate(cells):
             rows.extend({**cell, "metric": k, "value": float(v[index])} for k, v in values.items())
@@ -83,11 +109,15 @@ def _score_run(
     shifted: ShiftedCells = {}
     for split, shift, severity, entry in _cells(run):
         scores, kind = (
-            (entry["logits"], "logits") if calibrator is None else calibrated_scores(calibrator, entry["logits"])
+            (entry["logits"], "logits")
+            if calibrator is None
+            else calibrated_scores(calibrator, entry["logits"])
         )
         cell = {**base, "split": split, "shift": shift, "severity": severity}
         if shift != UNSHIFTED:
-            shifted.setdefault((kind, len(entry["labels"])), []).append((cell, scores, entry["labels"]))
+            shifted.setdefault((kind, len(entry["labels"])), []).append(
+                (cell, scores, entry["labels"])
+            )
             continue
         values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
         rows.extend({**cell, "metric": k, "value": float(v)} for k, v in values.items())
@@ -134,14 +164,22 @@ def evaluate_runs(
         fitted = run.get("calibrators") or {}
         missing = [c for c in calibrators if c not in fitted]
         if missing:
-            raise KeyError(f"{method} seed {seed}: calibrator(s) {missing} were not fitted; re-run posthoc")
+            raise KeyError(
+                f"{method} seed {seed}: calibrator(s) {missing} were not fitted; re-run posthoc"
+            )
         for cal_name in [UNCALIBRATED, *calibrators]:
             base = {
-                "dataset": dataset, "study": study, "method": method, "label": labels.get(method, method),
-                "seed": int(seed), "calibrator": cal_name,
+                "dataset": dataset,
+                "study": study,
+                "method": method,
+                "label": labels.get(method, method),
+                "seed": int(seed),
+                "calibrator": cal_name,
             }
             calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
-            run_rows, run_bins = _score_run(run, base, calibrator, n_bins, reliability_bin_counts, shift_metrics)
+            run_rows, run_bins = _score_run(
+                run, base, calibrator, n_bins, reliability_bin_counts, shift_metrics
+            )
             rows.extend(run_rows)
             bins.extend(run_bins)
     table = pd.DataFrame(rows, columns=TIDY_COLUMNS)

@@ -23,13 +23,29 @@ from calib_pipeline.reports.registry import (
 )
 
 TABLE_METRICS = ["error", "nll", "ece", "mce", "ece_em", "classwise_ece"]
-TABLE_HEADERS = {"label": "Methods", "error": "Error", "nll": "NLL", "ece": "ECE", "mce": "MCE",
-                 "ece_em": "ACE", "classwise_ece": "Classwise ECE"}
+TABLE_HEADERS = {
+    "label": "Methods",
+    "error": "Error",
+    "nll": "NLL",
+    "ece": "ECE",
+    "mce": "MCE",
+    "ece_em": "ACE",
+    "classwise_ece": "Classwise ECE",
+}
 BIN_COUNTS = [10, 20, 50, 100, 200, 500, 1000]
-CURVE_COLUMNS = ("test_ece", "test_error", "test_gamma_mean", "test_gamma_std", "val_gamma_mean", "val_gamma_std")
+CURVE_COLUMNS = (
+    "test_ece",
+    "test_error",
+    "test_gamma_mean",
+    "test_gamma_std",
+    "val_gamma_mean",
+    "val_gamma_std",
+)
 
 
-def paper_table(table: pd.DataFrame, methods: list[str], calibrated: dict[str, str] | None = None) -> pd.DataFrame:
+def paper_table(
+    table: pd.DataFrame, methods: list[str], calibrated: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Table 1 / 2 of the paper from the tidy metrics table.
 
     Args:
@@ -44,7 +60,9 @@ def paper_table(table: pd.DataFrame, methods: list[str], calibrated: dict[str, s
     """
     unknown = sorted(set(methods) - set(table["method"]))
     if unknown:
-        raise ValueError(f"methods {unknown} are not in the study's table; it has {sorted(table['method'].unique())}")
+        raise ValueError(
+            f"methods {unknown} are not in the study's table; it has {sorted(table['method'].unique())}"
+        )
     pieces = []
     for method in methods:
         rows = table[(table["method"] == method) & (table["calibrator"] == UNCALIBRATED)]
@@ -58,7 +76,9 @@ def paper_table(table: pd.DataFrame, methods: list[str], calibrated: dict[str, s
                     f"{sorted(table.loc[table['method'] == method, 'calibrator'].unique())}"
                 )
             pieces.append(
-                cal_rows.assign(label=cal_rows["label"] + f" ({calibrator.upper()})", calibrator=UNCALIBRATED)
+                cal_rows.assign(
+                    label=cal_rows["label"] + f" ({calibrator.upper()})", calibrator=UNCALIBRATED
+                )
             )
     wide = mean_std_table(pd.concat(pieces), TABLE_METRICS)
     return wide.drop(columns="calibrator").rename(columns=TABLE_HEADERS)
@@ -82,12 +102,17 @@ def meta_tables(
     if ablation:
         table2 = paper_table(results.metrics, ablation)
         out["table2"] = table2
-        text += ["\n\n## Table 2: calibration gain of the meta loss\n", table2.to_markdown(index=False)]
+        text += [
+            "\n\n## Table 2: calibration gain of the meta loss\n",
+            table2.to_markdown(index=False),
+        ]
     out["tables"] = "\n".join(text) + "\n"
     return out
 
 
-def epoch_curves(histories: dict[tuple[str, int], pd.DataFrame], labels: dict[str, str]) -> pd.DataFrame:
+def epoch_curves(
+    histories: dict[tuple[str, int], pd.DataFrame], labels: dict[str, str]
+) -> pd.DataFrame:
     """Per label and epoch, the seed mean of test ECE, test error (from the accuracy) and
     the mean / std of the learned γ on test and val.
 
@@ -152,7 +177,9 @@ def _test_logits(logits: dict[tuple[str, int], dict[str, Any]]) -> dict[str, lis
 
 
 def ece_mce_by_bins(
-    logits: dict[tuple[str, int], dict[str, Any]], labels: dict[str, str], bin_counts: Sequence[int] = BIN_COUNTS
+    logits: dict[tuple[str, int], dict[str, Any]],
+    labels: dict[str, str],
+    bin_counts: Sequence[int] = BIN_COUNTS,
 ) -> pd.DataFrame:
     """Test ECE and MCE of every method for each bin count, mean over seeds.
 
@@ -169,9 +196,18 @@ def ece_mce_by_bins(
         stacked_logits = torch.stack([z for z, _ in runs])
         stacked_labels = torch.stack([y for _, y in runs])
         for count in bin_counts:
-            values = calibration_metrics_batched(stacked_logits, stacked_labels, n_bins=count, keys=["ece", "mce"])
-            rows.append({"method": method, "label": labels[method], "n_bins": count,
-                         "ece": float(np.mean(values["ece"])), "mce": float(np.mean(values["mce"]))})
+            values = calibration_metrics_batched(
+                stacked_logits, stacked_labels, n_bins=count, keys=["ece", "mce"]
+            )
+            rows.append(
+                {
+                    "method": method,
+                    "label": labels[method],
+                    "n_bins": count,
+                    "ece": float(np.mean(values["ece"])),
+                    "mce": float(np.mean(values["mce"])),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -184,10 +220,19 @@ def bins_figure(table: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
     """
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for (method, label), frame in table.groupby(["method", "label"], sort=False):
-        axes[0].plot(frame["n_bins"], 100 * frame["ece"], marker="o", label=label, color=colors[method])
-        axes[1].plot(frame["n_bins"], 100 * frame["mce"], marker="o", label=label, color=colors[method])
+        axes[0].plot(
+            frame["n_bins"], 100 * frame["ece"], marker="o", label=label, color=colors[method]
+        )
+        axes[1].plot(
+            frame["n_bins"], 100 * frame["mce"], marker="o", label=label, color=colors[method]
+        )
     for ax, name in zip(axes, ("ECE", "MCE")):
-        ax.set(xscale="log", xlabel="number of bins", ylabel=f"{name} (%)", title=f"test {name} vs number of bins")
+        ax.set(
+            xscale="log",
+            xlabel="number of bins",
+            ylabel=f"{name} (%)",
+            title=f"test {name} vs number of bins",
+        )
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -200,23 +245,38 @@ def bin_robustness(results: StudyResults, n_bins: list[int] | None = None) -> di
     return {"ece_mce_vs_bins": table, "figure5": bins_figure(table, method_colors(results.methods))}
 
 
-def learned_gammas(logits: dict[tuple[str, int], dict[str, Any]], labels: dict[str, str]) -> dict[str, np.ndarray]:
+def learned_gammas(
+    logits: dict[tuple[str, int], dict[str, Any]], labels: dict[str, str]
+) -> dict[str, np.ndarray]:
     """Label -> the learned per-sample γ on the test set of every γ-Net method, seeds pooled."""
     gammas: dict[str, np.ndarray] = {}
     for (method, _), run in sorted(logits.items()):
         if "gamma_test" in run:
             values = torch.as_tensor(run["gamma_test"]).double().numpy()
-            gammas[labels[method]] = np.concatenate([gammas.get(labels[method], np.empty(0)), values])
+            gammas[labels[method]] = np.concatenate(
+                [gammas.get(labels[method], np.empty(0)), values]
+            )
     if not gammas:
-        raise ValueError("no run of this study has learned γ values (γ-Net methods store gamma_test)")
+        raise ValueError(
+            "no run of this study has learned γ values (γ-Net methods store gamma_test)"
+        )
     return gammas
 
 
 def gamma_summary(gammas: dict[str, np.ndarray]) -> pd.DataFrame:
     """Mean, std, min, median and max of the learned γ per label."""
     return pd.DataFrame(
-        [{"label": k, "mean": v.mean(), "std": v.std(), "min": v.min(), "median": np.median(v), "max": v.max()}
-         for k, v in gammas.items()]
+        [
+            {
+                "label": k,
+                "mean": v.mean(),
+                "std": v.std(),
+                "min": v.min(),
+                "median": np.median(v),
+                "max": v.max(),
+            }
+            for k, v in gammas.items()
+        ]
     )
 
 
@@ -225,7 +285,9 @@ def gamma_figure(gammas: dict[str, np.ndarray], bins: int, colors: dict[str, Any
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, values in gammas.items():
         ax.hist(values, bins=bins, alpha=0.55, label=label, color=colors[label])
-    ax.set(xlabel="learned γ on test", ylabel="samples", title="distribution of the learned focal γ")
+    ax.set(
+        xlabel="learned γ on test", ylabel="samples", title="distribution of the learned focal γ"
+    )
     ax.legend(fontsize=8)
     return fig
 
@@ -235,4 +297,7 @@ def gamma_histogram(results: StudyResults, bins: int = 40) -> dict[str, Any]:
     """Histogram of the learned per-sample γ on the test set for every γ-Net method (seeds pooled)."""
     gammas = learned_gammas(results.logits, results.labels)
     colors = method_colors(results.methods, results.labels)
-    return {"gamma_summary": gamma_summary(gammas), "gamma_histogram": gamma_figure(gammas, bins, colors)}
+    return {
+        "gamma_summary": gamma_summary(gammas),
+        "gamma_histogram": gamma_figure(gammas, bins, colors),
+    }

@@ -22,9 +22,8 @@ import numpy as np
 import pandas as pd
 
 from calib_pipeline.calibration.stats import T_TESTS, cohens_d, significance_direction, t_test
-from calib_pipeline.registry import check_choice, check_range
+from calib_pipeline.registry import check_choice
 from calib_pipeline.reports.common import (
-    METRIC_NAMES,
     PERCENT_METRICS,
     SPREADS,
     UNCALIBRATED,
@@ -40,13 +39,13 @@ from calib_pipeline.reports.common import (
 )
 from calib_pipeline.reports.registry import (
     BOOLEAN,
+    SIGNIFICANCE,
     TEXT,
     StudyResults,
     choice,
     integer,
     list_of,
     mapping,
-    number,
     optional,
     report,
 )
@@ -54,17 +53,29 @@ from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
 LABEL_ALIASES = {"CE": "NLL"}
 PARAMETER_SUFFIX = re.compile(r"\s*\([^()]*\)$")
-ALPHA = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 LOSSES = optional(mapping(TEXT, list_of(TEXT, length=2)))
 EFFECT_COLUMNS = [
-    "primary", "secondary", "calibrator", "n_none", "n_secondary", "mean_none", "mean_secondary",
-    "cohens_d", "t", "df", "p_value", "significant", "note",
+    "primary",
+    "secondary",
+    "calibrator",
+    "n_none",
+    "n_secondary",
+    "mean_none",
+    "mean_secondary",
+    "cohens_d",
+    "t",
+    "df",
+    "p_value",
+    "significant",
+    "note",
 ]
 
 Cells = dict[str, tuple[str, str]]
 
 
-def loss_cells(labels: dict[str, str], methods: list[str], losses: dict[str, Any] | None = None) -> Cells:
+def loss_cells(
+    labels: dict[str, str], methods: list[str], losses: dict[str, Any] | None = None
+) -> Cells:
     """method -> (primary, secondary), from ``losses`` or parsed from the labels.
 
     A label ``"<Primary> + <Secondary>"`` gives both, a bare ``"<Primary>"`` has secondary
@@ -81,7 +92,9 @@ def loss_cells(labels: dict[str, str], methods: list[str], losses: dict[str, Any
     """
     if losses is not None:
         missing = [m for m in methods if m not in losses]
-        bad = {m: v for m, v in losses.items() if not (isinstance(v, (list, tuple)) and len(v) == 2)}
+        bad = {
+            m: v for m, v in losses.items() if not (isinstance(v, (list, tuple)) and len(v) == 2)
+        }
         if missing or bad:
             raise ValueError(
                 f"losses must map every method to [primary, secondary]; missing: {missing}, malformed: {bad}"
@@ -94,15 +107,22 @@ def loss_cells(labels: dict[str, str], methods: list[str], losses: dict[str, Any
         cells[method] = (LABEL_ALIASES.get(primary, primary), secondary or UNCALIBRATED)
     clash = pd.Series(cells).loc[lambda s: s.duplicated(keep=False)]
     if not clash.empty:
-        raise ValueError(f"methods share a (primary, secondary) cell: {clash.to_dict()}; pass losses=... to map them")
+        raise ValueError(
+            f"methods share a (primary, secondary) cell: {clash.to_dict()}; pass losses=... to map them"
+        )
     return cells
 
 
 def _selected_cells(
-    results: StudyResults, selection: str | None, selection_metric: str | None, losses: dict[str, Any] | None
+    results: StudyResults,
+    selection: str | None,
+    selection_metric: str | None,
+    losses: dict[str, Any] | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, Cells]:
     selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
-    cells = loss_cells(results.labels, method_order(results.methods, present=selected["method"]), losses)
+    cells = loss_cells(
+        results.labels, method_order(results.methods, present=selected["method"]), losses
+    )
     return selected, record, cells
 
 
@@ -116,7 +136,9 @@ def _axes(cells: Cells) -> tuple[list[str], list[str]]:
     return primaries, secondaries
 
 
-def table_columns(tidy: pd.DataFrame, metric: str, ts: str | None, ts_sb_ece: str | None) -> dict[str, tuple[str, str]]:
+def table_columns(
+    tidy: pd.DataFrame, metric: str, ts: str | None, ts_sb_ece: str | None
+) -> dict[str, tuple[str, str]]:
     """Column header -> (metric, calibrator) of Table 2; a ``None`` calibrator drops its column."""
     columns = {"Accuracy": ("accuracy", UNCALIBRATED), "ECE": (metric, UNCALIBRATED)}
     for name, key in (("ECE+TS", ts), ("ECE+TS-SB-ECE", ts_sb_ece)):
@@ -156,11 +178,15 @@ def table(
     columns = table_columns(tidy, metric, ts, ts_sb_ece)
     rows = clean_rows(tidy)
     rows = rows[rows["metric"].isin(["accuracy", metric])]
-    stats = seed_stats(percent_scaled(rows, ("accuracy", metric)), ["method", "calibrator", "metric"], sem=True)
+    stats = seed_stats(
+        percent_scaled(rows, ("accuracy", metric)), ["method", "calibrator", "metric"], sem=True
+    )
     stats["cell"] = mean_std_cells(stats, spread, digits)
     indexed = stats.set_index(["method", "calibrator", "metric"])
     primaries, secondaries = _axes(cells)
-    ordered = sorted(cells, key=lambda m: (primaries.index(cells[m][0]), secondaries.index(cells[m][1])))
+    ordered = sorted(
+        cells, key=lambda m: (primaries.index(cells[m][0]), secondaries.index(cells[m][1]))
+    )
 
     def layout(value: str) -> pd.DataFrame:
         return pd.DataFrame(
@@ -168,7 +194,10 @@ def table(
                 {
                     "Primary": cells[m][0],
                     "Secondary": cells[m][1],
-                    **{name: indexed.at[(m, cal, key), value] for name, (key, cal) in columns.items()},
+                    **{
+                        name: indexed.at[(m, cal, key), value]
+                        for name, (key, cal) in columns.items()
+                    },
                 }
                 for m in ordered
             ]
@@ -247,10 +276,16 @@ def karandikar_table(
         ``selection``.
     """
     selected, record, cells = _selected_cells(results, selection, selection_metric, losses)
-    wide, means = table(selected, cells, metric=metric, ts=ts, ts_sb_ece=ts_sb_ece, spread=spread, digits=digits)
+    wide, means = table(
+        selected, cells, metric=metric, ts=ts, ts_sb_ece=ts_sb_ece, spread=spread, digits=digits
+    )
     columns = table_columns(selected, metric, ts, ts_sb_ece)
-    calibrated = ", ".join(f"{n} = `{cal}`" for n, (_, cal) in columns.items() if cal != UNCALIBRATED)
-    text = paper_header(results, "Karandikar et al. Table 2: primary × secondary losses", spread, record)
+    calibrated = ", ".join(
+        f"{n} = `{cal}`" for n, (_, cal) in columns.items() if cal != UNCALIBRATED
+    )
+    text = paper_header(
+        results, "Karandikar et al. Table 2: primary × secondary losses", spread, record
+    )
     text += (
         f"Clean test split, ×100; ECE = `{metric}`. Post-hoc columns: {calibrated or 'none'}, "
         "fitted on the validation split. Bold: lowest mean in each ECE column.\n\n"
@@ -264,7 +299,14 @@ def karandikar_table(
 
 
 def effect_row(
-    values: pd.Series, metric: str, baseline: str, method: str, calibrator: str, test: str, paired: bool, alpha: float
+    values: pd.Series,
+    metric: str,
+    baseline: str,
+    method: str,
+    calibrator: str,
+    test: str,
+    paired: bool,
+    alpha: float,
 ) -> dict[str, Any]:
     """Cohen's d and t-test of ``baseline`` vs ``method`` under ``calibrator``.
 
@@ -286,12 +328,23 @@ def effect_row(
         a, b = a.loc[common], b.loc[common]
     scale = 100.0 if metric in PERCENT_METRICS else 1.0
     row = {
-        "calibrator": calibrator, "n_none": len(a), "n_secondary": len(b),
-        "mean_none": scale * float(a.mean()), "mean_secondary": scale * float(b.mean()),
-        "cohens_d": math.nan, "t": math.nan, "df": math.nan, "p_value": math.nan, "significant": False, "note": "",
+        "calibrator": calibrator,
+        "n_none": len(a),
+        "n_secondary": len(b),
+        "mean_none": scale * float(a.mean()),
+        "mean_secondary": scale * float(b.mean()),
+        "cohens_d": math.nan,
+        "t": math.nan,
+        "df": math.nan,
+        "p_value": math.nan,
+        "significant": False,
+        "note": "",
     }
     if min(len(a), len(b)) < 2:
-        return row | {"note": "needs >= 2 seeds per method" + (" (shared seeds when paired)" if paired else "")}
+        return row | {
+            "note": "needs >= 2 seeds per method"
+            + (" (shared seeds when paired)" if paired else "")
+        }
     result = t_test(a.to_numpy(), b.to_numpy(), test=test, paired=paired)
     return row | {
         "cohens_d": cohens_d(a.to_numpy(), b.to_numpy(), paired=paired),
@@ -328,7 +381,7 @@ def effects(
         Columns ``EFFECT_COLUMNS``, a row per (primary, secondary, calibrator).
     """
     check_choice("test", test, T_TESTS)
-    check_range("alpha", alpha, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    SIGNIFICANCE.validate("alpha", alpha)
     require_metrics(tidy, [metric])
     keys = [UNCALIBRATED, *[c for c in dict.fromkeys(tidy["calibrator"]) if c != UNCALIBRATED]]
     chosen = list(calibrators or keys)
@@ -336,17 +389,25 @@ def effects(
     if unknown:
         raise ValueError(f"unknown calibrator(s) {unknown}; valid calibrator keys: {keys}")
     rows = clean_rows(tidy)
-    values = rows[rows["metric"] == metric].set_index(["method", "calibrator", "seed"])["value"].sort_index()
+    values = (
+        rows[rows["metric"] == metric]
+        .set_index(["method", "calibrator", "seed"])["value"]
+        .sort_index()
+    )
     by_cell = {cell: method for method, cell in cells.items()}
     found = [
-        effect_row(values, metric, by_cell[(primary, UNCALIBRATED)], method, cal, test, paired, alpha)
+        effect_row(
+            values, metric, by_cell[(primary, UNCALIBRATED)], method, cal, test, paired, alpha
+        )
         | {"primary": primary, "secondary": secondary}
         for (primary, secondary), method in by_cell.items()
         if secondary != UNCALIBRATED and (primary, UNCALIBRATED) in by_cell
         for cal in chosen
     ]
     if not found:
-        raise ValueError(f"no primary loss has both a 'none' cell and a secondary loss; cells: {sorted(by_cell)}")
+        raise ValueError(
+            f"no primary loss has both a 'none' cell and a secondary loss; cells: {sorted(by_cell)}"
+        )
     return pd.DataFrame(found)[EFFECT_COLUMNS]
 
 
@@ -354,7 +415,9 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
     """Grouped bars of Cohen's d: secondary losses along x, one bar per primary loss, a
     panel per calibrator of ``frame`` (:func:`effects`)."""
     calibrators = list(dict.fromkeys(frame["calibrator"]))
-    fig, axes = plt.subplots(1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True
+    )
     primaries = list(dict.fromkeys(frame["primary"]))
     secondaries = list(dict.fromkeys(frame["secondary"]))
     width = 0.8 / len(primaries)
@@ -372,7 +435,9 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
         ax.axhline(0.8, color="k", linestyle="--", linewidth=0.8)
         ax.axhline(0.0, color="k", linewidth=0.6)
         ax.set_xticks(x, secondaries, rotation=30, fontsize=8)
-        ax.set_title("no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9)
+        ax.set_title(
+            "no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9
+        )
     axes[0, 0].set_ylabel("Cohen's d (positive = lower ECE)", fontsize=8)
     axes[0, 0].legend(fontsize=7, title="primary", title_fontsize=7)
     fig.suptitle(f"{study}: effect size of secondary losses (dashed: d = 0.8)", fontsize=10)
@@ -387,7 +452,7 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
         "calibrators": optional(list_of(TEXT)),
         "test": choice(*T_TESTS),
         "paired": BOOLEAN,
-        "alpha": ALPHA,
+        "alpha": SIGNIFICANCE,
         "losses": LOSSES,
         **SELECTION_OPTIONS,
     },
@@ -427,8 +492,18 @@ def karandikar_effects(
         ``effect_sizes`` and ``karandikar_effects`` (Markdown).
     """
     selected, record, cells = _selected_cells(results, selection, selection_metric, losses)
-    frame = effects(selected, cells, metric=metric, calibrators=calibrators, test=test, paired=paired, alpha=alpha)
-    text = paper_header(results, "Karandikar et al.: effect of each secondary loss on ECE", "std", record)
+    frame = effects(
+        selected,
+        cells,
+        metric=metric,
+        calibrators=calibrators,
+        test=test,
+        paired=paired,
+        alpha=alpha,
+    )
+    text = paper_header(
+        results, "Karandikar et al.: effect of each secondary loss on ECE", "std", record
+    )
     text += (
         f"Cohen's d on test `{metric}` of `<primary>` vs `<primary> + <secondary>`, pooled SD; "
         "positive = the secondary loss lowers the ECE (0.8 = large). "
@@ -438,4 +513,6 @@ def karandikar_effects(
         + "\n"
     )
     figure = effects_figure(frame, results.study)
-    return with_selection({"effects": frame, "effect_sizes": figure, "karandikar_effects": text}, record)
+    return with_selection(
+        {"effects": frame, "effect_sizes": figure, "karandikar_effects": text}, record
+    )

@@ -39,7 +39,15 @@ from calib_pipeline.reports.common import (
     seed_stats,
     with_selection,
 )
-from calib_pipeline.reports.registry import TEXT, StudyResults, choice, integer, list_of, optional, report
+from calib_pipeline.reports.registry import (
+    TEXT,
+    StudyResults,
+    choice,
+    integer,
+    list_of,
+    optional,
+    report,
+)
 from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
 DEFAULT_METRICS = ("ece", "ece_em", "classwise_ece")
@@ -87,13 +95,21 @@ def fitted_temperatures(
     for method, seed in runs:
         fitted = calibrators.get((method, int(seed)))
         if fitted is None:
-            raise ValueError(f"no fitted calibrators for run ({method!r}, {seed}); the report needs 'calibrators'")
+            raise ValueError(
+                f"no fitted calibrators for run ({method!r}, {seed}); the report needs 'calibrators'"
+            )
         if key not in fitted:
             raise ValueError(
                 f"run ({method!r}, {seed}) has no calibrator {key!r}; valid calibrator keys: {sorted(fitted)}"
             )
         learned = fitted[key].learned()
-        rows.append({"method": method, "seed": int(seed), "temperature": learned.get("temperature", math.nan)})
+        rows.append(
+            {
+                "method": method,
+                "seed": int(seed),
+                "temperature": learned.get("temperature", math.nan),
+            }
+        )
     return pd.DataFrame(rows, columns=["method", "seed", "temperature"])
 
 
@@ -141,13 +157,23 @@ def table(
     key = calibrator_key(tidy, calibrator)
     require_metrics(tidy, ["error", *metrics])
     rows = clean_rows(tidy)
-    rows = rows[rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])]
-    stats = seed_stats(percent_scaled(rows, PERCENT_METRICS), ["method", "calibrator", "metric"], sem=True)
-    cell = pd.Series(mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3]))
-    mean_t = temperatures.groupby("method")["temperature"].mean() if temperatures is not None else {}
+    rows = rows[
+        rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])
+    ]
+    stats = seed_stats(
+        percent_scaled(rows, PERCENT_METRICS), ["method", "calibrator", "metric"], sem=True
+    )
+    cell = pd.Series(
+        mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
+    )
+    mean_t = (
+        temperatures.groupby("method")["temperature"].mean() if temperatures is not None else {}
+    )
     labels = method_labels(tidy)
     out_rows = []
-    for method in method_order(methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"]):
+    for method in method_order(
+        methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"]
+    ):
         t = mean_t.get(method, math.nan)
         suffix = "" if math.isnan(t) else f" ({t:.{temperature_digits}f})"
         row = {"Method": labels[method], "Error": cell[method, UNCALIBRATED, "error"]}
@@ -159,7 +185,9 @@ def table(
     return pd.DataFrame(out_rows)
 
 
-def paper_orientation(wide: pd.DataFrame, metrics: Iterable[str], dataset: str) -> dict[str, pd.DataFrame]:
+def paper_orientation(
+    wide: pd.DataFrame, metrics: Iterable[str], dataset: str
+) -> dict[str, pd.DataFrame]:
     """The paper's layout of :func:`table`: per metric (and the error) one row for the
     dataset with a column per method (a Pre T / Post T pair for calibration errors).
 
@@ -172,7 +200,9 @@ def paper_orientation(wide: pd.DataFrame, metrics: Iterable[str], dataset: str) 
         columns = ["Error"] if metric == "error" else [f"{name} Pre T", f"{name} Post T"]
         stacked = wide.set_index("Method")[columns].stack()
         names = [m if len(columns) == 1 else f"{m} {c}" for m, c in stacked.index]
-        out[f"paper_{metric}"] = pd.DataFrame([[dataset, *stacked.to_numpy()]], columns=["Dataset", *names])
+        out[f"paper_{metric}"] = pd.DataFrame(
+            [[dataset, *stacked.to_numpy()]], columns=["Dataset", *names]
+        )
     return out
 
 
@@ -225,10 +255,18 @@ def mukhoti_table(
     runs = selected[["method", "seed"]].drop_duplicates().itertuples(index=False)
     temperatures = fitted_temperatures(results.calibrators, runs, key)
     wide = table(
-        selected, key, metrics=metrics, methods=results.methods, temperatures=temperatures,
-        spread=spread, digits=digits, temperature_digits=temperature_digits,
+        selected,
+        key,
+        metrics=metrics,
+        methods=results.methods,
+        temperatures=temperatures,
+        spread=spread,
+        digits=digits,
+        temperature_digits=temperature_digits,
     )
-    text = paper_header(results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record)
+    text = paper_header(
+        results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record
+    )
     text += (
         f"Clean test split, ×100. Post T: calibrator `{key}` fitted on the validation split; "
         "its temperature (mean over seeds) in parentheses. Error is unchanged by TS.\n\n"
@@ -247,11 +285,15 @@ def mukhoti_table(
 # --- Fig. 1-2 ----------------------------------------------------------------------------
 
 
-def history_table(histories: dict[tuple[str, int], pd.DataFrame], methods: list[str]) -> pd.DataFrame:
+def history_table(
+    histories: dict[tuple[str, int], pd.DataFrame], methods: list[str]
+) -> pd.DataFrame:
     """All histories of ``methods`` stacked, with method and seed columns."""
     missing = [m for m in methods if not any(k[0] == m for k in histories)]
     if missing:
-        raise ValueError(f"no training history for method(s) {missing}; the report needs 'histories'")
+        raise ValueError(
+            f"no training history for method(s) {missing}; the report needs 'histories'"
+        )
     frames = [
         history.assign(method=method, seed=seed)
         for (method, seed), history in histories.items()
@@ -265,7 +307,13 @@ def curve_column(history: pd.DataFrame, name: str, split: str) -> str:
     for column in (name, f"{split}_{name}"):
         if column in history.columns:
             return column
-    valid = sorted({c.removeprefix(f"{split}_") for c in history.columns if c not in ("epoch", "method", "seed")})
+    valid = sorted(
+        {
+            c.removeprefix(f"{split}_")
+            for c in history.columns
+            if c not in ("epoch", "method", "seed")
+        }
+    )
     raise ValueError(f"history has no panel {name!r} for split {split!r}; valid panels: {valid}")
 
 
@@ -280,7 +328,10 @@ def epoch_summary(history: pd.DataFrame, columns: dict[str, str]) -> pd.DataFram
         Columns method, quantity, epoch, mean, std, n (NaN epochs skipped, not counted).
     """
     long = history.melt(
-        id_vars=["method", "seed", "epoch"], value_vars=list(columns.values()), var_name="column", value_name="value"
+        id_vars=["method", "seed", "epoch"],
+        value_vars=list(columns.values()),
+        var_name="column",
+        value_name="value",
     )
     long["quantity"] = long["column"].map({v: k for k, v in columns.items()})
     return seed_stats(long, ["method", "quantity", "epoch"])
@@ -294,11 +345,18 @@ def draw_curve(ax: plt.Axes, curve: pd.DataFrame, label: str, color: Any = None)
     if band.any():
         low = curve["mean"] - curve["std"].fillna(0)
         high = curve["mean"] + curve["std"].fillna(0)
-        ax.fill_between(curve["epoch"], low, high, where=band, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.fill_between(
+            curve["epoch"], low, high, where=band, color=line.get_color(), alpha=0.2, linewidth=0
+        )
 
 
 def panel_figure(
-    curves: pd.DataFrame, methods: list[str], columns: dict[str, str], colors: dict[str, Any], split: str, study: str
+    curves: pd.DataFrame,
+    methods: list[str],
+    columns: dict[str, str],
+    colors: dict[str, Any],
+    split: str,
+    study: str,
 ) -> plt.Figure:
     """Fig. 2: one panel per quantity of ``columns``, one curve per method (``colors``:
     method -> colour); ``curves`` is :func:`epoch_summary` with a label column."""
@@ -352,7 +410,9 @@ def overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -
     return fig
 
 
-def _curve_methods(order: list[str], methods: list[str] | None, overview_method: str | None) -> tuple[list[str], str]:
+def _curve_methods(
+    order: list[str], methods: list[str] | None, overview_method: str | None
+) -> tuple[list[str], str]:
     """The methods drawn and the overview method, each checked against ``order``."""
     chosen = list(methods or order)
     unknown = [m for m in chosen if m not in order]

@@ -85,7 +85,10 @@ class Option:
 
 def choice(*values: Any) -> Option:
     """One of ``values`` (of their own type: ``True`` is not ``1``)."""
-    return Option(f"one of {', '.join(map(repr, values))}", lambda name, value: check_choice(name, value, values))
+    return Option(
+        f"one of {', '.join(map(repr, values))}",
+        lambda name, value: check_choice(name, value, values),
+    )
 
 
 def integer(*, low: int | None = None, high: int | None = None) -> Option:
@@ -98,7 +101,11 @@ def integer(*, low: int | None = None, high: int | None = None) -> Option:
 
 
 def number(
-    *, low: float | None = None, high: float | None = None, low_inclusive: bool = True, high_inclusive: bool = True
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
 ) -> Option:
     """A real number within the given bounds."""
     left, right = "[" if low_inclusive else "(", "]" if high_inclusive else ")"
@@ -106,14 +113,24 @@ def number(
     return Option(
         f"a number in {interval}",
         lambda name, value: check_range(
-            name, value, low=low, high=high, low_inclusive=low_inclusive, high_inclusive=high_inclusive
+            name,
+            value,
+            low=low,
+            high=high,
+            low_inclusive=low_inclusive,
+            high_inclusive=high_inclusive,
         ),
     )
 
 
+# The level of a significance test.
+SIGNIFICANCE = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+
+
 def _check_text(name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {value!r}")
+        # ValueError, like every shared check: a bad option fails alike whatever is wrong
+        raise ValueError(f"{name} must be a string, got {value!r}")  # noqa: TRY004
     return value
 
 
@@ -149,7 +166,11 @@ def list_of(item: Option, *, length: int | None = None) -> Option:
     description = f"{size}, each {item.description}"
 
     def validate(name: str, value: Any) -> Any:
-        if not isinstance(value, (list, tuple)) or not value or (length is not None and len(value) != length):
+        if (
+            not isinstance(value, (list, tuple))
+            or not value
+            or (length is not None and len(value) != length)
+        ):
             raise ValueError(f"{name} must be {description}, got {value!r}")
         for index, entry in enumerate(value):
             item.validate(f"{name}[{index}]", entry)

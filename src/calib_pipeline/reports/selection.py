@@ -30,7 +30,10 @@ DEFAULT_METRIC = {"karandikar": "ece_l2", "best_val_error": "error", "test_ece":
 SELECTED_ON = {"karandikar": "val", "best_val_error": "val", "test_ece": "test"}
 TEST_SELECTED = " [test-selected]"
 # The options of every report that can reduce a sweep to one member (see apply_selection).
-SELECTION_OPTIONS = {"selection": optional(choice(*SELECTION_RULES)), "selection_metric": optional(TEXT)}
+SELECTION_OPTIONS = {
+    "selection": optional(choice(*SELECTION_RULES)),
+    "selection_metric": optional(TEXT),
+}
 RECORD_COLUMNS = [
     "group",
     "method",
@@ -48,7 +51,9 @@ def _check_rule(rule: str, metric: str | None, tolerance: float) -> str:
     """The criterion metric of ``rule``; raises ValueError for a bad rule or option."""
     check_choice("rule", rule, SELECTION_RULES)
     if rule == "best_val_error" and metric not in (None, "error"):
-        raise ValueError(f"selection rule 'best_val_error' minimises 'error'; got metric={metric!r}")
+        raise ValueError(
+            f"selection rule 'best_val_error' minimises 'error'; got metric={metric!r}"
+        )
     check_range("tolerance", tolerance, low=0.0, high=1.0, high_inclusive=False)
     return metric or DEFAULT_METRIC[rule]
 

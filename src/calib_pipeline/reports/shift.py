@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from calib_pipeline.data.shift_suites import parse_shift
-from calib_pipeline.registry import check_choice, check_range
+from calib_pipeline.registry import check_choice
 from calib_pipeline.reports.common import (
     PERCENT_METRICS,
     UNCALIBRATED,
@@ -66,7 +66,9 @@ SOURCES = optional(list_of(TEXT))
 # --- tables ------------------------------------------------------------------------------
 
 
-def shifted_rows(metrics: pd.DataFrame, kind: str, sources: list[str] | None = None) -> pd.DataFrame:
+def shifted_rows(
+    metrics: pd.DataFrame, kind: str, sources: list[str] | None = None
+) -> pd.DataFrame:
     """Test rows of shifted sets of ``kind`` (``"corruption"`` or ``"natural"``), with
     ``source`` and ``corruption`` columns parsed from the ``shift`` label."""
     rows = metrics[(metrics["split"] == "test") & (metrics["shift"] != UNSHIFTED)]
@@ -115,14 +117,24 @@ def corruption_sem(grid: pd.DataFrame, mode: str) -> pd.Series:
 
 def _clean_levels(table: pd.DataFrame, metrics: list[str], sources: list[str]) -> pd.DataFrame:
     """The clean test split as severity 0 (level ``clean``, no SEM) of each of ``sources``."""
-    clean = table[(table["split"] == "test") & (table["shift"] == UNSHIFTED) & table["metric"].isin(metrics)]
-    clean = clean.groupby([*CONDITION, "metric"], sort=False)["value"].mean().rename("mean").reset_index()
+    clean = table[
+        (table["split"] == "test") & (table["shift"] == UNSHIFTED) & table["metric"].isin(metrics)
+    ]
+    clean = (
+        clean.groupby([*CONDITION, "metric"], sort=False)["value"]
+        .mean()
+        .rename("mean")
+        .reset_index()
+    )
     return pd.concat(
-        [clean.assign(source=s, severity=0, level="clean", sem=np.nan, n=0) for s in sources], ignore_index=True
+        [clean.assign(source=s, severity=0, level="clean", sem=np.nan, n=0) for s in sources],
+        ignore_index=True,
     )
 
 
-def severity_summary(table: pd.DataFrame, rows: pd.DataFrame, metrics: list[str], sem: str) -> pd.DataFrame:
+def severity_summary(
+    table: pd.DataFrame, rows: pd.DataFrame, metrics: list[str], sem: str
+) -> pd.DataFrame:
     """Per (source, method, calibrator, severity, metric): mean and SEM across corruption
     types of the seed-averaged values, plus the clean test split as severity 0 (SEM NaN)
     for graded sources; ``level`` names the row: ``clean``, ``1`` .. ``5`` or ``ungraded``
@@ -138,16 +150,26 @@ def severity_summary(table: pd.DataFrame, rows: pd.DataFrame, metrics: list[str]
         Columns source, label, calibrator, severity, level, metric, mean, sem, n (types).
     """
     out = []
-    for (source, severity, metric), block in corruption_means(rows).groupby(["source", "severity", "metric"], sort=False):
+    for (source, severity, metric), block in corruption_means(rows).groupby(
+        ["source", "severity", "metric"], sort=False
+    ):
         grid = block.pivot_table(index="corruption", columns=CONDITION, values="mean", sort=False)
         out.append(
             pd.DataFrame(
-                {"source": source, "severity": severity, "metric": metric, "mean": grid.mean(),
-                 "sem": corruption_sem(grid, sem), "n": grid.count()}
+                {
+                    "source": source,
+                    "severity": severity,
+                    "metric": metric,
+                    "mean": grid.mean(),
+                    "sem": corruption_sem(grid, sem),
+                    "n": grid.count(),
+                }
             ).reset_index()
         )
     summary = pd.concat(out, ignore_index=True)
-    summary["level"] = np.where(summary["severity"] > 0, summary["severity"].astype(str), "ungraded")
+    summary["level"] = np.where(
+        summary["severity"] > 0, summary["severity"].astype(str), "ungraded"
+    )
     graded = summary.groupby("source", sort=False)["severity"].min().loc[lambda m: m > 0].index
     columns = ["source", *CONDITION, "severity", "level", "metric", "mean", "sem", "n"]
     parts = [_clean_levels(table, metrics, list(graded))[columns]] if len(graded) else []
@@ -159,7 +181,11 @@ def accuracy_by_severity(rows: pd.DataFrame, tolerance: float = 0.0) -> pd.DataF
     """Uncalibrated accuracy (×100, seed mean) per method and corruption by severity, the
     largest rise from one severity to the next (percentage points) and ``monotone``: no
     rise above ``tolerance``."""
-    acc = rows[(rows["metric"] == "accuracy") & (rows["calibrator"] == UNCALIBRATED) & (rows["severity"] > 0)]
+    acc = rows[
+        (rows["metric"] == "accuracy")
+        & (rows["calibrator"] == UNCALIBRATED)
+        & (rows["severity"] > 0)
+    ]
     if acc.empty:
         return pd.DataFrame()
     wide = acc.assign(value=acc["value"] * 100).pivot_table(
@@ -188,7 +214,9 @@ def skipped_table(results: StudyResults) -> pd.DataFrame:
     )
 
 
-def format_wide(stats: pd.DataFrame, keys: list[str], metrics: list[str], spread: str = "std") -> pd.DataFrame:
+def format_wide(
+    stats: pd.DataFrame, keys: list[str], metrics: list[str], spread: str = "std"
+) -> pd.DataFrame:
     """``mean ± spread`` cells (×100 for scaled metrics; the mean alone where the spread
     is undefined), one column per metric, rows in the first-seen order of ``keys``."""
     scale = np.where(stats["metric"].isin(SCALED), 100.0, 1.0)
@@ -235,7 +263,11 @@ def _empty_note(results: StudyResults, kind: str, sources: list[str] | None) -> 
 
 
 def _tables_markdown(
-    results: StudyResults, mean_table: pd.DataFrame, skipped: pd.DataFrame, accuracy: pd.DataFrame, sem: str,
+    results: StudyResults,
+    mean_table: pd.DataFrame,
+    skipped: pd.DataFrame,
+    accuracy: pd.DataFrame,
+    sem: str,
     tolerance: float,
 ) -> str:
     text = [
@@ -299,11 +331,12 @@ def shift_tables(
         study has no corruption rows.
     """
     metrics = list(metrics or DEFAULT_SHIFT_METRICS)
-    check_range("tolerance", tolerance, low=0.0)
     rows = shifted_rows(results.metrics, "corruption", sources)
     skipped = skipped_table(results)
     if rows.empty:
-        return {"shift_tables": _empty_note(results, "corruption", sources) + _skipped_markdown(skipped)}
+        return {
+            "shift_tables": _empty_note(results, "corruption", sources) + _skipped_markdown(skipped)
+        }
     rows = with_metrics(rows, metrics)
     keys = ["source", *CONDITION, "corruption", "severity"]
     per_corruption = format_wide(corruption_means(rows), keys, metrics)
@@ -383,27 +416,47 @@ def _scaled(metric: str) -> float:
 
 
 def severity_lines(
-    summary: pd.DataFrame, metric: str, panel: str, line: str, title: str, sem: str, colors: dict[str, Any] | None = None
+    summary: pd.DataFrame,
+    metric: str,
+    panel: str,
+    line: str,
+    title: str,
+    sem: str,
+    colors: dict[str, Any] | None = None,
 ) -> plt.Figure:
     """Mean ``metric`` vs severity with ±1 SEM bars: a panel per ``panel`` value, a line per
     ``line`` value (severity 0 = clean test); ``colors`` maps line values to colours."""
     panels = list(dict.fromkeys(summary[panel]))
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False, sharey=True, layout="constrained"
+        1,
+        len(panels),
+        figsize=(3.4 * len(panels), 3.0),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
     )
     scale = _scaled(metric)
     for ax, name in zip(axes[0], panels):
         for key, curve in summary[summary[panel] == name].groupby(line, sort=False):
             curve = curve.sort_values("severity")
             ax.errorbar(
-                curve["severity"], curve["mean"] * scale, yerr=curve["sem"].fillna(0) * scale,
-                marker="o", markersize=3, capsize=2, linewidth=1, label=str(key), color=(colors or {}).get(key),
+                curve["severity"],
+                curve["mean"] * scale,
+                yerr=curve["sem"].fillna(0) * scale,
+                marker="o",
+                markersize=3,
+                capsize=2,
+                linewidth=1,
+                label=str(key),
+                color=(colors or {}).get(key),
             )
         ax.set_title(f"{panel} {name}" if panel == "calibrator" else str(name), fontsize=9)
         ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         ax.set_xlabel("severity", fontsize=8)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{metric}{' (%)' if scale == 100 else ''}, mean ± SEM ({sem})", fontsize=8)
+    axes[0][0].set_ylabel(
+        f"{metric}{' (%)' if scale == 100 else ''}, mean ± SEM ({sem})", fontsize=8
+    )
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -417,7 +470,11 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
     severities = sorted(data["severity"].unique())
     panel_width = max(4.0, 0.2 * len(severities) * len(labels) + 1.0)
     fig, axes = plt.subplots(
-        1, len(calibrators), figsize=(panel_width * len(calibrators), 3.2), squeeze=False, sharey=True,
+        1,
+        len(calibrators),
+        figsize=(panel_width * len(calibrators), 3.2),
+        squeeze=False,
+        sharey=True,
         layout="constrained",
     )
     width = 0.8 / len(labels)
@@ -425,10 +482,16 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
     for ax, calibrator in zip(axes[0], calibrators):
         for i, label in enumerate(labels):
             subset = data[(data["calibrator"] == calibrator) & (data["label"] == label)]
-            groups = [subset.loc[subset["severity"] == s, "mean"].to_numpy() * scale for s in severities]
+            groups = [
+                subset.loc[subset["severity"] == s, "mean"].to_numpy() * scale for s in severities
+            ]
             positions = np.arange(len(severities)) + (i - (len(labels) - 1) / 2) * width
             boxes = ax.boxplot(
-                groups, positions=positions, widths=width * 0.9, patch_artist=True, showfliers=True,
+                groups,
+                positions=positions,
+                widths=width * 0.9,
+                patch_artist=True,
+                showfliers=True,
                 flierprops={"markersize": 2},
             )
             for patch in boxes["boxes"]:
@@ -438,27 +501,41 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
         ax.set_xlabel("severity", fontsize=8)
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{metric}{' (%)' if scale == 100 else ''} over corruption types", fontsize=8)
+    axes[0][0].set_ylabel(
+        f"{metric}{' (%)' if scale == 100 else ''} over corruption types", fontsize=8
+    )
     fig.suptitle(title, fontsize=10)
     return fig
 
 
-def accuracy_scatter(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any]) -> plt.Figure:
+def accuracy_scatter(
+    means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any]
+) -> plt.Figure:
     """Accuracy vs ``metric`` of every (method, corruption, severity), seed means; colour =
     method (``colors``: label -> colour), darker = more severe; a panel per calibrator."""
     wide = means.pivot_table(
-        index=["label", "calibrator", "corruption", "severity"], columns="metric", values="mean", sort=False
+        index=["label", "calibrator", "corruption", "severity"],
+        columns="metric",
+        values="mean",
+        sort=False,
     ).reset_index()
     calibrators = list(dict.fromkeys(wide["calibrator"]))
     fig, axes = plt.subplots(
-        1, len(calibrators), figsize=(3.6 * len(calibrators), 3.2), squeeze=False, sharex=True, sharey=True,
+        1,
+        len(calibrators),
+        figsize=(3.6 * len(calibrators), 3.2),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
         layout="constrained",
     )
     for ax, calibrator in zip(axes[0], calibrators):
         for label, part in wide[wide["calibrator"] == calibrator].groupby("label", sort=False):
             colour = np.tile(matplotlib.colors.to_rgba(colors[label]), (len(part), 1))
             colour[:, 3] = np.clip(0.25 + 0.15 * part["severity"].to_numpy(), 0, 1)
-            ax.scatter(part["accuracy"] * 100, part[metric] * _scaled(metric), s=9, c=colour, label=label)
+            ax.scatter(
+                part["accuracy"] * 100, part[metric] * _scaled(metric), s=9, c=colour, label=label
+            )
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.set_xlabel("accuracy (%)", fontsize=8)
         ax.legend(fontsize=6)
@@ -505,5 +582,7 @@ def shift_figures(
         means = corruption_means(part)
         figures[f"{metric}_boxplots{suffix}"] = boxplots(means, metric, title, colors)
         if metric != "accuracy":
-            figures[f"accuracy_vs_{metric}{suffix}"] = accuracy_scatter(means, metric, title, colors)
+            figures[f"accuracy_vs_{metric}{suffix}"] = accuracy_scatter(
+                means, metric, title, colors
+            )
     return figures

@@ -19,7 +19,7 @@ import torch
 
 from calib_pipeline.calibration.posthoc import calibrated_scores
 from calib_pipeline.calibration.stats import T_TESTS, significance_direction, t_test
-from calib_pipeline.registry import check_choice, check_int, check_range
+from calib_pipeline.registry import check_choice, check_int
 from calib_pipeline.reports.common import (
     METRIC_NAMES,
     SPREADS,
@@ -36,7 +36,16 @@ from calib_pipeline.reports.common import (
     seed_stats,
     with_selection,
 )
-from calib_pipeline.reports.registry import TEXT, StudyResults, choice, integer, list_of, number, optional, report
+from calib_pipeline.reports.registry import (
+    SIGNIFICANCE,
+    TEXT,
+    StudyResults,
+    choice,
+    integer,
+    list_of,
+    optional,
+    report,
+)
 from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
 SINGH_METRICS = ["brier", "ece", "auroc", "decomp_alpha", "decomp_beta", "decomp_gamma"]
@@ -55,10 +64,16 @@ def with_decomposed_ece(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` plus ``decomp_ece = alpha - beta - gamma`` per run (Singh et al. eq. 9)
     where all three terms are present."""
     keys = ["method", "label", "seed", "calibrator", "split", "shift", "severity"]
-    parts = rows[rows["metric"].isin(DECOMPOSITION)].pivot_table(index=keys, columns="metric", values="value")
+    parts = rows[rows["metric"].isin(DECOMPOSITION)].pivot_table(
+        index=keys, columns="metric", values="value"
+    )
     if parts.empty or not set(DECOMPOSITION) <= set(parts.columns):
         return rows
-    derived = (parts["decomp_alpha"] - parts["decomp_beta"] - parts["decomp_gamma"]).rename("value").reset_index()
+    derived = (
+        (parts["decomp_alpha"] - parts["decomp_beta"] - parts["decomp_gamma"])
+        .rename("value")
+        .reset_index()
+    )
     return pd.concat([rows, derived.assign(metric="decomp_ece")], ignore_index=True)
 
 
@@ -69,7 +84,9 @@ def test_sets(tidy: pd.DataFrame, shifts: list[str] | None = None) -> list[tuple
     wanted = list(shifts or [UNSHIFTED])
     unknown = [s for s in wanted if s not in set(available["shift"])]
     if unknown:
-        raise ValueError(f"unknown shift(s) {unknown}; the metrics table has: {sorted(set(available['shift']))}")
+        raise ValueError(
+            f"unknown shift(s) {unknown}; the metrics table has: {sorted(set(available['shift']))}"
+        )
     return list(available[available["shift"].isin(wanted)].itertuples(index=False, name=None))
 
 
@@ -82,7 +99,9 @@ def _compare(
     a = np.atleast_1d(per_seed.loc[(*row, metric)])
     b = np.atleast_1d(per_seed.loc[(base, UNCALIBRATED, metric)])
     result = t_test(a, b, test=test) if min(len(a), len(b)) >= 2 else None
-    worse = result is not None and significance_direction(result, alpha) == (1 if LOWER_IS_BETTER[metric] else -1)
+    worse = result is not None and significance_direction(result, alpha) == (
+        1 if LOWER_IS_BETTER[metric] else -1
+    )
     return {
         "metric": metric,
         "mean_difference": result.mean_difference if result else math.nan,
@@ -129,7 +148,7 @@ def table(
     check_choice("calibrated", calibrated, CALIBRATED_ROWS)
     check_choice("test", test, T_TESTS)
     check_choice("spread", spread, SPREADS)
-    check_range("alpha", alpha, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    SIGNIFICANCE.validate("alpha", alpha)
     key = calibrator_key(tidy, calibrator)
     metrics = list(metrics or SINGH_METRICS)
     require_metrics(tidy, metrics)
@@ -141,7 +160,9 @@ def table(
     part = with_decomposed_ece(rows[rows["metric"].isin(metrics)])
     names = [m for m in [*metrics, "decomp_ece"] if m in set(part["metric"])]
     stats = seed_stats(percent_scaled(part, names), ["method", "calibrator", "metric"], sem=True)
-    cell = pd.Series(mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3]))
+    cell = pd.Series(
+        mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
+    )
     per_seed = part.set_index(["method", "calibrator", "metric"])["value"].sort_index()
     labels = method_labels(tidy)
     plain, tests = [], []
@@ -152,37 +173,53 @@ def table(
         if c == UNCALIBRATED or calibrated == "all" or m == base
     ]:
         label = labels[method] if cal == UNCALIBRATED else f"{labels[method]} + {cal}"
-        plain.append({"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}})
+        plain.append(
+            {"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}}
+        )
         if (method, cal) != (base, UNCALIBRATED):
             compared = [m for m in names if m in LOWER_IS_BETTER]
-            tests += [{"method": label, **_compare(per_seed, (method, cal), base, m, test, alpha)} for m in compared]
+            tests += [
+                {"method": label, **_compare(per_seed, (method, cal), base, m, test, alpha)}
+                for m in compared
+            ]
     return pd.DataFrame(plain), pd.DataFrame(tests, columns=COMPARISON_COLUMNS)
 
 
 def bold_worse(plain: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
     """:func:`table` with the cells significantly worse than the baseline in Markdown bold."""
     marked = plain.set_index("Method", drop=False)
-    for method, metric in comparisons.loc[comparisons["worse"].astype(bool), ["method", "metric"]].itertuples(index=False):
+    for method, metric in comparisons.loc[
+        comparisons["worse"].astype(bool), ["method", "metric"]
+    ].itertuples(index=False):
         column = METRIC_NAMES[metric]
         marked.loc[method, column] = f"**{marked.loc[method, column]}**"
     return marked.reset_index(drop=True)
 
 
-@report(
-    "singh_table",
-    options={
-        "calibrator": optional(TEXT),
-        "calibrated": choice(*CALIBRATED_ROWS),
-        "baseline": optional(TEXT),
-        "metrics": optional(list_of(TEXT)),
-        "shifts": optional(list_of(TEXT)),
-        "test": choice(*T_TESTS),
-        "alpha": number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False),
-        "spread": choice(*SPREADS),
-        "digits": integer(low=0),
-        **SELECTION_OPTIONS,
-    },
-)
+TABLE_OPTIONS = {
+    "calibrator": optional(TEXT),
+    "calibrated": choice(*CALIBRATED_ROWS),
+    "baseline": optional(TEXT),
+    "metrics": optional(list_of(TEXT)),
+    "shifts": optional(list_of(TEXT)),
+    "test": choice(*T_TESTS),
+    "alpha": SIGNIFICANCE,
+    "spread": choice(*SPREADS),
+    "digits": integer(low=0),
+    **SELECTION_OPTIONS,
+}
+
+
+def _legend(calibrator: str, baseline: str, test: str, alpha: float) -> str:
+    return (
+        f"Test split, all values ×100. `{calibrator}` rows: the calibrator fitted on the "
+        f"validation split. Bold: worse than the uncalibrated baseline ({baseline}) by a {test} "
+        f"t-test at {alpha} (needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE "
+        "when every bin is overconfident).\n"
+    )
+
+
+@report("singh_table", options=TABLE_OPTIONS)
 def singh_table(
     results: StudyResults,
     calibrator: str | None = None,
@@ -224,17 +261,20 @@ def singh_table(
     """
     selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
     key = calibrator_key(selected, calibrator)
-    options = {"methods": results.methods, "baseline": baseline, "calibrated": calibrated, "metrics": metrics,
-               "test": test, "alpha": alpha, "spread": spread, "digits": digits}
+    options = {
+        "methods": results.methods,
+        "baseline": baseline,
+        "calibrated": calibrated,
+        "metrics": metrics,
+        "test": test,
+        "alpha": alpha,
+        "spread": spread,
+        "digits": digits,
+    }
     sets = test_sets(selected[selected["metric"].isin(metrics or SINGH_METRICS)], shifts)
     base = baseline or method_order(results.methods, present=selected["method"])[0]
     text = paper_header(results, "Singh et al.: calibration and refinement", spread, record)
-    text += (
-        f"Test split, all values ×100. `{key}` rows: the calibrator fitted on the validation "
-        f"split. Bold: worse than the uncalibrated baseline ({method_labels(selected).get(base, base)}) by a {test} "
-        f"t-test at {alpha} (needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE when "
-        "every bin is overconfident).\n"
-    )
+    text += _legend(key, method_labels(selected).get(base, base), test, alpha)
     artifacts: dict[str, Any] = {}
     comparisons = []
     for shift, severity in sets:
@@ -243,7 +283,9 @@ def singh_table(
         artifacts["table" if shift == UNSHIFTED else f"table_{shift}_s{severity}"] = plain
         title = "clean test set" if shift == UNSHIFTED else f"shift `{shift}`, severity {severity}"
         text += f"\n## {title}\n\n" + bold_worse(plain, tests).to_markdown(index=False) + "\n"
-    artifacts["comparisons"] = pd.concat(comparisons, ignore_index=True)[["shift", "severity", *COMPARISON_COLUMNS]]
+    artifacts["comparisons"] = pd.concat(comparisons, ignore_index=True)[
+        ["shift", "severity", *COMPARISON_COLUMNS]
+    ]
     artifacts["singh_table"] = text
     return with_selection(artifacts, record)
 
@@ -251,7 +293,9 @@ def singh_table(
 # --- Fig. 1-2 ----------------------------------------------------------------------------
 
 
-def _confidence_correct(scores: torch.Tensor, kind: str, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def _confidence_correct(
+    scores: torch.Tensor, kind: str, labels: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-label confidence and correctness of logits or probabilities."""
     probs = torch.softmax(scores.double(), dim=1) if kind == "logits" else scores.double()
     confidence, prediction = probs.max(dim=1)
@@ -315,10 +359,20 @@ def confidence_histograms(
             for outcome, mask in (("correct", correct), ("incorrect", ~correct)):
                 counts, _ = np.histogram(confidence[mask], bins=edges)
                 density = counts / max(int(mask.sum()), 1) / np.diff(edges)
-                frames.append(pd.DataFrame({
-                    "method": method, "label": labels[method], "calibrator": cal, "outcome": outcome,
-                    "lower": edges[:-1], "upper": edges[1:], "count": counts, "density": density,
-                }))
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "method": method,
+                            "label": labels[method],
+                            "calibrator": cal,
+                            "outcome": outcome,
+                            "lower": edges[:-1],
+                            "upper": edges[1:],
+                            "count": counts,
+                            "density": density,
+                        }
+                    )
+                )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -332,7 +386,9 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
     """
     methods = list(dict.fromkeys(histograms["method"]))
     calibrators = list(dict.fromkeys(histograms["calibrator"]))
-    fig, axes = plt.subplots(len(methods), 2, figsize=(7.0, 2.3 * len(methods)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(methods), 2, figsize=(7.0, 2.3 * len(methods)), squeeze=False, sharex=True
+    )
     for i, method in enumerate(methods):
         for j, cal in enumerate(calibrators):
             ax = axes[i, j]
@@ -340,7 +396,14 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
             for outcome, colour in OUTCOME_COLOURS.items():
                 part = cell[cell["outcome"] == outcome]
                 edges = np.append(part["lower"].to_numpy(), part["upper"].to_numpy()[-1])
-                ax.stairs(part["density"].to_numpy(), edges, fill=True, alpha=0.45, color=colour, label=outcome)
+                ax.stairs(
+                    part["density"].to_numpy(),
+                    edges,
+                    fill=True,
+                    alpha=0.45,
+                    color=colour,
+                    label=outcome,
+                )
             value = auroc.get((method, cal), math.nan)
             name = "uncalibrated" if cal == UNCALIBRATED else cal
             ax.set_title(f"{cell['label'].iloc[0]}, {name}: AUROC {100 * value:.1f}", fontsize=8)
@@ -357,7 +420,12 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
 @report(
     "singh_density",
     needs=("logits", "calibrators"),
-    options={"calibrator": optional(TEXT), "bins": integer(low=2), "split": choice(*SPLITS), **SELECTION_OPTIONS},
+    options={
+        "calibrator": optional(TEXT),
+        "bins": integer(low=2),
+        "split": choice(*SPLITS),
+        **SELECTION_OPTIONS,
+    },
 )
 def singh_density(
     results: StudyResults,
@@ -389,9 +457,15 @@ def singh_density(
     selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
     key = calibrator_key(selected, calibrator)
     runs = selected[["method", "seed"]].drop_duplicates()
-    seeds = {m: runs.loc[runs["method"] == m, "seed"].tolist() for m in method_order(results.methods, runs["method"])}
+    seeds = {
+        m: runs.loc[runs["method"] == m, "seed"].tolist()
+        for m in method_order(results.methods, runs["method"])
+    }
     histograms = confidence_histograms(results, seeds, method_labels(selected), key, split, bins)
     auroc = clean_rows(selected, split)
     auroc = auroc[auroc["metric"] == "auroc"].groupby(["method", "calibrator"])["value"].mean()
     title = f"{results.study}: confidence of correct vs incorrect {split} predictions"
-    return with_selection({"histograms": histograms, "confidence_density": density_figure(histograms, auroc, title)}, record)
+    return with_selection(
+        {"histograms": histograms, "confidence_density": density_figure(histograms, auroc, title)},
+        record,
+    )

@@ -9,9 +9,26 @@ import numpy as np
 import pandas as pd
 
 from calib_pipeline.reports.common import mean_std_table
-from calib_pipeline.reports.registry import METRIC, StudyResults, either, integer, list_of, optional, report
+from calib_pipeline.reports.registry import (
+    METRIC,
+    StudyResults,
+    either,
+    integer,
+    list_of,
+    optional,
+    report,
+)
 
-DEFAULT_SUMMARY_METRICS = ["accuracy", "nll", "brier", "ece", "ece_em", "mce", "classwise_ece", "auroc"]
+DEFAULT_SUMMARY_METRICS = [
+    "accuracy",
+    "nll",
+    "brier",
+    "ece",
+    "ece_em",
+    "mce",
+    "classwise_ece",
+    "auroc",
+]
 BIN_COUNT = integer(low=1)
 
 
@@ -19,8 +36,13 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
     """Every warning a calibrator raised while fitting (degenerate validation sets, T at a
     search bound, non-convergence), one row per (method, seed, calibrator, warning)."""
     rows = [
-        {"method": results.labels.get(method, method), "seed": seed, "calibrator": key,
-         "converged": bool(getattr(calibrator, "converged", True)), "warning": warning}
+        {
+            "method": results.labels.get(method, method),
+            "seed": seed,
+            "calibrator": key,
+            "converged": bool(getattr(calibrator, "converged", True)),
+            "warning": warning,
+        }
         for (method, seed), fitted in sorted(results.calibrators.items())
         for key, calibrator in fitted.items()
         for warning in getattr(calibrator, "warnings", [])
@@ -63,7 +85,9 @@ def pooled_bins(bins: pd.DataFrame) -> pd.DataFrame:
     """
     weight = bins["count"].to_numpy(dtype=float)
     pooled = (
-        bins.assign(acc_w=bins["accuracy"].fillna(0) * weight, conf_w=bins["confidence"].fillna(0) * weight)
+        bins.assign(
+            acc_w=bins["accuracy"].fillna(0) * weight, conf_w=bins["confidence"].fillna(0) * weight
+        )
         .groupby(["lower", "upper"], as_index=False)[["count", "acc_w", "conf_w"]]
         .sum()
     )
@@ -88,9 +112,24 @@ def bins_with_count(bins: pd.DataFrame, n_bins: int) -> pd.DataFrame:
 def reliability_axes(ax: plt.Axes, pooled: pd.DataFrame) -> None:
     """One reliability diagram: filled bars = accuracy, hatched = mean confidence per bin."""
     width = pooled["upper"] - pooled["lower"]
-    ax.bar(pooled["lower"], pooled["accuracy"], width=width, align="edge", color="#4C72B0", edgecolor="white")
-    ax.bar(pooled["lower"], pooled["confidence"], width=width, align="edge", fill=False,
-           edgecolor="#C44E52", hatch="//", linewidth=0.6)
+    ax.bar(
+        pooled["lower"],
+        pooled["accuracy"],
+        width=width,
+        align="edge",
+        color="#4C72B0",
+        edgecolor="white",
+    )
+    ax.bar(
+        pooled["lower"],
+        pooled["confidence"],
+        width=width,
+        align="edge",
+        fill=False,
+        edgecolor="#C44E52",
+        hatch="//",
+        linewidth=0.6,
+    )
     ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
@@ -102,13 +141,19 @@ def reliability_figure(bins: pd.DataFrame, title: str) -> plt.Figure:
     labels = list(dict.fromkeys(bins["label"]))
     calibrators = list(dict.fromkeys(bins["calibrator"]))
     fig, axes = plt.subplots(
-        len(labels), len(calibrators), figsize=(2.6 * len(calibrators), 2.6 * len(labels)),
-        squeeze=False, sharex=True, sharey=True,
+        len(labels),
+        len(calibrators),
+        figsize=(2.6 * len(calibrators), 2.6 * len(labels)),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
     )
     for i, label in enumerate(labels):
         for j, cal in enumerate(calibrators):
             ax = axes[i, j]
-            reliability_axes(ax, pooled_bins(bins[(bins["label"] == label) & (bins["calibrator"] == cal)]))
+            reliability_axes(
+                ax, pooled_bins(bins[(bins["label"] == label) & (bins["calibrator"] == cal)])
+            )
             if i == 0:
                 ax.set_title(cal, fontsize=9)
             if j == 0:

@@ -31,11 +31,10 @@ from scipy.stats import spearmanr
 
 from calib_pipeline.calibration import metrics, posthoc
 from calib_pipeline.calibration.stats import significance_direction, t_test
-from calib_pipeline.registry import check_choice, check_int, check_range
+from calib_pipeline.registry import check_choice, check_int
 from calib_pipeline.reports.common import (
     MISSING_CELL,
     UNCALIBRATED,
-    mean_std_cell,
     mean_std_cells,
     method_colors,
     method_order,
@@ -43,6 +42,7 @@ from calib_pipeline.reports.common import (
 )
 from calib_pipeline.reports.registry import (
     BOOLEAN,
+    SIGNIFICANCE,
     TEXT,
     Option,
     StudyResults,
@@ -64,7 +64,10 @@ DEFAULT_CALIBRATORS = ("ts_grid_wang", "hist_binning")
 # equal-size bins on the top-label confidence. Same specs as conf/base/parameters.yml.
 WANG_CALIBRATORS: dict[str, dict[str, Any]] = {
     "ts_grid_wang": {"name": "temperature_grid_ece", "params": {"preset": "wang"}},
-    "hist_binning": {"name": "histogram_binning", "params": {"n_bins": 15, "binning": "equal_size"}},
+    "hist_binning": {
+        "name": "histogram_binning",
+        "params": {"n_bins": 15, "binning": "equal_size"},
+    },
 }
 ORACLE_NOTE = (
     "**ORACLE bound, not a calibration result:** T is searched on the TEST logits themselves "
@@ -72,14 +75,20 @@ ORACLE_NOTE = (
     "temperature on the same grid can reach. Never compare it as a method."
 )
 POSITIVE = integer(low=1)
-TEMPERATURE_GRID = either(choice(*posthoc.TEMPERATURE_GRIDS), list_of(number(low=0.0, low_inclusive=False), length=3))
+TEMPERATURE_GRID = either(
+    choice(*posthoc.TEMPERATURE_GRIDS), list_of(number(low=0.0, low_inclusive=False), length=3)
+)
 
 
 # --- runs of the study -------------------------------------------------------------------
 
 
 def _identity(results: StudyResults, method: str) -> dict[str, str]:
-    return {"group": results.groups.get(method, method), "method": method, "label": results.labels.get(method, method)}
+    return {
+        "group": results.groups.get(method, method),
+        "method": method,
+        "label": results.labels.get(method, method),
+    }
 
 
 def _ordered_methods(results: StudyResults) -> list[str]:
@@ -103,6 +112,15 @@ def _runs(results: StudyResults, kind: str) -> Iterator[tuple[str, int, Any]]:
             yield method, seed, store[(method, seed)]
 
 
+def _with_method_legend(fig: plt.Figure, ax: plt.Axes, title: str) -> plt.Figure:
+    """``fig`` titled, with the legend of ``ax`` right of it: a study has many methods, and
+    a legend inside the panel would hide the curves."""
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def _percent_ece(scores: torch.Tensor, labels: torch.Tensor, inputs: str, n_bins: int) -> float:
     return 100.0 * float(metrics.ece(scores, labels, n_bins=n_bins, inputs=inputs))
 
@@ -123,12 +141,31 @@ def _check_calibrator_keys(results: StudyResults, keys: Sequence[str]) -> list[s
     return list(keys)
 
 
-def _fit_note(base: dict[str, Any], calibrator: str, converged: bool, warning: str) -> dict[str, Any]:
+def _check_table_options(
+    results: StudyResults, calibrators: Sequence[str], baseline: str, select_by: str
+) -> list[str]:
+    """The calibrator keys of the table, once the keys, the baseline and ``select_by`` are
+    known to be in the study."""
+    keys = _check_calibrator_keys(results, calibrators)
+    if baseline not in results.methods:
+        raise ValueError(
+            f"baseline {baseline!r} is not a method of study {results.study!r}: {results.methods}"
+        )
+    check_choice("select_by", select_by, (UNCALIBRATED, *keys))
+    return keys
+
+
+def _fit_note(
+    base: dict[str, Any], calibrator: str, converged: bool, warning: str
+) -> dict[str, Any]:
     return {**base, "calibrator": calibrator, "converged": converged, "warnings": warning}
 
 
 def calibratability_runs(
-    results: StudyResults, keys: list[str], n_bins: int = 15, oracle_grid: str | Sequence[float] = "wang"
+    results: StudyResults,
+    keys: list[str],
+    n_bins: int = 15,
+    oracle_grid: str | Sequence[float] = "wang",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-run test ECE (%) / temperature of every val-fitted calibrator and of the oracle.
 
@@ -158,13 +195,24 @@ def calibratability_runs(
             if temperature is not None:
                 values[(key, "temperature")] = float(temperature)
             if calibrator.warnings or not calibrator.converged:
-                notes.append(_fit_note(base, key, calibrator.converged, "; ".join(calibrator.warnings)))
+                notes.append(
+                    _fit_note(base, key, calibrator.converged, "; ".join(calibrator.warnings))
+                )
         oracle = posthoc.oracle_temperature(z, y, grid=oracle_grid, n_bins=n_bins)
         values[(ORACLE, "ece")] = 100.0 * oracle["oracle_ece"]
         values[(ORACLE, "temperature")] = oracle["oracle_temperature"]
         if oracle["at_grid_bound"]:
-            notes.append(_fit_note(base, ORACLE, True, f"oracle T = {oracle['oracle_temperature']:g} is at a grid bound"))
-        rows.extend({**base, "calibrator": c, "quantity": q, "value": v} for (c, q), v in values.items())
+            notes.append(
+                _fit_note(
+                    base,
+                    ORACLE,
+                    True,
+                    f"oracle T = {oracle['oracle_temperature']:g} is at a grid bound",
+                )
+            )
+        rows.extend(
+            {**base, "calibrator": c, "quantity": q, "value": v} for (c, q), v in values.items()
+        )
     columns = ["group", "method", "label", "seed", "calibrator", "converged", "warnings"]
     return pd.DataFrame(rows), pd.DataFrame(notes, columns=columns)
 
@@ -188,9 +236,13 @@ def compare_to_baseline(runs: pd.DataFrame, baseline: str, alpha: float) -> pd.D
         One row per (method, calibrator, quantity): ``p_value`` and ``mark``.
     """
     rows = []
-    for (method, calibrator, quantity), cell in runs.groupby(["method", "calibrator", "quantity"], sort=False):
+    for (method, calibrator, quantity), cell in runs.groupby(
+        ["method", "calibrator", "quantity"], sort=False
+    ):
         reference = runs.loc[
-            (runs["method"] == baseline) & (runs["calibrator"] == calibrator) & (runs["quantity"] == quantity),
+            (runs["method"] == baseline)
+            & (runs["calibrator"] == calibrator)
+            & (runs["quantity"] == quantity),
             "value",
         ].to_numpy()
         values = cell["value"].to_numpy()
@@ -199,7 +251,15 @@ def compare_to_baseline(runs: pd.DataFrame, baseline: str, alpha: float) -> pd.D
             result = t_test(values, reference, test="student")
             p_value = result.p_value
             mark = {1: HIGHER, -1: LOWER, 0: ""}[significance_direction(result, alpha)]
-        rows.append({"method": method, "calibrator": calibrator, "quantity": quantity, "p_value": p_value, "mark": mark})
+        rows.append(
+            {
+                "method": method,
+                "calibrator": calibrator,
+                "quantity": quantity,
+                "p_value": p_value,
+                "mark": mark,
+            }
+        )
     return pd.DataFrame(rows, columns=["method", "calibrator", "quantity", "p_value", "mark"])
 
 
@@ -216,7 +276,11 @@ def _wide(summary: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.Data
             cell_text + (f" {mark}" if mark and quantity == "ece" else "")
             for cell_text, mark in zip(mean_std_cells(cell), cell["mark"])
         ]
-        table = table.merge(pd.DataFrame({"method": cell["method"].to_numpy(), header: text}), on="method", how="left")
+        table = table.merge(
+            pd.DataFrame({"method": cell["method"].to_numpy(), header: text}),
+            on="method",
+            how="left",
+        )
     return table.fillna(MISSING_CELL)
 
 
@@ -236,9 +300,13 @@ def calibratability_tables(
         ``(table, oracle, stats)``: the formatted val-fitted table, the formatted oracle
         table and the numeric mean / std / n / p-value / mark of every cell.
     """
-    check_range("alpha", alpha, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    SIGNIFICANCE.validate("alpha", alpha)
     stats = seed_stats(runs, ["group", "method", "label", "calibrator", "quantity"])
-    stats = stats.merge(compare_to_baseline(runs, baseline, alpha), on=["method", "calibrator", "quantity"], how="left")
+    stats = stats.merge(
+        compare_to_baseline(runs, baseline, alpha),
+        on=["method", "calibrator", "quantity"],
+        how="left",
+    )
     stats.insert(3, "selection", np.where(stats["method"].isin(selected), SELECTED, ""))
     val_fitted = stats[stats["calibrator"] != ORACLE]
     columns = [(UNCALIBRATED, "ece", "ECE (%) uncalibrated")]
@@ -304,7 +372,9 @@ def _calibratability_markdown(
         "",
         "## Fit warnings",
         "",
-        "No calibrator warned and every fit converged." if notes.empty else notes.to_markdown(index=False),
+        "No calibrator warned and every fit converged."
+        if notes.empty
+        else notes.to_markdown(index=False),
     ]
     return "\n".join(lines) + "\n"
 
@@ -315,7 +385,7 @@ def _calibratability_markdown(
     options={
         "calibrators": list_of(TEXT),
         "baseline": TEXT,
-        "alpha": number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False),
+        "alpha": SIGNIFICANCE,
         "n_bins": POSITIVE,
         "oracle_grid": TEMPERATURE_GRID,
         "select_by": TEXT,
@@ -360,16 +430,17 @@ def calibratability_table(
         ValueError: unknown calibrator key (lists the valid ones), baseline not in the
             study, ``select_by`` not among the shown calibrators.
     """
-    keys = _check_calibrator_keys(results, calibrators)
-    if baseline not in results.methods:
-        raise ValueError(f"baseline {baseline!r} is not a method of study {results.study!r}: {results.methods}")
-    check_choice("select_by", select_by, (UNCALIBRATED, *keys))
+    keys = _check_table_options(results, calibrators, baseline, select_by)
     runs, notes = calibratability_runs(results, keys, n_bins, oracle_grid)
-    _, record = select_sweep_members(results.metrics, results.groups, "test_ece", metric="ece", calibrator=select_by)
-    table, oracle, stats = calibratability_tables(runs, keys, baseline, alpha, set(record["method"]))
+    _, record = select_sweep_members(
+        results.metrics, results.groups, "test_ece", metric="ece", calibrator=select_by
+    )
+    table, oracle, stats = calibratability_tables(
+        runs, keys, baseline, alpha, set(record["method"])
+    )
+    settings = {"keys": keys, "baseline": baseline, "alpha": alpha, "n_bins": n_bins}
     markdown = _calibratability_markdown(
-        results, table, oracle, notes,
-        keys=keys, baseline=baseline, alpha=alpha, n_bins=n_bins, select_by=select_by, grid=oracle_grid,
+        results, table, oracle, notes, **settings, select_by=select_by, grid=oracle_grid
     )
     artifacts: dict[str, Any] = {
         "calibratability": table,
@@ -394,7 +465,9 @@ def _check_calibrator_specs(name: str, specs: Any) -> dict[str, tuple[str, dict[
     out = {}
     for key, spec in specs.items():
         if not isinstance(spec, dict) or "name" not in spec:
-            raise ValueError(f"calibrator {key!r} needs a 'name' (a calibrator registry name), got {spec!r}")
+            raise ValueError(
+                f"calibrator {key!r} needs a 'name' (a calibrator registry name), got {spec!r}"
+            )
         params = dict(spec.get("params") or {})
         try:
             posthoc.build_calibrator(spec["name"], **params)
@@ -406,8 +479,18 @@ def _check_calibrator_specs(name: str, specs: Any) -> dict[str, tuple[str, dict[
 
 CALIBRATOR_SPECS = Option("a mapping of calibrator keys to {name, params}", _check_calibrator_specs)
 RUN_COLUMNS = [
-    "group", "method", "label", "seed", "calibrator", "size_label", "size",
-    "subsample_seed", "value", "temperature", "converged", "warnings",
+    "group",
+    "method",
+    "label",
+    "seed",
+    "calibrator",
+    "size_label",
+    "size",
+    "subsample_seed",
+    "value",
+    "temperature",
+    "converged",
+    "warnings",
 ]
 
 
@@ -441,11 +524,19 @@ def validation_size_runs(
     for method, seed, logits in _runs(results, "logits"):
         val, test = logits["val"], logits["test"]
         n_val = int(val["labels"].numel())
-        plan = [(n_val if s == "all" else int(s), _size_label(s)) for s in sizes if s == "all" or int(s) <= n_val]
+        plan = [
+            (n_val if s == "all" else int(s), _size_label(s))
+            for s in sizes
+            if s == "all" or int(s) <= n_val
+        ]
         skipped.update({_size_label(s): n_val for s in sizes if s != "all" and int(s) > n_val})
         for (key, (name, params)), (size, label) in itertools.product(specs.items(), plan):
             fitted = posthoc.validation_size_sweep(
-                name, val["logits"], val["labels"], test["logits"], test["labels"],
+                name,
+                val["logits"],
+                val["labels"],
+                test["logits"],
+                test["labels"],
                 sizes=[size],
                 seeds=list(subsample_seeds)[:1] if size == n_val else list(subsample_seeds),
                 stratified=stratified,
@@ -453,7 +544,11 @@ def validation_size_runs(
             )
             frame = pd.DataFrame(fitted).rename(columns={"seed": "subsample_seed"})
             frame["value"] *= 100.0
-            rows.append(frame.assign(**_identity(results, method), seed=seed, calibrator=key, size_label=label))
+            rows.append(
+                frame.assign(
+                    **_identity(results, method), seed=seed, calibrator=key, size_label=label
+                )
+            )
     if not rows:
         raise ValueError(
             f"every size in {list(sizes)} is larger than the validation split; largest usable: {max(skipped.values())}"
@@ -461,7 +556,9 @@ def validation_size_runs(
     return pd.concat(rows, ignore_index=True)[RUN_COLUMNS], skipped
 
 
-def validation_size_table(runs: pd.DataFrame, sizes: Sequence[int | str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def validation_size_table(
+    runs: pd.DataFrame, sizes: Sequence[int | str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Mean ± std over training seeds × subsample seeds per method, calibrator and size.
 
     Args:
@@ -475,18 +572,26 @@ def validation_size_table(runs: pd.DataFrame, sizes: Sequence[int | str]) -> tup
     stats = seed_stats(runs, ["group", "method", "label", "calibrator", "size_label"])
     stats["cell"] = mean_std_cells(stats)
     order = [label for label in map(_size_label, sizes) if label in set(stats["size_label"])]
-    table = stats.pivot(index=["group", "method", "label", "calibrator"], columns="size_label", values="cell")
+    table = stats.pivot(
+        index=["group", "method", "label", "calibrator"], columns="size_label", values="cell"
+    )
     table = table.reindex(columns=order).reset_index()
     table["calibrator"] = pd.Categorical(
         table["calibrator"], categories=list(dict.fromkeys(runs["calibrator"])), ordered=True
     )
-    table["method"] = pd.Categorical(table["method"], categories=list(dict.fromkeys(stats["method"])), ordered=True)
+    table["method"] = pd.Categorical(
+        table["method"], categories=list(dict.fromkeys(stats["method"])), ordered=True
+    )
     table = table.sort_values(["method", "calibrator"]).astype({"method": str, "calibrator": str})
     return table[["group", "method", "label", "calibrator", *order]].reset_index(drop=True), stats
 
 
 def size_figure(
-    stats: pd.DataFrame, order: list[str], colors: dict[str, Any], labels: dict[str, str], title: str
+    stats: pd.DataFrame,
+    order: list[str],
+    colors: dict[str, Any],
+    labels: dict[str, str],
+    title: str,
 ) -> plt.Figure:
     """One panel per calibrator: ECE vs validation size, a line (± std bar) per method.
 
@@ -498,24 +603,29 @@ def size_figure(
         title: the figure title.
     """
     keys = list(dict.fromkeys(stats["calibrator"]))
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys) + 2.0, 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(keys), figsize=(4.2 * len(keys) + 2.0, 3.6), squeeze=False, sharey=True
+    )
     position = {label: i for i, label in enumerate(order)}
     for ax, key in zip(axes[0], keys):
         for method in dict.fromkeys(stats["method"]):
             cell = stats[(stats["calibrator"] == key) & (stats["method"] == method)]
             ax.errorbar(
-                cell["size_label"].map(position), cell["mean"], yerr=cell["std"].fillna(0.0),
-                marker="o", markersize=3, capsize=2, linewidth=1, color=colors.get(method),
+                cell["size_label"].map(position),
+                cell["mean"],
+                yerr=cell["std"].fillna(0.0),
+                marker="o",
+                markersize=3,
+                capsize=2,
+                linewidth=1,
+                color=colors.get(method),
                 label=labels.get(method, method),
             )
         ax.set_xticks(range(len(order)), order)
         ax.set_title(f"after {key}", fontsize=9)
         ax.set_xlabel("validation samples used for fitting", fontsize=8)
     axes[0, 0].set_ylabel("test ECE (%)", fontsize=8)
-    axes[0, -1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _with_method_legend(fig, axes[0, -1], title)
 
 
 @report(
@@ -565,8 +675,13 @@ def validation_size_sweep(
     figure = size_figure(stats, list(table.columns[4:]), colors, results.labels, title)
     warned = int((runs["warnings"] != "").sum() + (~runs["converged"]).sum())
     note = "".join(
-        f"- size {label} skipped: larger than the validation split ({n} rows)\n" for label, n in skipped.items()
-    ) + (f"- {warned} of {len(runs)} fits warned or did not converge (see `validation_size_runs`)\n" if warned else "")
+        f"- size {label} skipped: larger than the validation split ({n} rows)\n"
+        for label, n in skipped.items()
+    ) + (
+        f"- {warned} of {len(runs)} fits warned or did not converge (see `validation_size_runs`)\n"
+        if warned
+        else ""
+    )
     markdown = (
         f"# Validation-size sweep: {results.study} on {results.dataset}\n\n"
         "Test ECE (%, 15 equal-width bins) after each calibrator fitted on a "
@@ -594,7 +709,10 @@ def _epoch_test_logits(logits: dict[str, Any]) -> list[torch.Tensor]:
 
 
 def optimal_ece_runs(
-    results: StudyResults, grid: str | Sequence[float] = "wang", n_bins: int = 15, epoch_stride: int = 1
+    results: StudyResults,
+    grid: str | Sequence[float] = "wang",
+    n_bins: int = 15,
+    epoch_stride: int = 1,
 ) -> tuple[pd.DataFrame, dict[str, list[int]]]:
     """Per run and evaluated epoch: oracle-TS ECE, raw ECE (%) and the oracle T.
 
@@ -620,16 +738,20 @@ def optimal_ece_runs(
         recorded.setdefault(method, []).append(seed)
         labels = logits["test"]["labels"]
         for epoch in sorted({*range(1, len(per_epoch) + 1, epoch_stride), len(per_epoch)}):
-            found = posthoc.oracle_temperature(per_epoch[epoch - 1], labels, grid=grid, n_bins=n_bins)
-            rows.append({
-                **_identity(results, method),
-                "seed": seed,
-                "epoch": epoch,
-                "oracle_ece": 100.0 * found["oracle_ece"],
-                "raw_ece": 100.0 * found["uncalibrated_ece"],
-                "oracle_temperature": found["oracle_temperature"],
-                "at_grid_bound": found["at_grid_bound"],
-            })
+            found = posthoc.oracle_temperature(
+                per_epoch[epoch - 1], labels, grid=grid, n_bins=n_bins
+            )
+            rows.append(
+                {
+                    **_identity(results, method),
+                    "seed": seed,
+                    "epoch": epoch,
+                    "oracle_ece": 100.0 * found["oracle_ece"],
+                    "raw_ece": 100.0 * found["uncalibrated_ece"],
+                    "oracle_temperature": found["oracle_temperature"],
+                    "at_grid_bound": found["at_grid_bound"],
+                }
+            )
     return pd.DataFrame(rows), recorded
 
 
@@ -652,7 +774,9 @@ def optimal_ece_summary(runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def epoch_figure(summary: pd.DataFrame, colors: dict[str, Any], labels: dict[str, str], title: str) -> plt.Figure:
+def epoch_figure(
+    summary: pd.DataFrame, colors: dict[str, Any], labels: dict[str, str], title: str
+) -> plt.Figure:
     """Oracle ECE, raw ECE and oracle T against epoch; mean line and min–max band per method.
 
     Args:
@@ -670,19 +794,27 @@ def epoch_figure(summary: pd.DataFrame, colors: dict[str, Any], labels: dict[str
     for method in dict.fromkeys(summary["method"]):
         cell = summary[summary["method"] == method]
         for ax, (quantity, _) in zip(axes[0], panels):
-            ax.plot(cell["epoch"], cell[f"{quantity}_mean"], color=colors.get(method), linewidth=1.2,
-                    label=labels.get(method, method))
+            ax.plot(
+                cell["epoch"],
+                cell[f"{quantity}_mean"],
+                color=colors.get(method),
+                linewidth=1.2,
+                label=labels.get(method, method),
+            )
             if f"{quantity}_min" in cell:
-                ax.fill_between(cell["epoch"], cell[f"{quantity}_min"], cell[f"{quantity}_max"],
-                                color=colors.get(method), alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    cell["epoch"],
+                    cell[f"{quantity}_min"],
+                    cell[f"{quantity}_max"],
+                    color=colors.get(method),
+                    alpha=0.2,
+                    linewidth=0,
+                )
     for ax, (_, panel_title) in zip(axes[0], panels):
         ax.set_title(panel_title, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0, -1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _with_method_legend(fig, axes[0, -1], title)
 
 
 @report(
@@ -732,19 +864,32 @@ def optimal_ece_per_epoch(
         for m in _ordered_methods(results)
         if m not in recorded
     ]
-    lines += [f"- `{m}`: per-epoch logits only for seed(s) {s}" for m, s in recorded.items() if len(s) < len(results.seeds)]
+    lines += [
+        f"- `{m}`: per-epoch logits only for seed(s) {s}"
+        for m, s in recorded.items()
+        if len(s) < len(results.seeds)
+    ]
     if runs.empty:
-        return {"optimal_ece_per_epoch_md": "\n".join([*lines, "", "No method recorded per-epoch logits."]) + "\n"}
+        return {
+            "optimal_ece_per_epoch_md": "\n".join(
+                [*lines, "", "No method recorded per-epoch logits."]
+            )
+            + "\n"
+        }
     summary = optimal_ece_summary(runs)
     at_bound = int(runs["at_grid_bound"].sum())
     if at_bound:
-        lines.append(f"- {at_bound} (run, epoch) oracle temperature(s) at a grid bound: the bound may be loose there")
+        lines.append(
+            f"- {at_bound} (run, epoch) oracle temperature(s) at a grid bound: the bound may be loose there"
+        )
     lines += ["", summary.round(3).to_markdown(index=False)]
     title = f"{results.study}: optimal (oracle) ECE per epoch"
     return {
         "optimal_ece": summary,
         "optimal_ece_runs": runs,
-        "optimal_ece_per_epoch": epoch_figure(summary, method_colors(results.methods), results.labels, title),
+        "optimal_ece_per_epoch": epoch_figure(
+            summary, method_colors(results.methods), results.labels, title
+        ),
         "optimal_ece_per_epoch_md": "\n".join(lines) + "\n",
     }
 
@@ -763,12 +908,20 @@ def epoch_edges(epoch_bins: int | Sequence[int], last_epoch: int) -> np.ndarray:
         count = check_int("epoch_bins", int(epoch_bins), low=1)
         return np.unique(np.round(np.linspace(1, last_epoch + 1, count + 1)).astype(int))
     edges = np.asarray(epoch_bins)
-    if edges.ndim != 1 or edges.size < 2 or edges.dtype.kind not in "iu" or edges[0] != 1 or np.any(np.diff(edges) <= 0):
+    if (
+        edges.ndim != 1
+        or edges.size < 2
+        or edges.dtype.kind not in "iu"
+        or edges[0] != 1
+        or np.any(np.diff(edges) <= 0)
+    ):
         raise ValueError(
             f"epoch_bins must be a positive integer or increasing integer edges starting at 1, got {epoch_bins!r}"
         )
     if edges[-1] <= last_epoch:
-        raise ValueError(f"epoch_bins edges {edges.tolist()} must end above the last learned epoch {last_epoch}")
+        raise ValueError(
+            f"epoch_bins edges {edges.tolist()} must end above the last learned epoch {last_epoch}"
+        )
     return edges
 
 
@@ -807,38 +960,54 @@ def learned_epoch_samples(results: StudyResults) -> tuple[dict[str, pd.DataFrame
                 f"{method} seed {seed}: learned_epoch has {learned.shape[0]} entries but the train split "
                 f"has {max_logit.shape[0]} rows"
             )
-        pooled.setdefault(method, []).append(pd.DataFrame({"max_logit": max_logit, "learned_epoch": learned}))
-        per_run.append({
-            **_identity(results, method),
-            "seed": seed,
-            "spearman": float(_spearman(learned, max_logit)),
-            "max_logit_std": float(max_logit.std(ddof=1)),
-        })
-    return {m: pd.concat(frames, ignore_index=True) for m, frames in pooled.items()}, pd.DataFrame(per_run)
+        pooled.setdefault(method, []).append(
+            pd.DataFrame({"max_logit": max_logit, "learned_epoch": learned})
+        )
+        per_run.append(
+            {
+                **_identity(results, method),
+                "seed": seed,
+                "spearman": float(_spearman(learned, max_logit)),
+                "max_logit_std": float(max_logit.std(ddof=1)),
+            }
+        )
+    return {m: pd.concat(frames, ignore_index=True) for m, frames in pooled.items()}, pd.DataFrame(
+        per_run
+    )
 
 
-def bin_learned_epochs(samples: dict[str, pd.DataFrame], epoch_bins: int | Sequence[int]) -> list[str]:
+def bin_learned_epochs(
+    samples: dict[str, pd.DataFrame], epoch_bins: int | Sequence[int]
+) -> list[str]:
     """Adds each sample's learned-epoch bin (0: never learned) to ``samples``; returns the
     bin names."""
     last_epoch = int(max(int(f["learned_epoch"].max()) for f in samples.values()))
     edges = epoch_edges(epoch_bins, max(last_epoch, 1))
     for frame in samples.values():
         frame["bin"] = np.where(
-            frame["learned_epoch"] == 0, 0, np.searchsorted(edges, frame["learned_epoch"], side="right")
+            frame["learned_epoch"] == 0,
+            0,
+            np.searchsorted(edges, frame["learned_epoch"], side="right"),
         )
     return ["never learned", *_epoch_bin_labels(edges)]
 
 
-def max_logit_table(results: StudyResults, samples: dict[str, pd.DataFrame], names: list[str]) -> pd.DataFrame:
+def max_logit_table(
+    results: StudyResults, samples: dict[str, pd.DataFrame], names: list[str]
+) -> pd.DataFrame:
     """Count, fraction, mean, std and median of the max logit per method × learned-epoch bin."""
     frames = []
     for method, frame in samples.items():
-        summary = frame.groupby("bin")["max_logit"].agg(["count", "mean", "std", "median"]).reset_index()
+        summary = (
+            frame.groupby("bin")["max_logit"].agg(["count", "mean", "std", "median"]).reset_index()
+        )
         summary["fraction"] = summary["count"] / len(frame)
         summary.insert(0, "learned_epochs", [names[b] for b in summary["bin"]])
         frames.append(summary.drop(columns="bin").assign(**_identity(results, method)))
     table = pd.concat(frames, ignore_index=True)
-    return table[["group", "method", "label", "learned_epochs", "count", "fraction", "mean", "std", "median"]]
+    return table[
+        ["group", "method", "label", "learned_epochs", "count", "fraction", "mean", "std", "median"]
+    ]
 
 
 def hardness_correlation(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -850,18 +1019,27 @@ def hardness_correlation(per_run: pd.DataFrame) -> pd.DataFrame:
     wide = stats.pivot(index="method", columns="statistic", values="cell").reset_index()
     correlation = per_run[["group", "method", "label"]].drop_duplicates().merge(wide, on="method")
     return correlation.rename(
-        columns={"spearman": "Spearman(learned epoch, max logit)", "max_logit_std": "std of max logit"}
+        columns={
+            "spearman": "Spearman(learned epoch, max logit)",
+            "max_logit_std": "std of max logit",
+        }
     )
 
 
 def histogram_figure(
-    samples: dict[str, pd.DataFrame], names: list[str], logit_bins: int, labels: dict[str, str], title: str
+    samples: dict[str, pd.DataFrame],
+    names: list[str],
+    logit_bins: int,
+    labels: dict[str, str],
+    title: str,
 ) -> plt.Figure:
     """A stacked max-logit histogram per method, coloured by learned-epoch bin."""
     methods = list(samples)
     cols = min(4, len(methods))
     rows = -(-len(methods) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False, sharex=True
+    )
     values = np.concatenate([f["max_logit"].to_numpy() for f in samples.values()])
     bins = np.linspace(values.min(), values.max() + 1e-9, logit_bins + 1)
     colors = ["0.6", *plt.get_cmap("viridis")(np.linspace(0.0, 0.9, len(names) - 1))]
@@ -875,7 +1053,14 @@ def histogram_figure(
     for ax in axes[-1]:
         ax.set_xlabel("max logit (train)", fontsize=8)
     handles, legend_labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, legend_labels, title="learned epoch", fontsize=7, title_fontsize=7, loc="upper right")
+    fig.legend(
+        handles,
+        legend_labels,
+        title="learned epoch",
+        fontsize=7,
+        title_fontsize=7,
+        loc="upper right",
+    )
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.88, 0.95))
     return fig

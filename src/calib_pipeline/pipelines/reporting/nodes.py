@@ -15,10 +15,10 @@ import matplotlib
 # Report nodes draw figures in worker processes without a display.
 matplotlib.use("Agg")
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs  # noqa: E402
-from calib_pipeline.reports.registry import RUN_ARTIFACTS, StudyResults, build_report  # noqa: E402
+from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
+from calib_pipeline.reports.registry import RUN_ARTIFACTS, StudyResults, build_report
 
 
 def evaluate_study(
@@ -65,7 +65,9 @@ def evaluate_study(
         labels=labels,
         calibrators=calibrators,
         n_bins=n_bins,
-        reliability_bin_counts=tuple(sorted({n_bins, *evaluation.get("reliability_bins", []), *report_bins})),
+        reliability_bin_counts=tuple(
+            sorted({n_bins, *evaluation.get("reliability_bins", []), *report_bins})
+        ),
         shift_metrics=tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
     )
 

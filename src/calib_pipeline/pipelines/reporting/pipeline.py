@@ -4,13 +4,18 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import StudySpec, Structure
+from calib_pipeline.pipelines.config import Structure, StudySpec
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study, run_report
 from calib_pipeline.pipelines.training.pipeline import run_prefix
 from calib_pipeline.reports.registry import report_needs
 
-ARTIFACT_SUFFIX = {"logits": "logits", "calibrators": "calibrators", "shift": "shift_logits", "histories": "history"}
+ARTIFACT_SUFFIX = {
+    "logits": "logits",
+    "calibrators": "calibrators",
+    "shift": "shift_logits",
+    "histories": "history",
+}
 
 
 def _named(func, **kwargs):
@@ -41,8 +46,14 @@ def study_pipeline(
     report_bins = tuple(int(b) for b in ([requested] if isinstance(requested, int) else requested))
     nodes = [
         node(
-            _named(evaluate_study, study=name, run_keys=run_keys, labels=labels,
-                   calibrators=calibrators, report_bins=report_bins),
+            _named(
+                evaluate_study,
+                study=name,
+                run_keys=run_keys,
+                labels=labels,
+                calibrators=calibrators,
+                report_bins=report_bins,
+            ),
             inputs={
                 "dataset": "params:dataset",
                 "evaluation": "params:evaluation",
@@ -64,7 +75,13 @@ def study_pipeline(
     for report, options in study.reports.items():
         nodes.append(
             node(
-                _named(run_report, report=report, options=dict(options or {}), study=study_info, run_keys=run_keys),
+                _named(
+                    run_report,
+                    report=report,
+                    options=dict(options or {}),
+                    study=study_info,
+                    run_keys=run_keys,
+                ),
                 inputs={
                     "metrics": f"{name}.metrics",
                     "bins": f"{name}.reliability_bins",
@@ -81,4 +98,9 @@ def study_pipeline(
 def create_pipeline(
     structure: Structure, studies: list[str], dataset_name: str = "", shifted_val: bool = False
 ) -> Pipeline:
-    return Pipeline([study_pipeline(structure, structure.studies[s], dataset_name, shifted_val) for s in studies])
+    return Pipeline(
+        [
+            study_pipeline(structure, structure.studies[s], dataset_name, shifted_val)
+            for s in studies
+        ]
+    )
