@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
 
@@ -245,8 +246,6 @@ def method_colors(methods: Sequence[str], labels: dict[str, str] | None = None) 
     Returns:
         Method key (or label) -> RGBA colour of ``tab10`` (``tab20`` beyond 10 methods).
     """
-    import matplotlib
-
     palette = matplotlib.colormaps["tab20" if len(methods) > 10 else "tab10"]
     keys = [labels.get(m, m) for m in methods] if labels is not None else list(methods)
     return {key: palette(i % palette.N) for i, key in enumerate(keys)}
@@ -309,7 +308,7 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
         elif isinstance(value, str):
             (folder / f"{name}.md").write_text(value, encoding="utf-8")
         elif hasattr(value, "savefig"):
-            import matplotlib.pyplot as plt
+            import matplotlib.pyplot as plt  # only where a figure is written: tables need no pyplot
 
             value.savefig(folder / f"{name}.png", dpi=dpi, bbox_inches="tight")
             plt.close(value)

@@ -11,8 +11,8 @@ Register one with ``@report("name", needs=(...), options={...})``:
   reads: ``"histories"``, ``"logits"``, ``"calibrators"``, ``"shift"``;
 - ``options`` maps every keyword option of the function to an :class:`Option` saying
   which values it accepts, built from :func:`choice`, :func:`integer`, :func:`number`,
-  :data:`BOOLEAN`, :data:`TEXT`, :data:`METRIC`, :func:`optional`, :func:`either`, :func:`list_of` and
-  :func:`mapping`, e.g. ``{"spread": choice("std", "sem"), "digits": integer(low=0)}``.
+  :data:`BOOLEAN`, :data:`TEXT`, :data:`METRIC`, :data:`SIGNIFICANCE`, :func:`optional`,
+  :func:`either`, :func:`list_of` and :func:`mapping`, e.g. ``{"spread": choice("std", "sem"), "digits": integer(low=0)}``.
   Registration fails if the declaration and the function's signature disagree, or if a
   default value breaks its own declaration.
 
