@@ -13,6 +13,8 @@ DOCTEST_MODULES = [
     "calib_pipeline.calibration.losses",
     "calib_pipeline.calibration.posthoc",
     "calib_pipeline.models.registry",
+    "calib_pipeline.reports.mukhoti",
+    "calib_pipeline.reports.common",
 ]
 
 

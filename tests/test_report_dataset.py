@@ -12,7 +12,7 @@ import pytest
 from kedro.io import DatasetError
 from kedro.io.core import Version
 
-from calib_pipeline.kedro_datasets import MARKDOWN_MAX_ROWS, ReportDataset, write_artifacts
+from calib_pipeline.kedro_datasets import ReportDataset
 
 
 def test_a_save_writes_each_artifact_by_type_and_a_load_reads_them_back(tmp_path):
@@ -34,14 +34,7 @@ def test_a_save_writes_each_artifact_by_type_and_a_load_reads_them_back(tmp_path
     assert loaded["figure"].endswith("figure.png") and loaded["meta"].endswith("meta.json")
 
 
-def test_long_tables_are_written_as_csv_only(tmp_path):
-    short = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS)})
-    long = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS + 1)})
-    write_artifacts(tmp_path, {"short": short, "long": long})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.csv", "short.csv", "short.md"]
-    assert len(pd.read_csv(tmp_path / "long.csv")) == MARKDOWN_MAX_ROWS + 1
-
-
-def test_an_unsupported_artifact_type_is_refused_with_its_name(tmp_path):
+def test_an_unsupported_artifact_is_refused_with_its_name(tmp_path):
+    dataset = ReportDataset(filepath=str(tmp_path / "report"), version=Version(None, "2026-11-26T01.00.00.000Z"))
     with pytest.raises(DatasetError, match="report artifact 'weights' has unsupported type int"):
-        write_artifacts(tmp_path, {"weights": 3})
+        dataset.save({"weights": 3})

@@ -253,7 +253,7 @@ class MlflowTrackingHook:
 
         Report folders (dict outputs) are logged by :meth:`after_dataset_saved` from the
         files the catalog writes, so nothing is rendered twice."""
-        from calib_pipeline.kedro_datasets import write_artifacts
+        from calib_pipeline.reports.common import write_artifacts
 
         bundle = {
             name.split(".", 1)[-1]: value

@@ -1,4 +1,4 @@
-"""Custom Kedro datasets: raw image data, torch artifacts, resume stores, Markdown text.
+"""Custom Kedro datasets: raw image data, torch artifacts, resume stores, report folders.
 
 These are the only Kedro classes that touch the science packages' I/O: nodes
 receive loaded objects and return objects to save.
@@ -13,6 +13,7 @@ import torch
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
 from calib_pipeline.data.datasets import ImageData, load_dataset
+from calib_pipeline.reports.common import write_artifacts
 from calib_pipeline.training.checkpoint import CheckpointStore
 
 
@@ -91,31 +92,13 @@ class CheckpointStoreDataset(AbstractDataset[None, CheckpointStore]):
         return {"path": self._path}
 
 
-class MarkdownDataset(AbstractVersionedDataset[str, str]):
-    """A versioned UTF-8 text file (Markdown tables and summaries)."""
-
-    def __init__(self, *, filepath: str, version: Version | None = None) -> None:
-        super().__init__(filepath=PurePosixPath(filepath), version=version)
-
-    def load(self) -> str:
-        return Path(str(self._get_load_path())).read_text(encoding="utf-8")
-
-    def save(self, data: str) -> None:
-        path = Path(str(self._get_save_path()))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(data, encoding="utf-8")
-
-    def _describe(self) -> dict[str, Any]:
-        return {"filepath": str(self._filepath), "version": self._version}
-
-
 class ReportDataset(AbstractVersionedDataset[dict, dict]):
     """A versioned folder of report artifacts.
 
-    Saving a dict writes each entry by type: a DataFrame as ``<name>.csv`` and, up to
-    ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``; a string as ``<name>.md``; a matplotlib
-    figure as ``<name>.png`` (then closed); a dict/list as ``<name>.json``. Loading returns DataFrames from the
-    CSVs, strings from the Markdown files and paths of the PNGs.
+    Saving a dict writes each entry by type (:func:`calib_pipeline.reports.common.write_artifacts`:
+    a DataFrame as CSV and Markdown, a string as Markdown, a figure as PNG, a dict/list as
+    JSON). Loading returns DataFrames from the CSVs, strings from the Markdown files and
+    paths of the PNGs and JSON files.
     """
 
     def __init__(self, *, filepath: str, version: Version | None = None, dpi: int = 120) -> None:
@@ -145,33 +128,3 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "version": self._version}
-
-
-# A Markdown table is for reading; beyond this many rows only the CSV is written (the tidy
-# metrics tables have ~10^5 rows, and tabulate needs ~0.15 ms per row to render them).
-MARKDOWN_MAX_ROWS = 2000
-
-
-def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
-    """Write report artifacts into ``folder`` by type (see :class:`ReportDataset`)."""
-    import json
-
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, value in data.items():
-        if isinstance(value, pd.DataFrame):
-            value.to_csv(folder / f"{name}.csv", index=False)
-            if len(value) <= MARKDOWN_MAX_ROWS:
-                markdown = value.to_markdown(index=False) + "\n"
-                (folder / f"{name}.md").write_text(markdown, encoding="utf-8")
-        elif isinstance(value, str):
-            (folder / f"{name}.md").write_text(value, encoding="utf-8")
-        elif hasattr(value, "savefig"):
-            value.savefig(folder / f"{name}.png", dpi=dpi, bbox_inches="tight")
-            plt.close(value)
-        elif isinstance(value, (dict, list)):
-            (folder / f"{name}.json").write_text(json.dumps(value, indent=2, default=str), encoding="utf-8")
-        else:
-            raise DatasetError(f"report artifact {name!r} has unsupported type {type(value).__name__}")

@@ -83,6 +83,12 @@ def test_bad_structure_is_rejected(parameters, mutate, message):
         (lambda p: p["splits"]["standard"]["fractions"].update({"train": 0.5}), "split 'standard': .*sum to 1"),
         (lambda p: p["training"].update({"epochs": -3}), "epochs must be a positive integer"),
         (lambda p: p["calibrators"].update({"x": {"name": "nope"}}), "calibrator 'x': unknown calibrator"),
+        (lambda p: p["studies"]["a"].update({"reports": {"reliability": {"n_bin": 20}}}),
+         r"study 'a': report 'reliability' got unknown option\(s\) \['n_bin'\]; valid options: n_bins"),
+        (lambda p: p["studies"]["a"].update({"reports": {"reliability": {"n_bins": 0}}}), r"study 'a': report 'reliability'.*n_bins"),
+        (lambda p: p["studies"]["a"].update({"reports": {"tabel": {}}}), r"unknown report 'tabel'; valid report names are"),
+        (lambda p: p["methods"]["ce"].update({"model": {"name": "small_cnn", "params": {"widht": 4}}}),
+         r"method 'ce': model 'small_cnn' got unknown parameter\(s\) \['widht'\]"),
     ],
 )
 def test_bad_names_and_hyperparameters_fail_when_pipelines_are_built(parameters, mutate, message):

@@ -16,7 +16,7 @@ from calib_pipeline.data.shift_sets import LAYOUTS, ShiftSetMissing
 from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
 from calib_pipeline.settings import load_parameters
-from calib_pipeline.pipelines.reporting.nodes import evaluate_runs
+from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.data.shift_suites import (
     generate_corrupted,
     parse_shift,

@@ -9,6 +9,7 @@ from kedro.runner import SequentialRunner
 from calib_pipeline.data import ImageData, load_dataset
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
 from calib_pipeline.pipelines.config import parse_structure
+from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.training import CheckpointStore
 
 PARAMETERS = {
@@ -86,7 +87,7 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
 def test_reporting_fails_clearly_when_a_calibrator_was_not_fitted(small_digits, tmp_path):
     runs = {"ce|0": {"logits": {"test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)}}, "calibrators": {}}}
     with pytest.raises(KeyError, match=r"calibrator\(s\) \['ts'\] were not fitted; re-run posthoc"):
-        reporting.nodes.evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=["ts"])
+        evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=["ts"])
 
 
 def test_calibrators_fitted_on_shifted_val_are_evaluated_and_labelled(small_digits, tmp_path):

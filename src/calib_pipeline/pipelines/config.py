@@ -13,7 +13,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.calibration.methods import MethodSpec, check_method
+from calib_pipeline.calibration.posthoc import build_calibrator
+from calib_pipeline.data import check_fractions, dataset_names
+from calib_pipeline.data.shift_suites import resolve_suites
+from calib_pipeline.models import MODELS
+from calib_pipeline.reports.registry import check_report
+from calib_pipeline.training.config import TrainConfig
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
@@ -175,13 +181,8 @@ def _expand_members(members: list[str], methods: dict[str, MethodSpec]) -> list[
 
 
 def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None:
-    """Build every named thing once (cheaply) so bad names/hyperparameters fail now."""
-    from calib_pipeline.calibration.methods import check_method
-    from calib_pipeline.calibration.posthoc import build_calibrator
-    from calib_pipeline.data import check_fractions, dataset_names
-    from calib_pipeline.models import MODELS
-    from calib_pipeline.training.config import TrainConfig
-
+    """Check every named thing -- dataset, splits, models, methods, reports and their
+    options, shift suites, calibrators -- so bad names and hyperparameters fail now."""
     dataset = parameters.get("dataset", {}).get("name")
     if dataset not in dataset_names():
         raise ValueError(f"unknown dataset {dataset!r}; valid dataset names are: {', '.join(dataset_names())}")
@@ -193,20 +194,18 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
     base_model = parameters.get("model", {})
     for method in structure.methods.values():
         model = {**base_model, **(method.model or {})}
-        MODELS.factory(model.get("name"))
+        try:
+            MODELS.check(model.get("name"), in_channels=1, num_classes=2, image_size=8, **(model.get("params") or {}))
+        except ValueError as error:
+            raise ValueError(f"method {method.key!r}: {error}") from None
         TrainConfig.from_params({**parameters.get("training", {}), **method.training})
         check_method(method)
-    from calib_pipeline.pipelines.reporting.reports import report_names
-
     for study in structure.studies.values():
-        unknown = sorted(set(study.reports) - set(report_names()))
-        if unknown:
-            raise ValueError(
-                f"study {study.name!r} lists unknown report(s) {unknown}; valid reports are: "
-                + ", ".join(report_names())
-            )
-    from calib_pipeline.data.shift_suites import resolve_suites
-
+        for report, options in study.reports.items():
+            try:
+                check_report(report, dict(options or {}))
+            except ValueError as error:
+                raise ValueError(f"study {study.name!r}: {error}") from None
     resolve_suites(parameters.get("shift") or {}, dataset)
     for key, entry in structure.calibrators.items():
         try:

@@ -1,4 +1,4 @@
-"""Scoring cached logits into the tidy metrics table, and paper-style tables and figures."""
+"""Kedro wiring of the reporting stage; the science is in :mod:`calib_pipeline.reports`."""
 
 from calib_pipeline.pipelines.reporting.pipeline import create_pipeline
 

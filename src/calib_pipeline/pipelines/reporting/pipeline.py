@@ -1,52 +1,21 @@
-from functools import partial, update_wrapper
-from typing import Any
+"""The reporting stage of a study: one evaluation node, then one node per report."""
 
-import pandas as pd
+from functools import partial, update_wrapper
+
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import StudySpec, Structure
+from calib_pipeline.pipelines.config import Structure, StudySpec
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
-from calib_pipeline.pipelines.reporting.nodes import SHIFT_METRICS, evaluate_runs, run_report
-from calib_pipeline.pipelines.reporting.reports import report_needs
+from calib_pipeline.pipelines.reporting.nodes import evaluate_study, run_report
 from calib_pipeline.pipelines.training.pipeline import run_prefix
+from calib_pipeline.reports.registry import report_needs
 
-ARTIFACT_SUFFIX = {"logits": "logits", "calibrators": "calibrators", "shift": "shift_logits", "histories": "history"}
-
-
-def evaluate_study(
-    dataset: dict[str, Any],
-    evaluation: dict[str, Any],
-    *,
-    study: str,
-    run_keys: dict[str, tuple[str, int]],
-    labels: dict[str, str],
-    calibrators: list[str],
-    report_bins: tuple[int, ...] = (),
-    **artifacts: Any,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Gather a study's cached artifacts (``r<i>_<kind>`` keyword inputs) and score them;
-    reliability bins are kept for the evaluation's bin counts and those the study's
-    reports ask for (``report_bins``)."""
-    runs = {
-        f"{method}|{seed}": {
-            "logits": artifacts[f"{key}_logits"],
-            "calibrators": artifacts[f"{key}_calibrators"],
-            "shift": artifacts.get(f"{key}_shift"),
-        }
-        for key, (method, seed) in run_keys.items()
-    }
-    return evaluate_runs(
-        runs,
-        dataset=dataset["name"],
-        study=study,
-        labels=labels,
-        calibrators=calibrators,
-        n_bins=int(evaluation.get("n_bins", 15)),
-        reliability_bin_counts=tuple(
-            sorted({int(evaluation.get("n_bins", 15)), *evaluation.get("reliability_bins", []), *report_bins})
-        ),
-        shift_metrics=tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
-    )
+ARTIFACT_SUFFIX = {
+    "logits": "logits",
+    "calibrators": "calibrators",
+    "shift": "shift_logits",
+    "histories": "history",
+}
 
 
 def _named(func, **kwargs):
@@ -77,8 +46,14 @@ def study_pipeline(
     report_bins = tuple(int(b) for b in ([requested] if isinstance(requested, int) else requested))
     nodes = [
         node(
-            _named(evaluate_study, study=name, run_keys=run_keys, labels=labels,
-                   calibrators=calibrators, report_bins=report_bins),
+            _named(
+                evaluate_study,
+                study=name,
+                run_keys=run_keys,
+                labels=labels,
+                calibrators=calibrators,
+                report_bins=report_bins,
+            ),
             inputs={
                 "dataset": "params:dataset",
                 "evaluation": "params:evaluation",
@@ -100,7 +75,13 @@ def study_pipeline(
     for report, options in study.reports.items():
         nodes.append(
             node(
-                _named(run_report, report=report, options=dict(options or {}), study=study_info, run_keys=run_keys),
+                _named(
+                    run_report,
+                    report=report,
+                    options=dict(options or {}),
+                    study=study_info,
+                    run_keys=run_keys,
+                ),
                 inputs={
                     "metrics": f"{name}.metrics",
                     "bins": f"{name}.reliability_bins",
@@ -117,4 +98,9 @@ def study_pipeline(
 def create_pipeline(
     structure: Structure, studies: list[str], dataset_name: str = "", shifted_val: bool = False
 ) -> Pipeline:
-    return Pipeline([study_pipeline(structure, structure.studies[s], dataset_name, shifted_val) for s in studies])
+    return Pipeline(
+        [
+            study_pipeline(structure, structure.studies[s], dataset_name, shifted_val)
+            for s in studies
+        ]
+    )

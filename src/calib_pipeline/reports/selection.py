@@ -21,10 +21,19 @@ from __future__ import annotations
 
 import pandas as pd
 
+from calib_pipeline.registry import check_choice, check_range
+from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
+from calib_pipeline.reports.registry import TEXT, choice, optional
+
 SELECTION_RULES = ("karandikar", "best_val_error", "test_ece")
 DEFAULT_METRIC = {"karandikar": "ece_l2", "best_val_error": "error", "test_ece": "ece"}
 SELECTED_ON = {"karandikar": "val", "best_val_error": "val", "test_ece": "test"}
 TEST_SELECTED = " [test-selected]"
+# The options of every report that can reduce a sweep to one member (see apply_selection).
+SELECTION_OPTIONS = {
+    "selection": optional(choice(*SELECTION_RULES)),
+    "selection_metric": optional(TEXT),
+}
 RECORD_COLUMNS = [
     "group",
     "method",
@@ -40,16 +49,12 @@ RECORD_COLUMNS = [
 
 def _check_rule(rule: str, metric: str | None, tolerance: float) -> str:
     """The criterion metric of ``rule``; raises ValueError for a bad rule or option."""
-    if rule not in SELECTION_RULES:
-        raise ValueError(
-            f"unknown selection rule {rule!r}; valid rules are: {', '.join(SELECTION_RULES)}"
-        )
+    check_choice("rule", rule, SELECTION_RULES)
     if rule == "best_val_error" and metric not in (None, "error"):
         raise ValueError(
             f"selection rule 'best_val_error' minimises 'error'; got metric={metric!r}"
         )
-    if not 0.0 <= tolerance < 1.0:
-        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    check_range("tolerance", tolerance, low=0.0, high=1.0, high_inclusive=False)
     return metric or DEFAULT_METRIC[rule]
 
 
@@ -60,7 +65,7 @@ def _member_means(
     rows = table[
         table["method"].isin(members)
         & (table["split"] == split)
-        & (table["shift"] == "none")
+        & (table["shift"] == UNSHIFTED)
         & (table["calibrator"] == calibrator)
         & table["metric"].isin(metrics)
     ]
@@ -96,7 +101,7 @@ def select_sweep_members(
     *,
     metric: str | None = None,
     tolerance: float = 0.01,
-    calibrator: str = "none",
+    calibrator: str = UNCALIBRATED,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Keep one member per sweep group of a tidy metrics table.
 
@@ -159,3 +164,24 @@ def select_sweep_members(
     record = pd.DataFrame(records, columns=RECORD_COLUMNS)
     record.loc[record["selected_on"] == "test", "label"] += TEST_SELECTED
     return filtered.reset_index(drop=True), record
+
+
+def apply_selection(
+    table: pd.DataFrame, groups: dict[str, str], rule: str | None, metric: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """``table`` reduced to one member per sweep group by ``rule``, or all of it for ``None``.
+
+    Args:
+        table: the tidy metrics table.
+        groups: method key -> sweep group key.
+        rule: a rule of ``SELECTION_RULES``, or ``None`` to keep every member.
+        metric: the rule's criterion (see :func:`select_sweep_members`); needs a rule.
+
+    Returns:
+        ``(table, record)``; ``record`` is ``None`` without a rule.
+    """
+    if rule is None:
+        if metric is not None:
+            raise ValueError("selection_metric needs a selection rule (selection=...)")
+        return table, None
+    return select_sweep_members(table, groups, rule, metric=metric)

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calib_pipeline.kedro_datasets import write_artifacts
-from calib_pipeline.pipelines.reporting.nodes import TIDY_COLUMNS
-from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report, report_needs
-from calib_pipeline.pipelines.reporting.shift_reports import corruption_sem
+from calib_pipeline.reports.common import write_artifacts
+from calib_pipeline.reports.evaluation import TIDY_COLUMNS
+from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
+from calib_pipeline.reports.shift import corruption_sem
 
 METHODS = {"ce": "CE", "focal": "FL"}
 GENERATED = ("gaussian_noise", "fog", "contrast")
@@ -325,11 +325,19 @@ def test_studies_without_shift_rows_get_a_note_not_a_crash():
         (
             "shift_tables",
             {"metrics": ["ecee"]},
-            r"unknown metric\(s\) \['ecee'\]; valid metrics are: accuracy",
+            r"metrics\[0\] must be one of 'accuracy', 'error', .*got 'ecee'",
         ),
-        ("shift_tables", {"sem": "masson"}, r"sem must be one of \['plain', 'within'\]"),
-        ("shift_figures", {"metric": "brierr"}, r"unknown metric\(s\) \['brierr'\]"),
-        ("natural_shift_table", {"sets": ["cifar10_1"]}, r"unknown parameter\(s\) \['sets'\]"),
+        ("shift_tables", {"sem": "masson"}, r"sem must be one of 'plain', 'within', got 'masson'"),
+        (
+            "shift_figures",
+            {"metric": "brierr"},
+            r"metric must be one of 'accuracy', .*got 'brierr'",
+        ),
+        (
+            "natural_shift_table",
+            {"sets": ["cifar10_1"]},
+            r"unknown option\(s\) \['sets'\]; valid options: metrics, include_clean",
+        ),
         ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\]"),
         (
             "shift_tables",

@@ -9,10 +9,10 @@ from scipy.stats import ttest_ind
 
 from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.posthoc import build_calibrator, oracle_temperature
-from calib_pipeline.kedro_datasets import write_artifacts
-from calib_pipeline.pipelines.reporting.calibratability_reports import compare_to_baseline
-from calib_pipeline.pipelines.reporting.nodes import evaluate_runs
-from calib_pipeline.pipelines.reporting.reports import StudyResults, build_report, report_needs
+from calib_pipeline.reports.common import write_artifacts
+from calib_pipeline.reports.evaluation import evaluate_runs
+from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
+from calib_pipeline.reports.wang import compare_to_baseline
 
 # A coarse grid (16 temperatures, T = 1 among them) keeps grid fits fast; the oracle searches
 # the same grid, so "oracle ECE <= val-fitted TS ECE" holds exactly.
@@ -271,7 +271,9 @@ def test_validation_size_sweep(study, tmp_path):
 
 
 def test_validation_size_sweep_bad_options(study):
-    with pytest.raises(ValueError, match="sizes must be"):
+    with pytest.raises(
+        ValueError, match=r"sizes\[1\] must be an integer >= 1 or one of 'all', got 'half'"
+    ):
         build_report("validation_size_sweep", study, sizes=[10, "half"])
     with pytest.raises(
         ValueError, match="calibrator 'x': unknown calibrator 'platt'; valid calibrator names"
@@ -314,7 +316,7 @@ def test_optimal_ece_per_epoch_without_any_epoch_logits(study):
     )
     assert list(out) == ["optimal_ece_per_epoch_md"]
     assert "No method recorded per-epoch logits" in out["optimal_ece_per_epoch_md"]
-    with pytest.raises(ValueError, match="epoch_stride must be a positive integer"):
+    with pytest.raises(ValueError, match="epoch_stride must be an integer >= 1, got 0"):
         build_report("optimal_ece_per_epoch", study, epoch_stride=0)
 
 

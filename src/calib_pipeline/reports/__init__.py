@@ -1,0 +1,58 @@
+"""Paper tables and figures from a study's tidy metrics table -- pure pandas and matplotlib.
+
+One module per paper (``mukhoti``, ``karandikar``, ``singh``, ``wang``, ``focal_meta``),
+plus ``shift`` (corruption and natural-shift reports) and ``standard`` (summary table,
+reliability diagrams). Each splits a report into compute functions (tidy frame in, table
+frames out) and draw functions (matplotlib Figures), and registers the report that
+composes them (:mod:`.registry`). ``common`` holds what they share, ``selection`` the
+sweep-member rules and ``evaluation`` the scoring of cached logits into the tidy table.
+
+From a notebook::
+
+    from calib_pipeline.reports import mukhoti
+    mukhoti.table(metrics)              # metrics: a study's tidy table (metrics.parquet)
+
+Importing the package registers every built-in report.
+"""
+
+from calib_pipeline.reports import (
+    common,
+    evaluation,
+    focal_meta,
+    karandikar,
+    mukhoti,
+    registry,
+    selection,
+    shift,
+    singh,
+    standard,
+    wang,
+)
+from calib_pipeline.reports.registry import (
+    StudyResults,
+    build_report,
+    check_report,
+    report_names,
+    report_needs,
+    report_options,
+)
+
+__all__ = [
+    "StudyResults",
+    "build_report",
+    "check_report",
+    "common",
+    "evaluation",
+    "focal_meta",
+    "karandikar",
+    "mukhoti",
+    "registry",
+    "report_names",
+    "report_needs",
+    "report_options",
+    "selection",
+    "shift",
+    "singh",
+    "standard",
+    "wang",
+]

@@ -1,0 +1,187 @@
+"""Scoring cached logits into a study's tidy metrics table and per-bin reliability table.
+
+``evaluate_runs`` scores every (method, seed, calibrator, split, shift, severity) cell of a
+study from the runs' cached logits and fitted calibrators; every report reads its output.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+import torch
+
+from calib_pipeline.calibration.metrics import (
+    calibration_metrics,
+    calibration_metrics_batched,
+    reliability_bins,
+)
+from calib_pipeline.calibration.posthoc import calibrated_scores
+from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
+
+logger = logging.getLogger(__name__)
+
+TIDY_COLUMNS = [
+    "dataset",
+    "study",
+    "method",
+    "label",
+    "seed",
+    "calibrator",
+    "split",
+    "shift",
+    "severity",
+    "metric",
+    "value",
+]
+SHIFT_METRICS = ("accuracy", "nll", "brier", "ece", "ece_em", "mce", "ece_l2", "auroc")
+
+ShiftedCells = dict[tuple[str, int], list[tuple[dict[str, Any], torch.Tensor, torch.Tensor]]]
+
+
+def _cells(run: dict[str, Any]) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """(split, shift, severity, entry) of every evaluated set of a run.
+
+    Shift entries carry their split (``"test"``, or ``"val"`` for shifted validation sets;
+    older caches have none: test); skipped corruptions have no logits and no cell.
+    """
+    cells = [
+        (part, UNSHIFTED, 0, run["logits"][part])
+        for part in ("val", "test")
+        if part in run["logits"]
+    ]
+    for entry in (run.get("shift") or {}).values():
+        if "logits" in entry:
+            cells.append(
+                (entry.get("split", "test"), entry["shift"], int(entry["severity"]), entry)
+            )
+    return cells
+
+
+def _bins_frame(stats: dict[str, Any], count: int, base: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        {
+            "lower": stats["edges"][:-1],
+            "upper": stats["edges"][1:],
+            "count": stats["counts"],
+            "confidence": stats["confidence"],
+            "accuracy": stats["accuracy"],
+        }
+    )
+    frame.insert(0, "n_bins", count)
+    for column, value in reversed(list(base.items())):
+        if column not in ("split", "shift", "severity"):
+            frame.insert(0, column, value)
+    return frame
+
+
+def _score_shifted(
+    shifted: ShiftedCells, n_bins: int, shift_metrics: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Rows of the shifted cells of one (run, calibrator), one batched call per score kind
+    and set size (the sets of a run share their size, so they stack into R × N × K)."""
+    rows: list[dict[str, Any]] = []
+    for (kind, _), cells in shifted.items():
+        values = calibration_metrics_batched(
+            torch.stack([torch.as_tensor(c[1]) for c in cells]),
+            torch.stack([torch.as_tensor(c[2]) for c in cells]),
+            n_bins=n_bins,
+            inputs=kind,
+            keys=list(shift_metrics),
+        )
+        for index, (cell, _, _) in enumerate(cells):
+            rows.extend({**cell, "metric": k, "value": float(v[index])} for k, v in values.items())
+    return rows
+
+
+def _score_run(
+    run: dict[str, Any],
+    base: dict[str, Any],
+    calibrator: Any,
+    n_bins: int,
+    reliability_bin_counts: tuple[int, ...],
+    shift_metrics: tuple[str, ...],
+) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
+    """Tidy rows and reliability-bin frames of one run under one calibrator (``None``: raw)."""
+    rows: list[dict[str, Any]] = []
+    bins: list[pd.DataFrame] = []
+    shifted: ShiftedCells = {}
+    for split, shift, severity, entry in _cells(run):
+        scores, kind = (
+            (entry["logits"], "logits")
+            if calibrator is None
+            else calibrated_scores(calibrator, entry["logits"])
+        )
+        cell = {**base, "split": split, "shift": shift, "severity": severity}
+        if shift != UNSHIFTED:
+            shifted.setdefault((kind, len(entry["labels"])), []).append(
+                (cell, scores, entry["labels"])
+            )
+            continue
+        values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
+        rows.extend({**cell, "metric": k, "value": float(v)} for k, v in values.items())
+        if split == "test":
+            for count in reliability_bin_counts:
+                stats = reliability_bins(scores, entry["labels"], n_bins=count, inputs=kind)
+                bins.append(_bins_frame(stats, count, cell))
+    return rows + _score_shifted(shifted, n_bins, shift_metrics), bins
+
+
+def evaluate_runs(
+    runs: dict[str, dict[str, Any]],
+    *,
+    dataset: str,
+    study: str,
+    labels: dict[str, str],
+    calibrators: list[str],
+    n_bins: int = 15,
+    reliability_bin_counts: tuple[int, ...] = (15,),
+    shift_metrics: tuple[str, ...] = SHIFT_METRICS,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Score every cell of a study.
+
+    Clean val/test cells get the whole metric suite; shifted sets (often ~100 per run)
+    get ``shift_metrics``, scored in one batched call per (run, calibrator) -- the sets
+    of a run share their size, so they stack into R × N × K.
+
+    Args:
+        runs: ``"<method>|<seed>"`` -> ``{"logits", "calibrators", "shift"}`` artifacts.
+        dataset, study: identifiers written into every row.
+        labels: method key -> display label.
+        calibrators: calibrator keys of the study (``"none"`` is always added first).
+        n_bins: bins of the binned metrics.
+        reliability_bin_counts: bin counts of the per-bin table (clean test split).
+        shift_metrics: metric keys computed on shifted sets.
+
+    Returns:
+        The tidy metrics table (``TIDY_COLUMNS``) and the per-bin reliability table.
+    """
+    rows: list[dict[str, Any]] = []
+    bins: list[pd.DataFrame] = []
+    for run_key, run in runs.items():
+        method, seed = run_key.split("|")
+        fitted = run.get("calibrators") or {}
+        missing = [c for c in calibrators if c not in fitted]
+        if missing:
+            raise KeyError(
+                f"{method} seed {seed}: calibrator(s) {missing} were not fitted; re-run posthoc"
+            )
+        for cal_name in [UNCALIBRATED, *calibrators]:
+            base = {
+                "dataset": dataset,
+                "study": study,
+                "method": method,
+                "label": labels.get(method, method),
+                "seed": int(seed),
+                "calibrator": cal_name,
+            }
+            calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
+            run_rows, run_bins = _score_run(
+                run, base, calibrator, n_bins, reliability_bin_counts, shift_metrics
+            )
+            rows.extend(run_rows)
+            bins.extend(run_bins)
+    table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
+    logger.info("%s: scored %d rows", study, len(table))
+    return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()

@@ -1,0 +1,303 @@
+"""Reports of the meta-regularisation study (γ-Net + SECE): Tables 1–2, Fig. 3, 5, γ histogram."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+
+from calib_pipeline.calibration.metrics import calibration_metrics_batched
+from calib_pipeline.reports.common import UNCALIBRATED, mean_std_table, method_colors
+from calib_pipeline.reports.registry import (
+    TEXT,
+    StudyResults,
+    integer,
+    list_of,
+    mapping,
+    optional,
+    report,
+)
+
+TABLE_METRICS = ["error", "nll", "ece", "mce", "ece_em", "classwise_ece"]
+TABLE_HEADERS = {
+    "label": "Methods",
+    "error": "Error",
+    "nll": "NLL",
+    "ece": "ECE",
+    "mce": "MCE",
+    "ece_em": "ACE",
+    "classwise_ece": "Classwise ECE",
+}
+BIN_COUNTS = [10, 20, 50, 100, 200, 500, 1000]
+CURVE_COLUMNS = (
+    "test_ece",
+    "test_error",
+    "test_gamma_mean",
+    "test_gamma_std",
+    "val_gamma_mean",
+    "val_gamma_std",
+)
+
+
+def paper_table(
+    table: pd.DataFrame, methods: list[str], calibrated: dict[str, str] | None = None
+) -> pd.DataFrame:
+    """Table 1 / 2 of the paper from the tidy metrics table.
+
+    Args:
+        table: the study's tidy metrics table.
+        methods: the rows, in the paper's order, each uncalibrated.
+        calibrated: method -> calibrator key; adds that calibrated row (e.g. "CE (TS)")
+            right after its method.
+
+    Returns:
+        Columns Methods, Error, NLL, ECE, MCE, ACE, Classwise ECE: mean ± std over seeds
+        on the test split, % except NLL.
+    """
+    unknown = sorted(set(methods) - set(table["method"]))
+    if unknown:
+        raise ValueError(
+            f"methods {unknown} are not in the study's table; it has {sorted(table['method'].unique())}"
+        )
+    pieces = []
+    for method in methods:
+        rows = table[(table["method"] == method) & (table["calibrator"] == UNCALIBRATED)]
+        pieces.append(rows)
+        calibrator = (calibrated or {}).get(method)
+        if calibrator is not None:
+            cal_rows = table[(table["method"] == method) & (table["calibrator"] == calibrator)]
+            if cal_rows.empty:
+                raise ValueError(
+                    f"calibrator {calibrator!r} was not evaluated for {method!r}; evaluated: "
+                    f"{sorted(table.loc[table['method'] == method, 'calibrator'].unique())}"
+                )
+            pieces.append(
+                cal_rows.assign(
+                    label=cal_rows["label"] + f" ({calibrator.upper()})", calibrator=UNCALIBRATED
+                )
+            )
+    wide = mean_std_table(pd.concat(pieces), TABLE_METRICS)
+    return wide.drop(columns="calibrator").rename(columns=TABLE_HEADERS)
+
+
+@report(
+    "meta_tables",
+    options={"calibrated": optional(mapping(TEXT, TEXT)), "ablation": optional(list_of(TEXT))},
+)
+def meta_tables(
+    results: StudyResults,
+    calibrated: dict[str, str] | None = None,
+    ablation: list[str] | None = None,
+) -> dict[str, Any]:
+    """Table 1 (every method; ``calibrated`` adds e.g. {fm_ce: ts} as "CE (TS)") and Table 2
+    (the ``ablation`` pair, FL_γ vs FL_γ-SECE): Error, NLL, ECE, MCE, ACE (adaptive,
+    equal-mass), classwise ECE on the test split, mean ± std over seeds, % except NLL."""
+    table1 = paper_table(results.metrics, results.methods, calibrated)
+    out: dict[str, Any] = {"table1": table1}
+    text = [f"# {results.study} on {results.dataset}: Table 1\n", table1.to_markdown(index=False)]
+    if ablation:
+        table2 = paper_table(results.metrics, ablation)
+        out["table2"] = table2
+        text += [
+            "\n\n## Table 2: calibration gain of the meta loss\n",
+            table2.to_markdown(index=False),
+        ]
+    out["tables"] = "\n".join(text) + "\n"
+    return out
+
+
+def epoch_curves(
+    histories: dict[tuple[str, int], pd.DataFrame], labels: dict[str, str]
+) -> pd.DataFrame:
+    """Per label and epoch, the seed mean of test ECE, test error (from the accuracy) and
+    the mean / std of the learned γ on test and val.
+
+    Args:
+        histories: (method, seed) -> the run's per-epoch history.
+        labels: method key -> display label.
+
+    Returns:
+        Columns label, epoch and those of the history columns present.
+    """
+    frames = [h.assign(label=labels[m]) for (m, _), h in histories.items()]
+    if not frames:
+        raise ValueError("meta_curves needs the runs' histories")
+    history = pd.concat(frames, ignore_index=True)
+    columns = [c for c in CURVE_COLUMNS if c in history.columns]
+    if "test_accuracy" in history:
+        history["test_error"] = 1.0 - history["test_accuracy"]
+        columns = sorted(set(columns) | {"test_error"})
+    return history.groupby(["label", "epoch"], sort=False)[columns].mean().reset_index()
+
+
+def curves_figure(curves: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
+    """Fig. 3: test ECE per epoch (a–b), mean and std of the learned γ on test (c–d).
+
+    Args:
+        curves: :func:`epoch_curves`.
+        colors: label -> colour (:func:`~calib_pipeline.reports.common.method_colors`).
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for label, frame in curves.groupby("label", sort=False):
+        axes[0].plot(frame["epoch"], 100 * frame["test_ece"], label=label, color=colors[label])
+        if "test_gamma_mean" in frame and frame["test_gamma_mean"].notna().any():
+            axes[1].plot(frame["epoch"], frame["test_gamma_mean"], label=label, color=colors[label])
+            axes[2].plot(frame["epoch"], frame["test_gamma_std"], label=label, color=colors[label])
+    axes[0].set(title="test ECE (%) per epoch", xlabel="epoch", ylabel="ECE (%)")
+    axes[1].set(title="mean of γ on test", xlabel="epoch", ylabel="mean γ")
+    axes[2].set(title="std of γ on test", xlabel="epoch", ylabel="std γ")
+    axes[0].legend(fontsize=7)
+    if axes[1].lines:
+        axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+@report("meta_curves", needs=("histories",))
+def meta_curves(results: StudyResults) -> dict[str, Any]:
+    """Fig. 3: test ECE per epoch for every method (a–b) and the mean / std of the learned γ
+    on test (and val) per epoch for the γ-Net methods (c–d), averaged over seeds."""
+    curves = epoch_curves(results.histories, results.labels)
+    colors = method_colors(results.methods, results.labels)
+    return {"curves": curves, "figure3": curves_figure(curves, colors)}
+
+
+def _test_logits(logits: dict[tuple[str, int], dict[str, Any]]) -> dict[str, list[tuple[Any, Any]]]:
+    """method -> [(test logits, test labels)] of every seed."""
+    by_method: dict[str, list[tuple[Any, Any]]] = {}
+    for (method, _), run in sorted(logits.items()):
+        by_method.setdefault(method, []).append((run["test"]["logits"], run["test"]["labels"]))
+    if not by_method:
+        raise ValueError("this report needs the runs' logits")
+    return by_method
+
+
+def ece_mce_by_bins(
+    logits: dict[tuple[str, int], dict[str, Any]],
+    labels: dict[str, str],
+    bin_counts: Sequence[int] = BIN_COUNTS,
+) -> pd.DataFrame:
+    """Test ECE and MCE of every method for each bin count, mean over seeds.
+
+    Args:
+        logits: (method, seed) -> the run's cached logits (``test``: logits, labels).
+        labels: method key -> display label.
+        bin_counts: the bin counts.
+
+    Returns:
+        Columns method, label, n_bins, ece, mce (fractions, not %).
+    """
+    rows = []
+    for method, runs in _test_logits(logits).items():
+        stacked_logits = torch.stack([z for z, _ in runs])
+        stacked_labels = torch.stack([y for _, y in runs])
+        for count in bin_counts:
+            values = calibration_metrics_batched(
+                stacked_logits, stacked_labels, n_bins=count, keys=["ece", "mce"]
+            )
+            rows.append(
+                {
+                    "method": method,
+                    "label": labels[method],
+                    "n_bins": count,
+                    "ece": float(np.mean(values["ece"])),
+                    "mce": float(np.mean(values["mce"])),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def bins_figure(table: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
+    """Fig. 5: ECE and MCE (%) against the number of bins, a line per method.
+
+    Args:
+        table: :func:`ece_mce_by_bins`.
+        colors: method key -> colour.
+    """
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (method, label), frame in table.groupby(["method", "label"], sort=False):
+        axes[0].plot(
+            frame["n_bins"], 100 * frame["ece"], marker="o", label=label, color=colors[method]
+        )
+        axes[1].plot(
+            frame["n_bins"], 100 * frame["mce"], marker="o", label=label, color=colors[method]
+        )
+    for ax, name in zip(axes, ("ECE", "MCE")):
+        ax.set(
+            xscale="log",
+            xlabel="number of bins",
+            ylabel=f"{name} (%)",
+            title=f"test {name} vs number of bins",
+        )
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+@report("bin_robustness", needs=("logits",), options={"n_bins": optional(list_of(integer(low=1)))})
+def bin_robustness(results: StudyResults, n_bins: list[int] | None = None) -> dict[str, Any]:
+    """Fig. 5: test ECE and MCE of every method for bin counts 10 … 1000 (mean over seeds)."""
+    table = ece_mce_by_bins(results.logits, results.labels, n_bins or BIN_COUNTS)
+    return {"ece_mce_vs_bins": table, "figure5": bins_figure(table, method_colors(results.methods))}
+
+
+def learned_gammas(
+    logits: dict[tuple[str, int], dict[str, Any]], labels: dict[str, str]
+) -> dict[str, np.ndarray]:
+    """Label -> the learned per-sample γ on the test set of every γ-Net method, seeds pooled."""
+    gammas: dict[str, np.ndarray] = {}
+    for (method, _), run in sorted(logits.items()):
+        if "gamma_test" in run:
+            values = torch.as_tensor(run["gamma_test"]).double().numpy()
+            gammas[labels[method]] = np.concatenate(
+                [gammas.get(labels[method], np.empty(0)), values]
+            )
+    if not gammas:
+        raise ValueError(
+            "no run of this study has learned γ values (γ-Net methods store gamma_test)"
+        )
+    return gammas
+
+
+def gamma_summary(gammas: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Mean, std, min, median and max of the learned γ per label."""
+    return pd.DataFrame(
+        [
+            {
+                "label": k,
+                "mean": v.mean(),
+                "std": v.std(),
+                "min": v.min(),
+                "median": np.median(v),
+                "max": v.max(),
+            }
+            for k, v in gammas.items()
+        ]
+    )
+
+
+def gamma_figure(gammas: dict[str, np.ndarray], bins: int, colors: dict[str, Any]) -> plt.Figure:
+    """Overlaid histograms of the learned γ, one per label (``colors``: label -> colour)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, values in gammas.items():
+        ax.hist(values, bins=bins, alpha=0.55, label=label, color=colors[label])
+    ax.set(
+        xlabel="learned γ on test", ylabel="samples", title="distribution of the learned focal γ"
+    )
+    ax.legend(fontsize=8)
+    return fig
+
+
+@report("gamma_histogram", needs=("logits",), options={"bins": integer(low=1)})
+def gamma_histogram(results: StudyResults, bins: int = 40) -> dict[str, Any]:
+    """Histogram of the learned per-sample γ on the test set for every γ-Net method (seeds pooled)."""
+    gammas = learned_gammas(results.logits, results.labels)
+    colors = method_colors(results.methods, results.labels)
+    return {
+        "gamma_summary": gamma_summary(gammas),
+        "gamma_histogram": gamma_figure(gammas, bins, colors),
+    }

@@ -1,0 +1,475 @@
+"""Mukhoti et al. (2020), *Calibrating deep neural networks using focal loss*.
+
+- ``mukhoti_table`` (Table 1, C.1-C.3): error and calibration errors before / after
+  temperature scaling, the fitted T in parentheses; :func:`table` computes it from the
+  tidy metrics table alone.
+- ``mukhoti_curves`` (Fig. 1-2): NLL, entropies and the last-layer weight norm over the
+  training epochs (:func:`epoch_summary` from the runs' histories).
+
+Every report takes ``selection`` (a rule of :mod:`calib_pipeline.reports.selection`, or
+``None`` to show every sweep member) and ``selection_metric``; the selection record is
+returned as the ``selection`` table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from calib_pipeline.registry import check_choice
+from calib_pipeline.reports.common import (
+    METRIC_NAMES,
+    PERCENT_METRICS,
+    SPREADS,
+    UNCALIBRATED,
+    calibrator_key,
+    clean_rows,
+    mean_std_cells,
+    method_colors,
+    method_labels,
+    method_order,
+    paper_header,
+    percent_scaled,
+    require_metrics,
+    seed_stats,
+    with_selection,
+)
+from calib_pipeline.reports.registry import (
+    TEXT,
+    StudyResults,
+    choice,
+    integer,
+    list_of,
+    optional,
+    report,
+)
+from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
+
+DEFAULT_METRICS = ("ece", "ece_em", "classwise_ece")
+SPLITS = ("test", "val")
+CURVE_PANELS = (
+    "nll",
+    "nll_correct",
+    "nll_incorrect",
+    "entropy_correct",
+    "entropy_incorrect",
+    "head_weight_norm",
+)
+CURVE_TITLES = {
+    "nll": "NLL",
+    "nll_correct": "NLL (correct)",
+    "nll_incorrect": "NLL (incorrect)",
+    "entropy_correct": "entropy (correct)",
+    "entropy_incorrect": "entropy (incorrect)",
+    "head_weight_norm": "last-layer weight norm",
+    "accuracy": "accuracy",
+    "ece": "ECE",
+    "train_loss": "train loss (objective)",
+    "train_accuracy": "train accuracy",
+    "lr": "learning rate",
+}
+
+
+# --- Table 1 -----------------------------------------------------------------------------
+
+
+def fitted_temperatures(
+    calibrators: dict[tuple[str, int], dict[str, Any]], runs: Iterable[tuple[str, int]], key: str
+) -> pd.DataFrame:
+    """The temperature of calibrator ``key`` fitted for each of ``runs``.
+
+    Args:
+        calibrators: (method, seed) -> calibrator key -> fitted calibrator.
+        runs: the (method, seed) pairs to read.
+        key: the temperature calibrator's key.
+
+    Returns:
+        Columns method, seed, temperature (NaN for a calibrator without one).
+    """
+    rows = []
+    for method, seed in runs:
+        fitted = calibrators.get((method, int(seed)))
+        if fitted is None:
+            raise ValueError(
+                f"no fitted calibrators for run ({method!r}, {seed}); the report needs 'calibrators'"
+            )
+        if key not in fitted:
+            raise ValueError(
+                f"run ({method!r}, {seed}) has no calibrator {key!r}; valid calibrator keys: {sorted(fitted)}"
+            )
+        learned = fitted[key].learned()
+        rows.append(
+            {
+                "method": method,
+                "seed": int(seed),
+                "temperature": learned.get("temperature", math.nan),
+            }
+        )
+    return pd.DataFrame(rows, columns=["method", "seed", "temperature"])
+
+
+def table(
+    tidy: pd.DataFrame,
+    calibrator: str | None = None,
+    *,
+    metrics: Iterable[str] = DEFAULT_METRICS,
+    methods: list[str] | None = None,
+    temperatures: pd.DataFrame | None = None,
+    spread: str = "std",
+    digits: int = 2,
+    temperature_digits: int = 2,
+) -> pd.DataFrame:
+    """Mukhoti et al. Table 1: per method, the error and each calibration error before and
+    after temperature scaling on the clean test split, ×100, ``mean ± spread`` over seeds.
+
+    Args:
+        tidy: the tidy metrics table (columns method, label, seed, calibrator, split,
+            shift, severity, metric, value).
+        calibrator: key of the temperature calibrator (default: the table's first
+            calibrator other than ``none``).
+        metrics: calibration errors shown pre / post (default ECE, AdaECE, classwise ECE).
+        methods: the row order (default: first seen in ``tidy``).
+        temperatures: :func:`fitted_temperatures`; their mean over seeds is appended to
+            each Post-T cell in parentheses.
+        spread: ``"std"`` or ``"sem"``.
+        digits, temperature_digits: decimals of the cells and of T.
+
+    Returns:
+        Columns Method, Error, then ``<metric> Pre T`` / ``<metric> Post T``.
+
+    >>> tidy = pd.DataFrame({
+    ...     "method": "ce", "label": "CE", "split": "test", "shift": "none", "severity": 0,
+    ...     "seed": [0, 1] * 4,
+    ...     "calibrator": ["none"] * 4 + ["ts"] * 4,
+    ...     "metric": ["error", "error", "ece", "ece"] * 2,
+    ...     "value": [0.20, 0.22, 0.10, 0.12, 0.20, 0.22, 0.03, 0.05],
+    ... })
+    >>> table(tidy, metrics=["ece"]).to_dict("records")
+    [{'Method': 'CE', 'Error': '21.00 ± 1.41', 'ECE Pre T': '11.00 ± 1.41', 'ECE Post T': '4.00 ± 1.41'}]
+    """
+    check_choice("spread", spread, SPREADS)
+    metrics = list(metrics)
+    key = calibrator_key(tidy, calibrator)
+    require_metrics(tidy, ["error", *metrics])
+    rows = clean_rows(tidy)
+    rows = rows[
+        rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])
+    ]
+    stats = seed_stats(
+        percent_scaled(rows, PERCENT_METRICS), ["method", "calibrator", "metric"], sem=True
+    )
+    cell = pd.Series(
+        mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
+    )
+    mean_t = (
+        temperatures.groupby("method")["temperature"].mean() if temperatures is not None else {}
+    )
+    labels = method_labels(tidy)
+    out_rows = []
+    for method in method_order(
+        methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"]
+    ):
+        t = mean_t.get(method, math.nan)
+        suffix = "" if math.isnan(t) else f" ({t:.{temperature_digits}f})"
+        row = {"Method": labels[method], "Error": cell[method, UNCALIBRATED, "error"]}
+        for metric in metrics:
+            name = METRIC_NAMES.get(metric, metric)
+            row[f"{name} Pre T"] = cell[method, UNCALIBRATED, metric]
+            row[f"{name} Post T"] = cell[method, key, metric] + suffix
+        out_rows.append(row)
+    return pd.DataFrame(out_rows)
+
+
+def paper_orientation(
+    wide: pd.DataFrame, metrics: Iterable[str], dataset: str
+) -> dict[str, pd.DataFrame]:
+    """The paper's layout of :func:`table`: per metric (and the error) one row for the
+    dataset with a column per method (a Pre T / Post T pair for calibration errors).
+
+    Returns:
+        ``paper_<metric>`` -> the one-row table.
+    """
+    out = {}
+    for metric in ["error", *metrics]:
+        name = METRIC_NAMES.get(metric, metric)
+        columns = ["Error"] if metric == "error" else [f"{name} Pre T", f"{name} Post T"]
+        stacked = wide.set_index("Method")[columns].stack()
+        names = [m if len(columns) == 1 else f"{m} {c}" for m, c in stacked.index]
+        out[f"paper_{metric}"] = pd.DataFrame(
+            [[dataset, *stacked.to_numpy()]], columns=["Dataset", *names]
+        )
+    return out
+
+
+@report(
+    "mukhoti_table",
+    needs=("calibrators",),
+    options={
+        "calibrator": optional(TEXT),
+        "metrics": optional(list_of(TEXT)),
+        "spread": choice(*SPREADS),
+        "digits": integer(low=0),
+        "temperature_digits": integer(low=0),
+        **SELECTION_OPTIONS,
+    },
+)
+def mukhoti_table(
+    results: StudyResults,
+    calibrator: str | None = None,
+    metrics: list[str] | None = None,
+    spread: str = "std",
+    digits: int = 2,
+    temperature_digits: int = 2,
+    selection: str | None = None,
+    selection_metric: str | None = None,
+) -> dict[str, Any]:
+    """Mukhoti et al. Table 1, C.1-C.3: error and calibration errors pre / post temperature
+    scaling, the fitted T in parentheses.
+
+    Args:
+        calibrator: key of the temperature calibrator (default: the table's first
+            calibrator other than ``none``; the paper cross-validates T on ECE:
+            ``ts_grid_mukhoti``). T is ``learned()["temperature"]`` of each run's fitted
+            calibrator, averaged over seeds.
+        metrics: calibration errors shown pre / post (default ``ece``, ``ece_em`` (AdaECE),
+            ``classwise_ece``); all ×100 on the clean test split.
+        spread: ``"std"`` or ``"sem"``.
+        digits, temperature_digits: decimals of the cells and of T.
+        selection, selection_metric: sweep selection (module docstring); default: every
+            member is a row (the paper lists γ = 1, 2, 3 in its figures).
+
+    Returns:
+        ``table`` (a row per method: Error, then ``<metric> Pre T`` / ``Post T``),
+        ``paper_<metric>`` (the paper's orientation: one row, a column pair per method),
+        ``temperatures`` (per run), ``mukhoti_table`` (Markdown) and ``selection`` when
+        a rule was applied.
+    """
+    metrics = list(metrics or DEFAULT_METRICS)
+    selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
+    key = calibrator_key(selected, calibrator)
+    runs = selected[["method", "seed"]].drop_duplicates().itertuples(index=False)
+    temperatures = fitted_temperatures(results.calibrators, runs, key)
+    wide = table(
+        selected,
+        key,
+        metrics=metrics,
+        methods=results.methods,
+        temperatures=temperatures,
+        spread=spread,
+        digits=digits,
+        temperature_digits=temperature_digits,
+    )
+    text = paper_header(
+        results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record
+    )
+    text += (
+        f"Clean test split, ×100. Post T: calibrator `{key}` fitted on the validation split; "
+        "its temperature (mean over seeds) in parentheses. Error is unchanged by TS.\n\n"
+        + wide.to_markdown(index=False)
+        + "\n"
+    )
+    artifacts = {
+        "table": wide,
+        "temperatures": temperatures,
+        **paper_orientation(wide, metrics, results.dataset),
+        "mukhoti_table": text,
+    }
+    return with_selection(artifacts, record)
+
+
+# --- Fig. 1-2 ----------------------------------------------------------------------------
+
+
+def history_table(
+    histories: dict[tuple[str, int], pd.DataFrame], methods: list[str]
+) -> pd.DataFrame:
+    """All histories of ``methods`` stacked, with method and seed columns."""
+    missing = [m for m in methods if not any(k[0] == m for k in histories)]
+    if missing:
+        raise ValueError(
+            f"no training history for method(s) {missing}; the report needs 'histories'"
+        )
+    frames = [
+        history.assign(method=method, seed=seed)
+        for (method, seed), history in histories.items()
+        if method in methods
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def curve_column(history: pd.DataFrame, name: str, split: str) -> str:
+    """History column of panel ``name``: itself if unprefixed, else ``<split>_<name>``."""
+    for column in (name, f"{split}_{name}"):
+        if column in history.columns:
+            return column
+    valid = sorted(
+        {
+            c.removeprefix(f"{split}_")
+            for c in history.columns
+            if c not in ("epoch", "method", "seed")
+        }
+    )
+    raise ValueError(f"history has no panel {name!r} for split {split!r}; valid panels: {valid}")
+
+
+def epoch_summary(history: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """Mean, std and count over seeds of each quantity per method and epoch.
+
+    Args:
+        history: :func:`history_table`.
+        columns: quantity name -> its history column.
+
+    Returns:
+        Columns method, quantity, epoch, mean, std, n (NaN epochs skipped, not counted).
+    """
+    long = history.melt(
+        id_vars=["method", "seed", "epoch"],
+        value_vars=list(columns.values()),
+        var_name="column",
+        value_name="value",
+    )
+    long["quantity"] = long["column"].map({v: k for k, v in columns.items()})
+    return seed_stats(long, ["method", "quantity", "epoch"])
+
+
+def draw_curve(ax: plt.Axes, curve: pd.DataFrame, label: str, color: Any = None) -> None:
+    """Mean over seeds with a ±1 std band where there are several seeds."""
+    (line,) = ax.plot(curve["epoch"], curve["mean"], label=label, linewidth=1.2, color=color)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    band = curve["n"] > 1
+    if band.any():
+        low = curve["mean"] - curve["std"].fillna(0)
+        high = curve["mean"] + curve["std"].fillna(0)
+        ax.fill_between(
+            curve["epoch"], low, high, where=band, color=line.get_color(), alpha=0.2, linewidth=0
+        )
+
+
+def panel_figure(
+    curves: pd.DataFrame,
+    methods: list[str],
+    columns: dict[str, str],
+    colors: dict[str, Any],
+    split: str,
+    study: str,
+) -> plt.Figure:
+    """Fig. 2: one panel per quantity of ``columns``, one curve per method (``colors``:
+    method -> colour); ``curves`` is :func:`epoch_summary` with a label column."""
+    names = list(columns)
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    labels = curves.drop_duplicates("method").set_index("method")["label"]
+    for ax, name in zip(axes.flat, names):
+        for method in methods:
+            part = curves[(curves["method"] == method) & (curves["quantity"] == name)]
+            draw_curve(ax, part, labels[method], colors.get(method))
+        title = CURVE_TITLES.get(name, name)
+        ax.set_title(f"{split} {title}" if columns[name].startswith(split) else title, fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{study}: per-epoch {split} statistics (mean ± std over seeds)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -> plt.Figure:
+    """Fig. 1 for one method: train loss vs NLL, entropies, train / eval error and ECE."""
+    wanted = {
+        "train loss (objective)": "train_loss",
+        f"{split} NLL": f"{split}_nll",
+        f"{split} entropy (correct)": f"{split}_entropy_correct",
+        f"{split} entropy (incorrect)": f"{split}_entropy_incorrect",
+        "train error": "train_accuracy",
+        f"{split} error": f"{split}_accuracy",
+        f"{split} ECE": f"{split}_ece",
+    }
+    present = {k: v for k, v in wanted.items() if v in history.columns}
+    summary = epoch_summary(history, present)
+    names = list(wanted)
+    panels = [("loss", names[:2]), ("entropy", names[2:4]), ("error / ECE", names[4:])]
+    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2), squeeze=False)
+    for ax, (title, quantities) in zip(axes[0], panels):
+        for name in [n for n in quantities if n in present]:
+            curve = summary[summary["quantity"] == name].copy()
+            if present[name].endswith("accuracy"):
+                curve["mean"] = 1.0 - curve["mean"]
+            draw_curve(ax, curve, name)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{study}: {label} over training", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _curve_methods(
+    order: list[str], methods: list[str] | None, overview_method: str | None
+) -> tuple[list[str], str]:
+    """The methods drawn and the overview method, each checked against ``order``."""
+    chosen = list(methods or order)
+    unknown = [m for m in chosen if m not in order]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; the study (after selection) has: {order}")
+    overview = overview_method or chosen[0]
+    if overview not in order:
+        raise ValueError(f"overview_method {overview!r} is not a method of the study: {order}")
+    return chosen, overview
+
+
+@report(
+    "mukhoti_curves",
+    needs=("histories",),
+    options={
+        "split": choice(*SPLITS),
+        "panels": optional(list_of(TEXT)),
+        "methods": optional(list_of(TEXT)),
+        "overview_method": optional(TEXT),
+        **SELECTION_OPTIONS,
+    },
+)
+def mukhoti_curves(
+    results: StudyResults,
+    split: str = "test",
+    panels: list[str] | None = None,
+    methods: list[str] | None = None,
+    overview_method: str | None = None,
+    selection: str | None = None,
+    selection_metric: str | None = None,
+) -> dict[str, Any]:
+    """Mukhoti et al. Fig. 1-2: calibration-related quantities over training epochs.
+
+    Args:
+        split: ``"test"`` (the paper) or ``"val"``; the history columns ``<split>_*``.
+        panels: quantities of the per-method figure (Fig. 2), default NLL, NLL of
+            correct / incorrect samples, entropy of correct / incorrect samples and the
+            last-layer weight norm; any history column (without the split prefix) works.
+        methods: method keys to draw (default: every method of the study).
+        overview_method: the method of the Fig. 1 overview (train loss vs NLL, entropies,
+            train / test error and ECE); default the first method (the CE baseline).
+        selection, selection_metric: sweep selection (module docstring).
+
+    Returns:
+        ``curves`` (long table: method, label, quantity, epoch, mean, std, n over seeds),
+        figures ``epochs_by_method`` (Fig. 2) and ``overview`` (Fig. 1).
+    """
+    selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
+    order = method_order(results.methods, present=selected["method"])
+    chosen, overview = _curve_methods(order, methods, overview_method)
+    history = history_table(results.histories, list(dict.fromkeys([*chosen, overview])))
+    columns = {name: curve_column(history, name, split) for name in panels or CURVE_PANELS}
+    labels = method_labels(selected)
+    curves = epoch_summary(history, columns)
+    curves.insert(1, "label", curves["method"].map(labels))
+    colors = method_colors(results.methods)
+    figure = panel_figure(curves, chosen, columns, colors, split, results.study)
+    overview_history = history[history["method"] == overview]
+    over = overview_figure(overview_history, split, labels[overview], results.study)
+    return with_selection({"curves": curves, "epochs_by_method": figure, "overview": over}, record)

@@ -1,0 +1,100 @@
+"""Shared report helpers: cells, method order and colours, writing artifacts."""
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+
+from calib_pipeline.reports.common import (
+    MARKDOWN_MAX_ROWS,
+    mean_std_cell,
+    method_colors,
+    method_order,
+    seed_stats,
+    write_artifacts,
+)
+from calib_pipeline.reports.registry import build_report
+
+
+@pytest.mark.parametrize(
+    "name, fixture, options",
+    [
+        ("mukhoti_table", "focal_results", {"selection": "karandikar"}),
+        ("mukhoti_curves", "focal_results", {}),
+        ("karandikar_table", "soft_results", {}),
+        ("karandikar_effects", "soft_results", {}),
+        ("singh_table", "dark_results", {}),
+        ("singh_density", "dark_results", {}),
+    ],
+)
+def test_every_artifact_is_written(name, fixture, options, request, tmp_path):
+    out = build_report(name, request.getfixturevalue(fixture), **options)
+    write_artifacts(tmp_path, out)
+    expected = sum(2 if isinstance(v, pd.DataFrame) else 1 for v in out.values())
+    assert len(list(tmp_path.iterdir())) == expected  # no two artifacts share a file
+
+
+def test_long_tables_are_written_as_csv_only(tmp_path):
+    short = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS)})
+    long = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS + 1)})
+    write_artifacts(tmp_path, {"short": short, "long": long})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.csv", "short.csv", "short.md"]
+    assert len(pd.read_csv(tmp_path / "long.csv")) == MARKDOWN_MAX_ROWS + 1
+
+
+def test_an_unsupported_artifact_type_is_refused_with_its_name(tmp_path):
+    with pytest.raises(TypeError, match="report artifact 'weights' has unsupported type int"):
+        write_artifacts(tmp_path, {"weights": 3})
+
+
+@pytest.mark.parametrize(
+    ("mean", "spread", "n", "digits", "expected"),
+    [
+        (12.0, 2.0, 3, 2, "12.00 ± 2.00"),
+        (12.0, 2.0, None, 1, "12.0 ± 2.0"),  # the spread alone decides without a count
+        (12.0, float("nan"), 1, 2, "12.00"),  # one seed: no spread
+        (12.0, 0.5, 1, 2, "12.00"),
+        (12.0, float("inf"), None, 2, "12.00"),
+        (float("nan"), float("nan"), 0, 2, "–"),  # no value at all
+        (0.12345, 0.001, 2, 3, "0.123 ± 0.001"),
+    ],
+)
+def test_mean_std_cell(mean, spread, n, digits, expected):
+    assert mean_std_cell(mean, spread, n, digits) == expected
+
+
+def test_seed_stats_skips_nan_and_keeps_first_seen_order():
+    rows = pd.DataFrame(
+        {"method": ["b", "b", "a", "a", "a"], "value": [1.0, 3.0, 2.0, np.nan, 4.0]}
+    )
+    stats = seed_stats(rows, ["method"], sem=True)
+    assert stats["method"].tolist() == ["b", "a"]
+    assert stats["n"].tolist() == [2, 2] and stats["mean"].tolist() == [2.0, 3.0]
+    assert stats["sem"].tolist() == pytest.approx([np.sqrt(2) / np.sqrt(2)] * 2)
+    assert list(seed_stats(rows, ["method"]).columns) == ["method", "mean", "std", "n"]
+
+
+def test_method_order_keeps_the_study_order_and_groups_sweeps():
+    study = ["ce", "ls_0p1", "focal_1", "ls_0p3", "focal_3"]
+    groups = {"ls_0p1": "ls", "ls_0p3": "ls", "focal_1": "focal", "focal_3": "focal"}
+    assert method_order(study) == study
+    assert method_order(study, groups=groups) == ["ce", "ls_0p1", "ls_0p3", "focal_1", "focal_3"]
+    # only the methods present; those the study does not list come last, sorted
+    assert method_order(study, present=["focal_3", "zeta", "ce", "alpha"]) == [
+        "ce",
+        "focal_3",
+        "alpha",
+        "zeta",
+    ]
+
+
+def test_method_colors_are_one_per_method_and_stable_across_figures():
+    study = ["ce", "focal", "ls"]
+    colors = method_colors(study)
+    assert len(set(colors.values())) == 3
+    assert colors["focal"] == matplotlib.colormaps["tab10"](1)
+    assert method_colors(study, {"ce": "CE", "focal": "FL", "ls": "LS"})["FL"] == colors["focal"]
+    assert (
+        len(set(method_colors([f"m{i}" for i in range(15)]).values())) == 15
+    )  # tab20 past 10 methods
