@@ -41,7 +41,7 @@ def stage_pipelines(
         "training": training.create_pipeline(structure, runs),
         "logits": logits.create_pipeline(structure, runs),
         "posthoc": posthoc.create_pipeline(runs, shifted_val),
-        "shift": shift.create_pipeline(runs),
+        "shift": shift.create_pipeline(structure.shift_runs(studies, shifted_val)),
         "reporting": reporting.create_pipeline(structure, studies, dataset, shifted_val),
     }
 

@@ -20,7 +20,7 @@ PARAMETERS = {
     "splits": {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}},
     "calibrators": {"ts": {"name": "temperature_nll"}},
     "methods": {"ce": {"objective": "cross_entropy", "label": "CE"}, "ls": {"objective": "label_smoothing", "params": {"epsilon": 0.1}}},
-    "studies": {"mini": {"methods": ["ce", "ls"], "calibrators": ["ts"], "reports": {"summary": {"metrics": ["accuracy", "nll", "ece"]}, "reliability": {"n_bins": [10]}}}},
+    "studies": {"mini": {"methods": ["ce", "ls"], "calibrators": ["ts"], "reports": {"summary": {"metrics": ["accuracy", "nll", "ece"]}, "reliability": {"n_bins": [10]}, "shift_tables": {}}}},
     "logits": {"device": "cpu"},
     "shift": {"seed": 0, "corruptions": ["gaussian_noise"], "severities": [1, 5]},
     "evaluation": {"n_bins": 10, "reliability_bins": [10]},
@@ -114,3 +114,22 @@ def test_calibrators_fitted_on_shifted_val_are_evaluated_and_labelled(small_digi
     clean_ts = table[(table["calibrator"] == "ts") & (table["split"] == "test") & (table["shift"] == "none") & (table["metric"] == "accuracy")]
     moved_ts = table[(table["calibrator"] == "ts@shifted_val") & (table["split"] == "test") & (table["shift"] == "none") & (table["metric"] == "accuracy")]
     assert clean_ts["value"].tolist() == moved_ts["value"].tolist(), "temperature scaling never changes accuracy"
+
+
+def test_the_shift_stage_runs_only_for_studies_whose_reports_read_shifted_sets():
+    import copy
+
+    from calib_pipeline.pipeline_registry import stage_pipelines
+
+    parameters = copy.deepcopy(PARAMETERS)
+    parameters["studies"]["clean"] = {"methods": ["ce"], "reports": {"summary": {}}}
+    parameters["studies"]["mini"]["methods"] = ["ls"]
+    structure = parse_structure(parameters)
+    clean = stage_pipelines(structure, ["clean"], "digits")
+    assert not clean["shift"].nodes, "no report of 'clean' reads shifted sets"
+    assert not [d for d in clean["reporting"].inputs() if d.endswith("shift_logits")]
+    shifted = stage_pipelines(structure, ["clean", "mini"], "digits")
+    assert sorted(n.name for n in shifted["shift"].nodes) == ["ls.shift_logits_seed_0", "make_shift_sets"]
+    assert [d for d in shifted["reporting"].inputs() if d.endswith("shift_logits")] == ["ls.seed_0.shift_logits"]
+    # calibrators fitted on shifted validation sets need every run's shifted sets
+    assert len(stage_pipelines(structure, ["clean"], "digits", shifted_val=True)["shift"].nodes) == 2

@@ -18,7 +18,7 @@ from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import check_fractions, dataset_names
 from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import MODELS
-from calib_pipeline.reports.registry import check_report
+from calib_pipeline.reports.registry import check_report, uses_shift
 from calib_pipeline.training.config import TrainConfig
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -42,6 +42,14 @@ class Structure:
     splits: tuple[str, ...]
     calibrators: dict[str, dict[str, Any]]
 
+    def shift_runs(self, study_names: list[str], shifted_val: bool) -> list[tuple[str, int]]:
+        """The runs whose shifted sets some report reads (every run when calibrators are
+        also fitted on shifted validation sets): the shift stage is spent on these only."""
+        if shifted_val:
+            return self.runs(study_names)
+        readers = [name for name in study_names if study_uses_shift(self.studies[name])]
+        return self.runs(readers) if readers else []
+
     def runs(self, study_names: list[str] | None = None) -> list[tuple[str, int]]:
         """(method, seed) pairs of the given studies (all by default), deduplicated, ordered."""
         names = study_names or list(self.studies)
@@ -52,6 +60,11 @@ class Structure:
                 for seed in study.seeds:
                     seen[(method, seed)] = None
         return list(seen)
+
+
+def study_uses_shift(study: StudySpec) -> bool:
+    """Whether any report of ``study`` reads shifted sets."""
+    return any(uses_shift(name, options) for name, options in study.reports.items())
 
 
 def _check_key(kind: str, key: str) -> None:

@@ -203,15 +203,21 @@ class Declaration:
 
     needs: tuple[str, ...]
     options: dict[str, Option]
+    shifted: bool = False
 
 
 _DECLARATIONS: dict[str, Declaration] = {}
 
 
 def report(
-    name: str, needs: tuple[str, ...] = (), options: dict[str, Option] | None = None
+    name: str,
+    needs: tuple[str, ...] = (),
+    options: dict[str, Option] | None = None,
+    shifted: bool = False,
 ) -> Callable[[ReportFunction], ReportFunction]:
-    """Register ``func`` as report ``name`` reading ``needs`` and taking ``options``.
+    """Register ``func`` as report ``name`` reading ``needs`` and taking ``options``;
+    ``shifted`` says it reads the tidy table's shifted rows (the studies that list it get
+    the shift stage; the others skip it).
 
     Raises:
         ValueError: an unknown kind in ``needs``, declared options that are not the
@@ -233,7 +239,7 @@ def report(
         for option, parameter in parameters.items():
             declared[option].validate(f"default of {name}.{option}", parameter.default)
         REPORTS.register(name)(func)
-        _DECLARATIONS[name] = Declaration(tuple(needs), declared)
+        _DECLARATIONS[name] = Declaration(tuple(needs), declared, shifted)
         return func
 
     return decorator
@@ -248,6 +254,14 @@ def report_needs(name: str) -> tuple[str, ...]:
     """The per-run artifacts report ``name`` reads; an unknown name lists the valid ones."""
     REPORTS.factory(name)
     return _DECLARATIONS[name].needs
+
+
+def uses_shift(name: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether report ``name`` with ``options`` reads shifted sets: it declared ``shifted``,
+    needs the per-run shift logits, or is asked for some through a ``shifts`` option."""
+    REPORTS.factory(name)
+    declaration = _DECLARATIONS[name]
+    return declaration.shifted or "shift" in declaration.needs or bool((options or {}).get("shifts"))
 
 
 def report_options(name: str) -> dict[str, Option]:

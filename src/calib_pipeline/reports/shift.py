@@ -376,6 +376,7 @@ def natural_table(tidy: pd.DataFrame, sets: list[str], metrics: list[str]) -> pd
 @report(
     "natural_shift_table",
     options={"metrics": optional(list_of(METRIC)), "include_clean": BOOLEAN},
+    shifted=True,
 )
 def natural_shift_table(
     results: StudyResults, metrics: list[str] | None = None, include_clean: bool = False
@@ -544,7 +545,11 @@ def accuracy_scatter(
     return fig
 
 
-@report("shift_figures", options={"metric": METRIC, "sem": choice(*SEM_MODES), "sources": SOURCES})
+@report(
+    "shift_figures",
+    options={"metric": METRIC, "sem": choice(*SEM_MODES), "sources": SOURCES},
+    shifted=True,
+)
 def shift_figures(
     results: StudyResults, metric: str = "ece", sem: str = "plain", sources: list[str] | None = None
 ) -> dict[str, Any]:

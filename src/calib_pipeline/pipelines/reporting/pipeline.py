@@ -4,7 +4,7 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure, StudySpec
+from calib_pipeline.pipelines.config import Structure, StudySpec, study_uses_shift
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study, run_report
 from calib_pipeline.pipelines.training.pipeline import run_prefix
@@ -42,6 +42,7 @@ def study_pipeline(
     calibrators = list(study.calibrators)
     if shifted_val:
         calibrators += [f"{key}{SHIFTED_VAL_SUFFIX}" for key in study.calibrators]
+    shift_kind = ("shift",) if shifted_val or study_uses_shift(study) else ()
     requested = (study.reports.get("reliability") or {}).get("n_bins", [])
     report_bins = tuple(int(b) for b in ([requested] if isinstance(requested, int) else requested))
     nodes = [
@@ -57,7 +58,7 @@ def study_pipeline(
             inputs={
                 "dataset": "params:dataset",
                 "evaluation": "params:evaluation",
-                **_run_inputs(run_keys, ("logits", "calibrators", "shift")),
+                **_run_inputs(run_keys, ("logits", "calibrators", *shift_kind)),
             },
             outputs=[f"{name}.metrics", f"{name}.reliability_bins"],
             name="evaluate",

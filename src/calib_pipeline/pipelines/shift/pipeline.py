@@ -5,7 +5,10 @@ from calib_pipeline.pipelines.training.pipeline import run_prefix
 
 
 def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
-    """One planning node (the shifted sets, shared by every run) and one logits node per run."""
+    """One planning node (the shifted sets, shared by every run) and one logits node per run;
+    nothing when no run needs shifted sets."""
+    if not runs:
+        return Pipeline([])
     nodes = [
         node(
             make_shift_sets,
