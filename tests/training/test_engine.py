@@ -184,3 +184,28 @@ def test_divergence_fails_with_a_clear_message(digits):
     with pytest.raises(FloatingPointError, match="probe diverged in epoch 1"):
         train_model(model, ObjectiveLearner(Exploding()), train, val, TrainConfig(epochs=1, device="cpu"),
                     normalization=(data.mean, data.std), seed=0, description="probe")
+
+
+def test_epoch_logits_are_written_once_per_epoch_and_survive_a_resume(digits, tmp_path):
+    data, train, val, test = digits
+    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cpu")
+
+    def run(store=None, stop_after_epoch=None):
+        torch.manual_seed(1)
+        model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+        return train_model(
+            model, ObjectiveLearner(build_objective("cross_entropy")), train, val, config,
+            normalization=(data.mean, data.std), seed=5, test=test, store=store, fingerprint="fp",
+            record_epoch_logits=True, stop_after_epoch=stop_after_epoch,
+        )
+
+    full = run()
+    store = CheckpointStore(tmp_path / "run")
+    run(store=store, stop_after_epoch=2)
+    assert "epoch_logits" not in store.load(), "the resume state does not grow with the epochs"
+    assert sorted(p.name for p in (store.directory / "epoch_logits").iterdir()) == ["00001.pt", "00002.pt"]
+    resumed = run(store=store)
+    for split in ("val", "test"):
+        assert len(resumed.epoch_logits[split]) == 3
+        for a, b in zip(full.epoch_logits[split], resumed.epoch_logits[split]):
+            assert torch.equal(a, b)
