@@ -9,7 +9,8 @@ export DO_NOT_TRACK := 1
 export KEDRO_DISABLE_TELEMETRY := true
 export PYTHONWARNINGS := ignore::DeprecationWarning
 
-ENV ?= base
+# make run ENV=cifar10 PIPELINE=focal: any conf/<env> folder and registered pipeline
+ENV ?= local
 PIPELINE ?= focal_meta
 
 .PHONY: install run run-all test test-fast viz viz-build mlflow-ui bench prune clean-outputs
@@ -23,10 +24,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)  ## the main job on the embedded default (digits, CPU)
-	$(BIN)/kedro run --pipelines=$(PIPELINE)
+	$(BIN)/kedro run --env=$(ENV) --pipelines=$(PIPELINE)
 
 run-all: $(STAMP)  ## every study
-	$(BIN)/kedro run
+	$(BIN)/kedro run --env=$(ENV)
 
 test: $(STAMP)  ## the whole test suite (unit, pipeline, end-to-end kedro run, notebook)
 	$(BIN)/python -m pytest

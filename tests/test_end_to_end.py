@@ -180,3 +180,13 @@ def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     assert (report / "gamma_histogram" / version / "gamma_histogram" / "gamma_histogram.png").exists()
     curves = pd.read_csv(report / "meta_curves" / version / "meta_curves" / "curves.csv")
     assert curves.loc[curves["label"] == "FLγ-SECE", "test_gamma_std"].notna().all()
+
+
+def test_a_stage_whose_inputs_were_never_made_says_which_stage_to_run_first(tmp_path):
+    result = kedro("--pipelines=training", "--namespaces=ce", data_dir=tmp_path / "data",
+                   tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "1 input(s) of this run do not exist yet (split_standard): run the data_split stage(s) first" in output
+    assert "compute: cpu" in output or "compute: cuda" in output
+    assert not (tmp_path / "data" / "06_models").exists()

@@ -173,3 +173,15 @@ def test_save_versions_never_collide_between_processes(tmp_path):
         worker.join()
     assert len(versions) == 120 and len(set(versions)) == 120
     assert sorted(versions) == sorted(p.name for p in (tmp_path / ".save_versions").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("dataset", "stage"),
+    [("split_meta", "data_split"), ("ce.seed_0.checkpoint", "training"), ("ce.seed_0.logits", "logits"),
+     ("ce.seed_0.shift_logits", "shift"), ("shift_sets", "shift"), ("focal.metrics", "reporting"),
+     ("params:training", None), ("raw_data", None)],
+)
+def test_each_cached_artifact_names_the_stage_that_makes_it(dataset, stage):
+    from calib_pipeline.hooks import producing_stage
+
+    assert producing_stage(dataset) == stage

@@ -51,6 +51,54 @@ class RunEnvironmentHook:
         RUN_ENV["config_loader"] = context.config_loader
 
 
+# what makes each cached artifact: a missing one is named with the stage to run first
+PRODUCING_STAGE = (
+    ("split_", "data_split"),
+    (".checkpoint", "training"),
+    (".history", "training"),
+    (".logits", "logits"),
+    (".calibrators", "posthoc"),
+    (".shift_logits", "shift"),
+    ("shift_sets", "shift"),
+    (".metrics", "reporting"),
+    (".reliability_bins", "reporting"),
+)
+
+
+def producing_stage(dataset: str) -> str | None:
+    """The stage whose nodes write ``dataset`` (None for parameters and raw data)."""
+    for marker, stage in PRODUCING_STAGE:
+        if dataset.startswith(marker) if marker.endswith("_") else dataset.endswith(marker):
+            return stage
+    return None
+
+
+class RunPreflightHook:
+    """Before a run: log the compute it will use, and refuse -- in one line -- a pipeline
+    whose cached inputs have not been made (e.g. ``--pipelines=training`` before the split
+    it trains on exists) instead of failing deep inside a node."""
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        import torch
+
+        device = f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} visible)" if (
+            torch.cuda.is_available()) else "cpu"
+        logger.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
+        missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
+        if missing:
+            stages = sorted({producing_stage(name) for name in missing})
+            raise MissingInputsError(
+                f"{len(missing)} input(s) of this run do not exist yet ({', '.join(missing[:3])}"
+                f"{', ...' if len(missing) > 3 else ''}): run the {' and '.join(stages)} stage(s) first, "
+                f"e.g. kedro run --pipelines={','.join(stages)}, or include them in --pipelines"
+            )
+
+
+class MissingInputsError(RuntimeError):
+    """A run needs cached artifacts that no earlier run has written."""
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():

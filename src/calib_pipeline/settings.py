@@ -10,7 +10,7 @@ from kedro.framework.session import session as kedro_session
 from kedro.io.core import generate_timestamp
 from omegaconf.resolvers import oc
 
-from calib_pipeline.hooks import MlflowTrackingHook, RunEnvironmentHook
+from calib_pipeline.hooks import MlflowTrackingHook, RunEnvironmentHook, RunPreflightHook
 
 
 def project_root() -> str:
@@ -53,7 +53,7 @@ def claim_save_version() -> str:
 # from this module-level name; settings are imported before any session is created.
 kedro_session.generate_timestamp = claim_save_version
 
-HOOKS = (RunEnvironmentHook(), MlflowTrackingHook())
+HOOKS = (RunEnvironmentHook(), RunPreflightHook(), MlflowTrackingHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
