@@ -21,7 +21,8 @@ from tests.calibration.same_calibrator import assert_same_calibrator
 from tests.crafted import MarkerPayload
 
 VERSION = "2026-01-02T03.04.05.678Z"
-# Dataset types whose load reads only data (tensors, tables, JSON, images), never pickles.
+# Dataset types whose load reads only data (tensors, tables, JSON, images), never pickles
+# (Parquet too: pyarrow refuses pickled extension types since 14.0.1).
 SAFE_DATASET_TYPES = {
     "MemoryDataset",
     "json.JSONDataset",
@@ -32,15 +33,19 @@ SAFE_DATASET_TYPES = {
     "calib_pipeline.kedro_datasets.CalibratorsDataset",
     "calib_pipeline.kedro_datasets.ReportDataset",
 }
+ENVIRONMENTS = sorted(p.name for p in (Path(project_root()) / "conf").iterdir() if p.is_dir())
 
 
-def project_catalog(data_dir: Path, monkeypatch, env: str = "test") -> DataCatalog:
-    """The project's catalog of ``env``, writing under ``data_dir``."""
+def catalog_config(env: str, data_dir: Path, monkeypatch) -> dict:
+    """The project's catalog configuration of ``env``, writing under ``data_dir``."""
     monkeypatch.setenv("CALIB_DATA_DIR", str(data_dir))
-    loader = OmegaConfigLoader(
-        conf_source=str(Path(project_root()) / "conf"), env=env, **CONFIG_LOADER_ARGS
-    )
-    return DataCatalog.from_config(loader["catalog"])
+    conf = str(Path(project_root()) / "conf")
+    return OmegaConfigLoader(conf_source=conf, env=env, **CONFIG_LOADER_ARGS)["catalog"]
+
+
+def versioned(dataset_type: type, path: Path, save_version: str | None = VERSION):
+    """``dataset_type`` at ``path``, saving as ``save_version`` and loading the latest."""
+    return dataset_type(filepath=str(path), version=Version(None, save_version))
 
 
 def write_crafted(path: Path, marker: Path, writer: str) -> None:
@@ -54,60 +59,70 @@ def write_crafted(path: Path, marker: Path, writer: str) -> None:
         torch.save(payload, path)
 
 
-@pytest.mark.parametrize("env", sorted(p.name for p in (Path(project_root()) / "conf").iterdir() if p.is_dir()))
+@pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_every_catalog_entry_loads_without_unpickling(env, tmp_path, monkeypatch):
-    monkeypatch.setenv("CALIB_DATA_DIR", str(tmp_path))
-    loader = OmegaConfigLoader(
-        conf_source=str(Path(project_root()) / "conf"), env=env, **CONFIG_LOADER_ARGS
-    )
-    types = {name: entry.get("type") for name, entry in loader["catalog"].items()}
-    unsafe = {name: kind for name, kind in types.items() if kind not in SAFE_DATASET_TYPES}
+    config = catalog_config(env, tmp_path, monkeypatch)
+    unsafe = {
+        name: entry.get("type")
+        for name, entry in config.items()
+        if entry.get("type") not in SAFE_DATASET_TYPES
+    }
     assert not unsafe, f"catalog entries that may unpickle objects: {unsafe}"
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # torch on a protocol-4 pickle
 @pytest.mark.parametrize("writer", ["pickle", "torch.save"])
-@pytest.mark.parametrize("entry", ["ce.seed_0.calibrators", "ce.seed_0.logits", "ce.seed_0.checkpoint"])
-def test_a_crafted_artifact_is_refused_by_the_catalog_and_runs_no_code(entry, writer, tmp_path, monkeypatch):
-    catalog = project_catalog(tmp_path / "data", monkeypatch)
-    dataset = catalog.get(entry)
-    path = Path(str(dataset._get_versioned_path(VERSION)))
+@pytest.mark.parametrize("kind", ["calibrators", "logits", "checkpoint"])
+def test_a_crafted_artifact_is_refused_by_the_catalog_and_runs_no_code(
+    kind, writer, tmp_path, monkeypatch
+):
+    entry = f"ce.seed_0.{kind}"
+    catalog = DataCatalog.from_config(catalog_config("test", tmp_path / "data", monkeypatch))
+    path = Path(str(catalog.get(entry)._get_versioned_path(VERSION)))
     marker = tmp_path / "pwned"
     write_crafted(path, marker, writer)
-    with pytest.raises(DatasetError, match=f"{re.escape(str(path))} holds objects that could run code"):
+    refused = f"{re.escape(str(path))} holds objects that could run code"
+    with pytest.raises(DatasetError, match=refused):
         catalog.load(entry)
     assert not marker.exists(), "loading must not have executed the payload"
 
 
 @pytest.mark.parametrize("dataset_type", [TorchDataset, CalibratorsDataset])
 def test_a_truncated_file_names_itself(dataset_type, tmp_path):
-    path = tmp_path / "artifact.pt"
-    dataset = dataset_type(filepath=str(path), version=Version(None, VERSION))
-    fitted = build_calibrator("matrix_scaling").fit(torch.randn(50, 3), torch.arange(50) % 3)
-    dataset.save({"logits": torch.randn(100, 10)} if dataset_type is TorchDataset else {"ms": fitted})
-    saved = path / VERSION / "artifact.pt"
+    if dataset_type is TorchDataset:
+        data = {"logits": torch.randn(100, 10)}
+    else:
+        fitted = build_calibrator("matrix_scaling").fit(torch.randn(50, 3), torch.arange(50) % 3)
+        data = {"ms": fitted}
+    versioned(dataset_type, tmp_path / "artifact.pt").save(data)
+    saved = tmp_path / "artifact.pt" / VERSION / "artifact.pt"
     saved.write_bytes(saved.read_bytes()[:200])
     with pytest.raises(DatasetError, match=f"{re.escape(str(saved))} is truncated or corrupt"):
-        dataset_type(filepath=str(path), version=Version(None, None)).load()
+        versioned(dataset_type, tmp_path / "artifact.pt", None).load()
 
 
 def test_a_save_writes_through_a_hidden_temporary_file_unique_to_the_process(tmp_path, monkeypatch):
     written = []
     real_save = torch.save
-    monkeypatch.setattr(torch, "save", lambda data, target: (written.append(Path(target)), real_save(data, target)))
-    for version in (VERSION, "2026-01-02T03.04.05.679Z"):
-        TorchDataset(filepath=str(tmp_path / "logits.pt"), version=Version(None, version)).save({"x": torch.ones(2)})
+
+    def recording_save(data, target):
+        written.append(Path(target))
+        real_save(data, target)
+
+    monkeypatch.setattr(torch, "save", recording_save)
+    later = "2026-01-02T03.04.05.679Z"
+    for version in (VERSION, later):
+        versioned(TorchDataset, tmp_path / "logits.pt", version).save({"x": torch.ones(2)})
     assert len(set(written)) == 2
     assert all(p.name.startswith(".logits.pt.") and f".{os.getpid()}." in p.name for p in written)
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
-        f"logits.pt/{VERSION}/logits.pt", "logits.pt/2026-01-02T03.04.05.679Z/logits.pt"
-    ]
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [f"logits.pt/{VERSION}/logits.pt", f"logits.pt/{later}/logits.pt"]
 
 
 def test_a_failed_save_leaves_neither_the_file_nor_a_temporary(tmp_path):
-    dataset = TorchDataset(filepath=str(tmp_path / "logits.pt"), version=Version(None, VERSION))
     with pytest.raises(DatasetError):
-        dataset.save({"not_data": lambda: None})  # a lambda cannot be pickled
+        # a lambda cannot be pickled
+        versioned(TorchDataset, tmp_path / "logits.pt").save({"not_data": lambda: None})
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
@@ -116,18 +131,18 @@ def test_every_calibrator_round_trips_through_the_versioned_dataset(tmp_path):
     val_logits = 3 * torch.randn(300, 4, generator=generator)
     val_labels = torch.randint(0, 4, (300,), generator=generator)
     test_logits = 3 * torch.randn(200, 4, generator=generator)
-    fitted = {name: build_calibrator(name).fit(val_logits, val_labels) for name in CALIBRATORS.names()}
-    CalibratorsDataset(filepath=str(tmp_path / "calibrators.pt"), version=Version(None, VERSION)).save(fitted)
-    loaded = CalibratorsDataset(filepath=str(tmp_path / "calibrators.pt"), version=Version(None, None)).load()
+    fitted = {name: build_calibrator(name) for name in CALIBRATORS.names()}
+    fitted = {name: calibrator.fit(val_logits, val_labels) for name, calibrator in fitted.items()}
+    versioned(CalibratorsDataset, tmp_path / "calibrators.pt").save(fitted)
+    loaded = versioned(CalibratorsDataset, tmp_path / "calibrators.pt", None).load()
     assert list(loaded) == list(fitted)
     for name, calibrator in fitted.items():
         assert_same_calibrator(loaded[name], calibrator, test_logits)
 
 
 def test_a_file_that_is_not_calibrators_is_refused_naming_the_entry(tmp_path):
-    TorchDataset(filepath=str(tmp_path / "calibrators.pt"), version=Version(None, VERSION)).save(
-        {"ts": {"name": "temperature_nll", "arguments": {}, "format": 1}}
-    )
-    dataset = CalibratorsDataset(filepath=str(tmp_path / "calibrators.pt"), version=Version(None, None))
-    with pytest.raises(DatasetError, match=r"calibrators .*calibrators.pt, entry 'ts': a calibrator state is a dict"):
-        dataset.load()
+    not_a_state = {"name": "temperature_nll", "arguments": {}, "format": 1}
+    versioned(TorchDataset, tmp_path / "calibrators.pt").save({"ts": not_a_state})
+    refused = r"calibrators .*calibrators.pt, entry 'ts': a calibrator state is a dict"
+    with pytest.raises(DatasetError, match=refused):
+        versioned(CalibratorsDataset, tmp_path / "calibrators.pt", None).load()

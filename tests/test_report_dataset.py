@@ -89,15 +89,23 @@ def test_a_killed_save_is_never_latest(tmp_path):
             def savefig(self, path, **options):
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        dataset = ReportDataset(filepath={str(tmp_path / "report")!r}, version=Version(None, {SECOND!r}))
+        dataset = ReportDataset(
+            filepath={str(tmp_path / "report")!r}, version=Version(None, {SECOND!r})
+        )
         dataset.save({{"table": pd.DataFrame({{"x": [1]}}), "figure": DyingFigure()}})
         """
     )
     source = str(Path(calib_pipeline.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
-    killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, check=False)
+    path = os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])
+    killed = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr.decode()
-    assert any((tmp_path / "report" / SECOND).iterdir())  # the dead write's leftovers
+    leftovers = [p.name for p in (tmp_path / "report" / SECOND).iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".report.")  # the hidden temporary
     latest = report(tmp_path, None)
     assert latest.resolve_load_version() == FIRST
     pd.testing.assert_frame_equal(latest.load()["table"], TABLE)
@@ -120,5 +128,6 @@ def test_a_damaged_artifact_is_named(tmp_path):
     dataset = report(tmp_path, FIRST)
     dataset.save({"table": TABLE, "note": "# Summary\n"})
     (dataset.saved_folder / "table.csv").write_text("method,ece\nCE,", encoding="utf-8")
-    with pytest.raises(DatasetError, match="damaged: 'table.csv' missing, outside the folder or not of the size written"):
+    damaged = "damaged: 'table.csv' missing, outside the folder or not of the size written"
+    with pytest.raises(DatasetError, match=damaged):
         report(tmp_path, None).load()

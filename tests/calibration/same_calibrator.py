@@ -35,7 +35,9 @@ def assert_same_value(restored: Any, original: Any, where: str) -> None:
         assert restored == original, f"{where}: {restored!r} != {original!r}"
 
 
-def assert_same_calibrator(restored: Calibrator, original: Calibrator, logits: torch.Tensor) -> None:
+def assert_same_calibrator(
+    restored: Calibrator, original: Calibrator, logits: torch.Tensor
+) -> None:
     """Same class, every instance attribute equal (what reports read: temperature,
     warnings, converged, at_bound, ...), and bit-identical outputs on ``logits``."""
     assert type(restored) is type(original)
