@@ -1,20 +1,31 @@
-"""Custom Kedro datasets: raw image data, torch artifacts, resume stores, report folders.
+"""Custom Kedro datasets: raw image data, torch artifacts, fitted calibrators, resume
+stores, report folders.
 
 These are the only Kedro classes that touch the science packages' I/O: nodes
 receive loaded objects and return objects to save.
+
+Safe with shared storage: nothing here loads a pickle of objects (torch files load with
+``weights_only=True``, calibrators are stored as plain data), and every artifact is
+written under a hidden temporary name and renamed into place, so a run killed mid-write
+never leaves a partial file or folder that Kedro would resolve as the latest version.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import torch
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
+from calib_pipeline.calibration.posthoc import Calibrator, calibrator_from_state
 from calib_pipeline.data.datasets import ImageData, load_dataset
 from calib_pipeline.reports.common import write_artifacts
-from calib_pipeline.training.checkpoint import CheckpointStore
+from calib_pipeline.training.checkpoint import CheckpointStore, load_tensors, save_tensors
 
 
 class ImageClassificationDataset(AbstractDataset[None, ImageData]):
@@ -39,7 +50,8 @@ class TorchDataset(AbstractVersionedDataset[Any, Any]):
     """A versioned ``torch.save`` file of tensors, dicts, lists and scalars.
 
     Loads use ``weights_only=True`` and ``map_location="cpu"``: no arbitrary code
-    runs on load, and a GPU-trained artifact opens on a laptop.
+    runs on load, and a GPU-trained artifact opens on a laptop. A file holding other
+    objects, or a truncated or corrupt one, raises ``ValueError`` naming the file.
     """
 
     def __init__(
@@ -49,15 +61,10 @@ class TorchDataset(AbstractVersionedDataset[Any, Any]):
         self.metadata = metadata
 
     def load(self) -> Any:
-        path = Path(str(self._get_load_path()))
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return load_tensors(Path(str(self._get_load_path())), what="torch artifact")
 
     def save(self, data: Any) -> None:
-        path = Path(str(self._get_save_path()))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(data, tmp)
-        tmp.replace(path)
+        save_tensors(data, Path(str(self._get_save_path())))
 
     def _exists(self) -> bool:
         try:
@@ -67,6 +74,34 @@ class TorchDataset(AbstractVersionedDataset[Any, Any]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "version": self._version}
+
+
+class CalibratorsDataset(TorchDataset):
+    """A versioned file of fitted calibrators, ``{key: calibrator}``.
+
+    Each calibrator is stored as its ``state_dict()`` (tensors, numbers, strings, lists)
+    in one ``torch.save`` file and rebuilt on load by registry name
+    (``posthoc.calibrator_from_state``): loading never runs code from the file.
+    """
+
+    def load(self) -> dict[str, Calibrator]:
+        path = Path(str(self._get_load_path()))
+        states = load_tensors(path, what="calibrators")
+        if not isinstance(states, dict):
+            raise ValueError(
+                f"calibrators {path} hold a {type(states).__name__}, not a dict of "
+                "calibrator states"
+            )
+        calibrators = {}
+        for key, state in states.items():
+            try:
+                calibrators[key] = calibrator_from_state(state)
+            except ValueError as error:
+                raise ValueError(f"calibrators {path}, entry {key!r}: {error}") from None
+        return calibrators
+
+    def save(self, data: dict[str, Calibrator]) -> None:
+        super().save({key: calibrator.state_dict() for key, calibrator in data.items()})
 
 
 class CheckpointStoreDataset(AbstractDataset[None, CheckpointStore]):
@@ -92,24 +127,93 @@ class CheckpointStoreDataset(AbstractDataset[None, CheckpointStore]):
         return {"path": self._path}
 
 
+# Written last into a report folder: the file name -> size in bytes of every artifact.
+# A folder without it (a write cut short, an empty folder) is never a version to load.
+REPORT_MANIFEST = ".manifest.json"
+
+
+def is_complete_report(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a report whose save finished (it has its manifest)."""
+    return (Path(folder) / REPORT_MANIFEST).is_file()
+
+
+def _write_manifest(folder: Path) -> None:
+    sizes = {path.name: path.stat().st_size for path in sorted(folder.iterdir())}
+    (folder / REPORT_MANIFEST).write_text(json.dumps({"artifacts": sizes}, indent=2), "utf-8")
+
+
+def _report_artifacts(folder: Path) -> list[str]:
+    """The artifact file names of the report ``folder``, once its manifest vouches for them.
+
+    Raises:
+        DatasetError: no manifest (the save never finished), an unreadable one, or an
+            artifact missing or of another size than written.
+    """
+    if not is_complete_report(folder):
+        raise DatasetError(
+            f"report folder {folder} is incomplete: it has no {REPORT_MANIFEST}, which a "
+            "save writes last (the write was interrupted, or another program wrote the "
+            "folder); delete it and re-run the reporting pipeline"
+        )
+    try:
+        sizes = json.loads((folder / REPORT_MANIFEST).read_text("utf-8")).get("artifacts")
+    except (ValueError, AttributeError):
+        sizes = None
+    if not isinstance(sizes, dict):
+        raise DatasetError(
+            f"report folder {folder} has an unreadable {REPORT_MANIFEST}; re-run the "
+            "reporting pipeline"
+        )
+    names = sorted(sizes)
+    damaged = [
+        name
+        for name in names
+        if Path(name).name != name
+        or name.startswith(".")
+        or not (folder / name).is_file()
+        or (folder / name).stat().st_size != sizes[name]
+    ]
+    if damaged:
+        raise DatasetError(
+            f"report folder {folder} is damaged: {', '.join(map(repr, damaged))} missing, "
+            "outside the folder or not of the size written; re-run the reporting pipeline"
+        )
+    return names
+
+
 class ReportDataset(AbstractVersionedDataset[dict, dict]):
-    """A versioned folder of report artifacts.
+    """A versioned folder of report artifacts, written atomically.
 
     Saving a dict writes each entry by type (:func:`calib_pipeline.reports.common.write_artifacts`:
     a DataFrame as CSV and Markdown, a string as Markdown, a figure as PNG, a dict/list as
-    JSON). Loading returns DataFrames from the CSVs, strings from the Markdown files and
+    JSON) into a hidden temporary folder, adds a manifest of the files last, and renames
+    the folder into its version: a save that fails or is killed leaves no version folder.
+    Only folders with a manifest count as versions, so "latest" is always a complete
+    report. Loading returns DataFrames from the CSVs, strings from the Markdown files and
     paths of the PNGs and JSON files.
     """
 
     def __init__(self, *, filepath: str, version: Version | None = None, dpi: int = 120) -> None:
-        super().__init__(filepath=PurePosixPath(filepath), version=version)
+        super().__init__(
+            filepath=PurePosixPath(filepath), version=version, exists_function=is_complete_report
+        )
         self._dpi = dpi
         # the folder of the last save (the MLflow hook logs it as written)
         self.saved_folder: Path | None = None
 
     def save(self, data: dict[str, Any]) -> None:
         folder = Path(str(self._get_save_path()))
-        write_artifacts(folder, data, dpi=self._dpi)
+        staging = folder.with_name(f".{folder.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            write_artifacts(staging, data, dpi=self._dpi)
+            _write_manifest(staging)
+            # a directory rename is atomic, and refuses to replace a non-empty folder
+            staging.rename(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the version folder, unless something else is in it
+                folder.parent.rmdir()
+            raise
         self.saved_folder = folder
 
     def load(self) -> dict[str, Any]:
@@ -117,7 +221,8 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
 
         folder = Path(str(self._get_load_path()))
         out: dict[str, Any] = {}
-        for path in sorted(folder.iterdir()):
+        for name in _report_artifacts(folder):
+            path = folder / name
             if path.suffix == ".csv":
                 out[path.stem] = pd.read_csv(path)
             elif path.suffix == ".md" and path.stem not in out:
@@ -125,6 +230,12 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
             elif path.suffix in (".png", ".json"):
                 out[path.stem] = str(path)
         return out
+
+    def _exists(self) -> bool:
+        try:
+            return is_complete_report(str(self._get_load_path()))
+        except DatasetError:
+            return False
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "version": self._version}

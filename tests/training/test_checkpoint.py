@@ -10,16 +10,7 @@ import pytest
 import torch
 
 from calib_pipeline.training.checkpoint import CheckpointStore, load_tensors
-
-
-class MarkerPayload:
-    """Unpickling this object creates a marker file -- what a crafted checkpoint would do."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
+from tests.crafted import MarkerPayload
 
 
 def test_a_crafted_resume_state_is_refused_and_runs_no_code(tmp_path):

@@ -42,6 +42,7 @@ class AffineCalibration(LogitCalibrator):
 
     diagonal: ClassVar[bool]
     log_probability_features: ClassVar[bool]
+    fitted_attributes = ("weights", "bias", "iterations")
 
     def __init__(self, *, off_diagonal_l2: float, intercept_l2: float, max_iter: int) -> None:
         off_diagonal_l2 = check_range("off_diagonal_l2", off_diagonal_l2, low=0.0)
@@ -144,6 +145,10 @@ class VectorScaling(AffineCalibration):
 
     def __init__(self, *, intercept_l2: float = 0.0, max_iter: int = 1000) -> None:
         super().__init__(off_diagonal_l2=0.0, intercept_l2=intercept_l2, max_iter=max_iter)
+
+    def build_arguments(self) -> dict[str, Any]:
+        """The hyperparameters but ``off_diagonal_l2``, which is always 0 (not an argument)."""
+        return {k: v for k, v in self.hyperparameters.items() if k != "off_diagonal_l2"}
 
 
 @register

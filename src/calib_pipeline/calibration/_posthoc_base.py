@@ -6,6 +6,10 @@ thousand rows, so the cost is negligible and float32 rounding cannot stop an
 optimiser early or flatten an objective (netcal's float32 temperature fit is the
 cautionary tale). Inputs may be torch tensors on any device or NumPy arrays; outputs are
 float64 tensors on the input's device (CPU for NumPy input).
+
+A fitted calibrator turns into plain data (``state_dict``: tensors, numbers, strings and
+lists) and back (``load_state_dict``), so it can be stored in a file that loads with
+``torch.load(weights_only=True)``: loading a calibrator never runs code from the file.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ logger = logging.getLogger("calib_pipeline.calibration.posthoc")
 
 CALIBRATORS: Registry[Calibrator] = Registry("calibrator")
 
+# The layout of ``Calibrator.state_dict()``; a state of another format is refused.
+STATE_FORMAT = 1
+STATE_KEYS = ("format", "name", "arguments", "n_classes", "converged", "warnings", "fitted")
+
 
 def register(cls: type[Calibrator]) -> type[Calibrator]:
     """Class decorator: register ``cls`` under its ``name`` class attribute."""
@@ -41,11 +49,80 @@ def validated_logits(logits: Tensor | np.ndarray) -> Tensor:
     return check_logits_labels(scores, placeholder)[0].detach().to(torch.float64)
 
 
+class FittedMap:
+    """A map a fitted calibrator holds (binned, isotonic), stored as a dict of tensors.
+
+    Subclasses are recorded by class name: a stored state names its map, and loading
+    rebuilds it through this table, never through an import path read from a file.
+    """
+
+    stored: ClassVar[dict[str, type[FittedMap]]] = {}
+    tensor_names: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        FittedMap.stored[cls.__name__] = cls
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The map's tensors by name (``tensor_names``), on the CPU."""
+        return {name: getattr(self, name).detach().cpu() for name in self.tensor_names}
+
+    @classmethod
+    def from_state_dict(cls, state: Any) -> Self:
+        """The map rebuilt from ``state_dict()`` output.
+
+        Raises:
+            ValueError: ``state`` is not a dict of exactly the map's tensors.
+        """
+        is_tensors = isinstance(state, dict) and all(isinstance(v, Tensor) for v in state.values())
+        if not is_tensors or set(state) != set(cls.tensor_names):
+            raise ValueError(
+                f"a stored {cls.__name__} must be a dict of the tensors "
+                f"{', '.join(cls.tensor_names)}"
+            )
+        return cls(*(state[name] for name in cls.tensor_names))
+
+
+def _plain_value(value: Any, attribute: str) -> Any:
+    """``value`` as data ``torch.load(weights_only=True)`` accepts (a map as its tensors)."""
+    if isinstance(value, FittedMap):
+        return {"map": type(value).__name__, "state": value.state_dict()}
+    if isinstance(value, list):
+        return [_plain_value(item, attribute) for item in value]
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if isinstance(value, np.generic):  # e.g. a NumPy float64 minimum of an objective
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(
+        f"fitted attribute {attribute!r} holds a {type(value).__name__}, which a calibrator "
+        "state cannot store (tensors, numbers, strings, lists and fitted maps only)"
+    )
+
+
+def _restored_value(value: Any, attribute: str) -> Any:
+    """The inverse of ``_plain_value``, checking that ``value`` is plain data."""
+    if isinstance(value, dict):
+        if set(value) != {"map", "state"} or value["map"] not in FittedMap.stored:
+            raise ValueError(
+                f"fitted attribute {attribute!r} holds a dict that is not a stored map of "
+                f"a known kind ({', '.join(sorted(FittedMap.stored))})"
+            )
+        return FittedMap.stored[value["map"]].from_state_dict(value["state"])
+    if isinstance(value, list):
+        return [_restored_value(item, attribute) for item in value]
+    if value is None or isinstance(value, (bool, int, float, str, Tensor)):
+        return value
+    raise ValueError(f"fitted attribute {attribute!r} holds a {type(value).__name__}")
+
+
 class Calibrator:
     """Base class: validation, fitted-state bookkeeping and degenerate-fit warnings.
 
     Subclasses set ``name`` and implement ``_fit`` (returning the convergence flag),
-    ``_predict_proba`` and ``_learned``; they receive validated float64 logits.
+    ``_predict_proba`` and ``_learned``; they receive validated float64 logits. They list
+    the attributes ``_fit`` sets in ``fitted_attributes`` (stored by ``state_dict``).
 
     Attributes:
         name: the registry name.
@@ -56,6 +133,7 @@ class Calibrator:
     """
 
     name: ClassVar[str]
+    fitted_attributes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **hyperparameters: Any) -> None:
         self.hyperparameters = hyperparameters
@@ -100,6 +178,92 @@ class Calibrator:
         """What the fit learned (temperature, bins, weights) as JSON-friendly values."""
         self._require_fitted()
         return self._learned()
+
+    def build_arguments(self) -> dict[str, Any]:
+        """The keywords of ``build_calibrator(name, **arguments)`` that rebuild this
+        calibrator unfitted (``hyperparameters``, unless a subclass derives some of them)."""
+        return dict(self.hyperparameters)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The calibrator as plain data: tensors, numbers, strings, ``None``, lists, dicts.
+
+        ``torch.save`` writes it and ``torch.load(weights_only=True)`` reads it back
+        without running code; ``posthoc.calibrator_from_state`` rebuilds the calibrator.
+
+        Returns:
+            ``{"format": STATE_FORMAT, "name", "arguments"`` (``build_arguments()``),
+            ``"n_classes", "converged", "warnings", "fitted"}`` with ``fitted`` the
+            ``fitted_attributes`` by name (a fitted map as ``{"map": kind, "state":
+            tensors}``), or ``None`` before fitting.
+        """
+        fitted = None
+        if self.n_classes is not None:
+            fitted = {a: _plain_value(getattr(self, a), a) for a in self.fitted_attributes}
+        return {
+            "format": STATE_FORMAT,
+            "name": self.name,
+            "arguments": self.build_arguments(),
+            "n_classes": self.n_classes,
+            "converged": self.converged,
+            "warnings": list(self.warnings),
+            "fitted": fitted,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> Self:
+        """Restore a fit from ``state_dict()`` output; its warnings are not logged again.
+
+        Args:
+            state: the state of a calibrator of this name and ``build_arguments()``.
+
+        Returns:
+            this calibrator, predicting as the one whose state it was.
+
+        Raises:
+            ValueError: ``state`` is not such a state (wrong format, name or arguments,
+                a missing or extra fitted attribute, a value that is not plain data).
+        """
+        fitted = self._checked_state(state)
+        restored = {a: _restored_value(fitted[a], a) for a in fitted}
+        for attribute, value in restored.items():
+            setattr(self, attribute, value)
+        self.converged = state["converged"]
+        self.warnings = list(state["warnings"])
+        self.n_classes = state["n_classes"]
+        return self
+
+    def _checked_state(self, state: Any) -> dict[str, Any]:
+        """The ``fitted`` entry of ``state`` (``{}`` when unfitted), once ``state`` is
+        checked to be a state of this calibrator."""
+        if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
+            raise ValueError(f"a calibrator state is a dict with the keys {', '.join(STATE_KEYS)}")
+        if state["format"] != STATE_FORMAT:
+            raise ValueError(
+                f"calibrator state format {state['format']!r} is not supported "
+                f"(this version reads format {STATE_FORMAT})"
+            )
+        if (state["name"], state["arguments"]) != (self.name, self.build_arguments()):
+            raise ValueError(
+                f"the state of {state['name']!r} with arguments {state['arguments']!r} does not "
+                f"belong to {self.name!r} with arguments {self.build_arguments()!r}"
+            )
+        n_classes, warnings, fitted = state["n_classes"], state["warnings"], state["fitted"]
+        valid_classes = n_classes is None or (type(n_classes) is int and n_classes >= 2)
+        valid_warnings = isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)
+        if not (valid_classes and valid_warnings and isinstance(state["converged"], bool)):
+            raise ValueError(
+                "a calibrator state needs n_classes (None or an integer >= 2), converged "
+                "(a bool) and warnings (a list of strings)"
+            )
+        if n_classes is None:
+            if fitted is not None:
+                raise ValueError("an unfitted calibrator state (n_classes None) has fitted values")
+            return {}
+        if not isinstance(fitted, dict) or set(fitted) != set(self.fitted_attributes):
+            raise ValueError(
+                f"a fitted {self.name!r} state holds the attributes "
+                f"{', '.join(self.fitted_attributes) or '(none)'}"
+            )
+        return fitted
 
     def _checked_logits(self, logits: Tensor | np.ndarray) -> Tensor:
         self._require_fitted()

@@ -22,6 +22,7 @@ from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration._posthoc_base import (
     CONFIDENCE_FLOOR_MARGIN,
     Calibrator,
+    FittedMap,
     TopLabel,
     TopLabelCalibrator,
     redistribute_top_label,
@@ -32,12 +33,14 @@ from calib_pipeline.registry import check_bool, check_choice, check_int, check_r
 BINNING_SCHEMES = {"equal_size": "width", "equal_mass": "mass"}
 
 
-class BinnedMap:
+class BinnedMap(FittedMap):
     """A piecewise-constant map on [0, 1]: ``(lo, hi]`` bins (first ``[0, hi]``), one value each.
 
     Built from ``metrics.reliability_bins`` output; a bin that was empty at fit time has
     value NaN and leaves its scores unchanged.
     """
+
+    tensor_names = ("edges", "values", "counts")
 
     def __init__(self, edges: np.ndarray, values: np.ndarray, counts: np.ndarray) -> None:
         self.edges = torch.as_tensor(edges, dtype=torch.float64)
@@ -74,6 +77,7 @@ class HistogramBinning(TopLabelCalibrator):
     """
 
     name = "histogram_binning"
+    fitted_attributes = ("map",)
 
     def __init__(self, *, n_bins: int = 15, binning: str = "equal_size") -> None:
         n_bins = check_int("n_bins", n_bins, low=1)
@@ -99,18 +103,40 @@ class HistogramBinning(TopLabelCalibrator):
         return self.map.learned()
 
 
-def _fit_isotonic(scores: np.ndarray, targets: np.ndarray) -> IsotonicRegression:
-    """scikit-learn's increasing isotonic fit on [0, 1], clipped outside the seen range."""
-    return IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(
-        scores, targets
-    )
+class IsotonicMap(FittedMap):
+    """scikit-learn's increasing isotonic fit on [0, 1], kept as its knots (thresholds).
 
+    ``IsotonicRegression(out_of_bounds="clip").predict`` clips scores to the first and
+    last knot and interpolates linearly with ``np.interp`` (scipy's ``interp1d``
+    delegates float64 linear interpolation to it); ``np.interp`` on the knots, constant
+    beyond them, is therefore the same map to the last bit, and the fitted state is two
+    tensors rather than a scikit-learn object.
+    """
 
-def _isotonic_learned(model: IsotonicRegression) -> dict[str, list[float]]:
-    return {
-        "x_thresholds": model.X_thresholds_.tolist(),
-        "y_thresholds": model.y_thresholds_.tolist(),
-    }
+    tensor_names = ("x_thresholds", "y_thresholds")
+
+    def __init__(
+        self, x_thresholds: np.ndarray | Tensor, y_thresholds: np.ndarray | Tensor
+    ) -> None:
+        self.x_thresholds = torch.as_tensor(x_thresholds, dtype=torch.float64)
+        self.y_thresholds = torch.as_tensor(y_thresholds, dtype=torch.float64)
+
+    @classmethod
+    def fit(cls, scores: np.ndarray, targets: np.ndarray) -> IsotonicMap:
+        """The isotonic regression of ``targets`` on ``scores``, bounded to [0, 1]."""
+        model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
+        model.fit(scores, targets)
+        return cls(model.X_thresholds_, model.y_thresholds_)
+
+    def __call__(self, scores: np.ndarray) -> np.ndarray:
+        return np.interp(scores, self.x_thresholds.numpy(), self.y_thresholds.numpy())
+
+    def learned(self) -> dict[str, list[float]]:
+        """The knots as JSON-friendly lists."""
+        return {
+            "x_thresholds": self.x_thresholds.tolist(),
+            "y_thresholds": self.y_thresholds.tolist(),
+        }
 
 
 @register
@@ -124,6 +150,7 @@ class TopLabelIsotonic(TopLabelCalibrator):
     """
 
     name = "isotonic_top_label"
+    fitted_attributes = ("map",)
 
     def __init__(self) -> None:
         super().__init__()
@@ -134,15 +161,15 @@ class TopLabelIsotonic(TopLabelCalibrator):
         scores = top.confidence.cpu().numpy()
         if np.unique(scores).size < 2:
             self._warn("fewer than 2 distinct validation confidences; the isotonic map is constant")
-        self.model = _fit_isotonic(scores, correct.cpu().numpy())
+        self.map = IsotonicMap.fit(scores, correct.cpu().numpy())
         return True
 
     def _calibrate_top_label(self, top: TopLabel) -> Tensor:
-        mapped = self.model.predict(top.confidence.cpu().numpy())
+        mapped = self.map(top.confidence.cpu().numpy())
         return torch.as_tensor(mapped, dtype=torch.float64, device=top.confidence.device)
 
     def _learned(self) -> dict[str, Any]:
-        return _isotonic_learned(self.model)
+        return self.map.learned()
 
 
 @register
@@ -157,6 +184,7 @@ class OneVsRestIsotonic(Calibrator):
     """
 
     name = "isotonic_one_vs_rest"
+    fitted_attributes = ("maps",)
 
     def __init__(self) -> None:
         super().__init__()
@@ -164,8 +192,8 @@ class OneVsRestIsotonic(Calibrator):
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         probabilities = torch.softmax(logits, dim=1).cpu().numpy()
         labels_np = labels.cpu().numpy()
-        self.models = [
-            _fit_isotonic(probabilities[:, k], (labels_np == k).astype(np.float64))
+        self.maps = [
+            IsotonicMap.fit(probabilities[:, k], (labels_np == k).astype(np.float64))
             for k in range(probabilities.shape[1])
         ]
         return True
@@ -173,15 +201,13 @@ class OneVsRestIsotonic(Calibrator):
     def _predict_proba(self, logits: Tensor) -> Tensor:
         probabilities = torch.softmax(logits, dim=1)
         columns = probabilities.cpu().numpy()
-        mapped = np.stack(
-            [model.predict(columns[:, k]) for k, model in enumerate(self.models)], axis=1
-        )
+        mapped = np.stack([isotonic(columns[:, k]) for k, isotonic in enumerate(self.maps)], axis=1)
         mapped = torch.as_tensor(mapped, dtype=torch.float64, device=logits.device)
         totals = mapped.sum(dim=1, keepdim=True)
         return torch.where(totals > 0, mapped / totals.clamp(min=1e-300), probabilities)
 
     def _learned(self) -> dict[str, Any]:
-        per_class = [_isotonic_learned(model) for model in self.models]
+        per_class = [isotonic.learned() for isotonic in self.maps]
         return {
             "x_thresholds": [entry["x_thresholds"] for entry in per_class],
             "y_thresholds": [entry["y_thresholds"] for entry in per_class],
@@ -251,6 +277,7 @@ class PlattScaling(TopLabelCalibrator):
     """
 
     name = "platt_top_label"
+    fitted_attributes = ("slope", "intercept")
 
     def __init__(self, *, target_smoothing: bool = True) -> None:
         target_smoothing = check_bool("target_smoothing", target_smoothing)
@@ -291,6 +318,7 @@ class ScalingBinning(TopLabelCalibrator):
     """
 
     name = "scaling_binning"
+    fitted_attributes = ("slope", "intercept", "map")
 
     def __init__(
         self,

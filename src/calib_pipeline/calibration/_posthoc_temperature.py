@@ -213,6 +213,7 @@ class NLLTemperatureScaling(TemperatureScaling):
     """
 
     name = "temperature_nll"
+    fitted_attributes = ("temperature", "iterations", "at_bound", "separable")
 
     def __init__(
         self, *, t_min: float = 0.01, t_max: float = 100.0, on_separable: str = "identity"
@@ -274,6 +275,7 @@ class GridTemperatureScaling(TemperatureScaling):
     """
 
     name = "temperature_grid_ece"
+    fitted_attributes = ("temperature", "objective", "at_bound")
 
     def __init__(
         self,
@@ -289,6 +291,14 @@ class GridTemperatureScaling(TemperatureScaling):
         super().__init__(preset=preset, start=start, stop=stop, step=step, n_bins=n_bins)
         self.grid = temperature_grid(start, stop, step)
         self.objective = math.nan
+
+    def build_arguments(self) -> dict[str, Any]:
+        """``preset`` and ``n_bins`` for a preset grid (its start/stop/step derive from it),
+        else ``start``, ``stop``, ``step`` and ``n_bins``."""
+        options = self.hyperparameters
+        if options["preset"] is not None:
+            return {"preset": options["preset"], "n_bins": options["n_bins"]}
+        return {key: options[key] for key in ("start", "stop", "step", "n_bins")}
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         n_bins = self.hyperparameters["n_bins"]
@@ -367,6 +377,7 @@ class SBECETemperatureScaling(TemperatureScaling):
     """
 
     name = "temperature_sb_ece"
+    fitted_attributes = ("temperature", "objective", "at_bound")
     coarse_points = 61
 
     def __init__(

@@ -21,6 +21,10 @@ Registry names (``CALIBRATORS.names()``; details and defaults in ``docs/posthoc.
 Every calibrator has ``fit(logits, labels) -> self``, ``predict_proba(logits)``,
 ``learned()``, ``converged``, ``warnings``, ``name`` and ``hyperparameters``; the
 temperature and affine calibrators also have ``transform_logits(logits)``.
+
+``calibrator.state_dict()`` is the calibrator as plain data (tensors, numbers, strings,
+lists, dicts) and ``calibrator_from_state(state)`` rebuilds it: stored with ``torch.save``
+and read with ``torch.load(weights_only=True)``, a calibrator file cannot run code.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from calib_pipeline.calibration._posthoc_affine import (
 )
 from calib_pipeline.calibration._posthoc_base import (
     CALIBRATORS,
+    STATE_FORMAT,
     Calibrator,
     LogitCalibrator,
     TopLabelCalibrator,
@@ -65,6 +70,7 @@ from calib_pipeline.calibration.validation import check_logits_labels
 
 __all__ = [
     "CALIBRATORS",
+    "STATE_FORMAT",
     "TEMPERATURE_GRIDS",
     "Calibrator",
     "DirichletCalibration",
@@ -83,6 +89,7 @@ __all__ = [
     "VectorScaling",
     "build_calibrator",
     "calibrated_scores",
+    "calibrator_from_state",
     "fit_temperature_nll",
     "oracle_temperature",
     "redistribute_top_label",
@@ -113,6 +120,41 @@ def build_calibrator(name: str, **hyperparameters: Any) -> Calibrator:
         ValueError: t_min must be in [1e-06, 1000000.0], got 0.0
     """
     return CALIBRATORS.build(name, **hyperparameters)
+
+
+def calibrator_from_state(state: dict[str, Any]) -> Calibrator:
+    """The calibrator whose ``state_dict()`` is ``state``, rebuilt by registry name.
+
+    The calibrator is built with ``build_calibrator(state["name"], **state["arguments"])``
+    and its fit restored with ``load_state_dict``: it predicts, and reports what it
+    learned, exactly as the calibrator that was stored. Nothing in ``state`` is imported
+    or called.
+
+    Raises:
+        ValueError: ``state`` is not a calibrator state, names an unknown calibrator, or
+            holds arguments or fitted values the calibrator does not accept.
+
+    Example:
+        >>> logits = torch.tensor([[4.0, 0.0], [3.0, 1.0], [0.0, 2.0], [2.0, 0.0], [0.0, 5.0]])
+        >>> fitted = build_calibrator("temperature_nll").fit(logits, [0, 1, 1, 0, 1])
+        >>> state = fitted.state_dict()
+        >>> state["name"], round(state["fitted"]["temperature"], 3)
+        ('temperature_nll', 1.692)
+        >>> restored = calibrator_from_state(state)
+        >>> torch.equal(restored.predict_proba(logits), fitted.predict_proba(logits))
+        True
+    """
+    arguments = state.get("arguments") if isinstance(state, dict) else None
+    if not (
+        isinstance(arguments, dict)
+        and isinstance(state.get("name"), str)
+        and all(isinstance(key, str) for key in arguments)
+    ):
+        raise ValueError(
+            "not a calibrator state: expected a dict with the registry 'name' of a calibrator "
+            "and its 'arguments' by keyword"
+        )
+    return build_calibrator(state["name"], **arguments).load_state_dict(state)
 
 
 def calibrated_scores(calibrator: Calibrator, logits: Tensor | np.ndarray) -> tuple[Tensor, str]:

@@ -37,13 +37,7 @@ class CheckpointStore:
         return self.directory / "latest.pt"
 
     def save(self, state: dict[str, Any]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".latest.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            torch.save(state, tmp)
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        save_tensors(state, self.path)
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or None when there is none; an unreadable file raises
@@ -63,14 +57,8 @@ class CheckpointStore:
 
     def save_epoch_logits(self, epoch: int, logits: dict[str, torch.Tensor]) -> None:
         """One epoch's logits per split, in a file of their own (written once, atomically)."""
-        folder = self._epoch_logits_dir
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{epoch:05d}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            torch.save({k: v.cpu() for k, v in logits.items()}, tmp)
-            os.replace(tmp, folder / f"{epoch:05d}.pt")
-        finally:
-            tmp.unlink(missing_ok=True)
+        cpu_logits = {k: v.cpu() for k, v in logits.items()}
+        save_tensors(cpu_logits, self._epoch_logits_dir / f"{epoch:05d}.pt")
 
     def load_epoch_logits(self, last_epoch: int) -> dict[str, list[torch.Tensor]]:
         """Epochs 1 .. ``last_epoch`` as ``{split: [logits per epoch]}``."""
@@ -108,6 +96,20 @@ class CheckpointStore:
 
     def __repr__(self) -> str:
         return f"CheckpointStore({str(self.directory)!r})"
+
+
+def save_tensors(data: Any, path: str | Path) -> None:
+    """``torch.save(data)`` to ``path`` atomically: written to a hidden temporary file
+    unique to the writing process, then renamed, so a reader (or a run killed mid-write)
+    never sees a partial file at ``path``; the folder is created if missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_tensors(path: str | Path, *, what: str = "file") -> Any:
