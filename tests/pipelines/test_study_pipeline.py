@@ -9,6 +9,7 @@ from kedro.runner import SequentialRunner
 from calib_pipeline.data import ImageData, load_dataset
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
 from calib_pipeline.pipelines.config import parse_structure
+from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.training import CheckpointStore
 
@@ -37,7 +38,11 @@ def small_digits() -> ImageData:
 
 
 def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
-    datasets = {"raw_data": MemoryDataset(data)}
+    # run_info is what hooks.RunInfoHook adds in a `kedro run`
+    datasets = {
+        "raw_data": MemoryDataset(data),
+        RUN_INFO: MemoryDataset(run_info("test-run", "test")),
+    }
     for key, value in parameters.items():
         datasets[f"params:{key}"] = MemoryDataset(value)
         if isinstance(value, dict):
@@ -55,7 +60,7 @@ def _pipeline(structure):
     runs = structure.runs()
     return (
         data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
-        + logits.create_pipeline(structure, runs) + posthoc.create_pipeline(runs)
+        + logits.create_pipeline(structure, runs) + posthoc.create_pipeline(structure, runs)
         + shift.create_pipeline(runs) + reporting.create_pipeline(structure, ["mini"])
     )
 
@@ -103,7 +108,7 @@ def test_calibrators_fitted_on_shifted_val_are_evaluated_and_labelled(small_digi
     pipeline = (
         data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
         + logits.create_pipeline(structure, runs) + shift.create_pipeline(runs)
-        + posthoc.create_pipeline(runs, shifted_val=True)
+        + posthoc.create_pipeline(structure, runs, shifted_val=True)
         + reporting.create_pipeline(structure, ["mini"], "digits", shifted_val=True)
     )
     SequentialRunner().run(pipeline, catalog)

@@ -54,6 +54,11 @@ class Structure:
         return list(seen)
 
 
+def run_prefix(method: str, seed: int) -> str:
+    """Catalog prefix of a run's artifacts: ``<method>.seed_<k>``."""
+    return f"{method}.seed_{seed}"
+
+
 def _check_key(kind: str, key: str) -> None:
     if not VALID_KEY.match(key):
         raise ValueError(
