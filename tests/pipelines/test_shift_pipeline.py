@@ -156,9 +156,12 @@ def test_shift_logits_carry_the_checkpoint_provenance(digits):
 
 def test_a_checkpoint_trained_on_another_split_is_refused(digits):
     resplit = {"standard": {**SPLITS["standard"], "seed": 7}}
-    with pytest.raises(ProvenanceError, match=r"ce\.seed_0\.checkpoint \(trained by run train-run\) does "
-                       r"not match the data it is given: split 'standard' had hash \w+ when "
-                       r"trained, the split given has hash \w+ \(the split changed since training"):
+    with pytest.raises(
+        ProvenanceError,
+        match=r"ce\.seed_0\.checkpoint \(trained by run train-run\) does "
+        r"not match the data it is given: split 'standard' had hash \w+ when "
+        r"trained, the split given has hash \w+ \(the split changed since training",
+    ):
         run_shift(digits, {"corruptions": ["contrast"], "severities": [1]}, splits=resplit)
 
 
