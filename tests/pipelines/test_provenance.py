@@ -137,17 +137,7 @@ def test_an_artifact_without_provenance_is_refused():
 
 @pytest.fixture(scope="module")
 def digits() -> ImageData:
-    full = load_dataset("digits")
-    return ImageData(
-        "digits",
-        full.train_images[:200],
-        full.train_labels[:200],
-        full.test_images[:50],
-        full.test_labels[:50],
-        10,
-        full.mean,
-        full.std,
-    )
+    return load_dataset("digits")  # the nodes refuse before any training or prediction
 
 
 def test_the_training_node_refuses_a_split_its_definition_does_not_make(digits, tmp_path):
