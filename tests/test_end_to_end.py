@@ -105,6 +105,31 @@ def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_ru
     assert len(versions(data_dir / "08_reporting" / "digits" / "baseline" / "metrics.parquet")) == 3
 
 
+def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
+    data_dir, tracking = tmp_path / "data", f"sqlite:///{tmp_path}/m.db"
+    kedro("--pipelines=baseline", data_dir=data_dir, tracking=tracking)
+    metrics = data_dir / "08_reporting" / "digits" / "baseline" / "metrics.parquet"
+    trained = versions(metrics)
+    table = pd.read_parquet(metrics / trained[0] / "metrics.parquet")
+    assert set(table["run_id"]) == set(trained), "each row names the run that trained its model"
+    refusals = [
+        # re-split: the cached runs were trained and validated on the seed-0 split
+        ("splits.standard.seed=7", "splits.standard.seed: 0 when trained, 7 in this session The split changed since training"),
+        ("training.epochs=3", "training.epochs: 2 when trained, 3 in this session"),
+    ]
+    for override, message in refusals:
+        result = kedro("--pipelines=baseline.posthoc,baseline.reporting", f"--params={override}", data_dir=data_dir, tracking=tracking, check=False)
+        output = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode != 0 and f"ProvenanceError: ce seed 0: its cached artifacts (trained by run {trained[0]}, env 'test')" in output
+        assert message in output
+        assert versions(metrics) == trained, "no table may be written from refused artifacts"
+    splits = data_dir / "02_intermediate" / "digits" / "splits" / "standard.json"
+    result = kedro("--pipelines=data_split,baseline.logits", "--params=splits.standard.seed=7", data_dir=data_dir, tracking=tracking, check=False)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0 and "does not match the data it is given: split 'standard' had hash" in output
+    assert len(versions(splits)) == 2, "a re-split never overwrites the split the runs were trained on"
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

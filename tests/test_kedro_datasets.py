@@ -93,7 +93,7 @@ def test_a_truncated_file_names_itself(dataset_type, tmp_path):
         data = {"logits": torch.randn(100, 10)}
     else:
         fitted = build_calibrator("matrix_scaling").fit(torch.randn(50, 3), torch.arange(50) % 3)
-        data = {"ms": fitted}
+        data = {"provenance": {}, "fitted": {"ms": fitted}}
     versioned(dataset_type, tmp_path / "artifact.pt").save(data)
     saved = tmp_path / "artifact.pt" / VERSION / "artifact.pt"
     saved.write_bytes(saved.read_bytes()[:200])
@@ -133,16 +133,21 @@ def test_every_calibrator_round_trips_through_the_versioned_dataset(tmp_path):
     test_logits = 3 * torch.randn(200, 4, generator=generator)
     fitted = {name: build_calibrator(name) for name in CALIBRATORS.names()}
     fitted = {name: calibrator.fit(val_logits, val_labels) for name, calibrator in fitted.items()}
-    versioned(CalibratorsDataset, tmp_path / "calibrators.pt").save(fitted)
+    provenance = {"run_id": "2026-11-26T06.00.00.000Z", "config": {"seed": 0, "training": {"lr": 0.1}}}
+    versioned(CalibratorsDataset, tmp_path / "calibrators.pt").save({"provenance": provenance, "fitted": fitted})
     loaded = versioned(CalibratorsDataset, tmp_path / "calibrators.pt", None).load()
-    assert list(loaded) == list(fitted)
+    assert loaded["provenance"] == provenance
+    assert list(loaded["fitted"]) == list(fitted)
     for name, calibrator in fitted.items():
-        assert_same_calibrator(loaded[name], calibrator, test_logits)
+        assert_same_calibrator(loaded["fitted"][name], calibrator, test_logits)
 
 
 def test_a_file_that_is_not_calibrators_is_refused_naming_the_entry(tmp_path):
     not_a_state = {"name": "temperature_nll", "arguments": {}, "format": 1}
-    versioned(TorchDataset, tmp_path / "calibrators.pt").save({"ts": not_a_state})
+    versioned(TorchDataset, tmp_path / "calibrators.pt").save({"provenance": {}, "fitted": {"ts": not_a_state}})
     refused = r"calibrators .*calibrators.pt, entry 'ts': a calibrator state is a dict"
     with pytest.raises(DatasetError, match=refused):
         versioned(CalibratorsDataset, tmp_path / "calibrators.pt", None).load()
+    versioned(TorchDataset, tmp_path / "old.pt").save({"ts": not_a_state})  # the layout before provenance
+    with pytest.raises(DatasetError, match=r"hold no 'fitted' mapping of calibrator states; rerun the posthoc stage"):
+        versioned(CalibratorsDataset, tmp_path / "old.pt", None).load()

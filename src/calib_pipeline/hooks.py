@@ -1,4 +1,5 @@
-"""Project hooks: remember the run environment, and track runs in MLflow.
+"""Project hooks: remember the run environment, give nodes the session's run id, and
+track runs in MLflow.
 
 MLflow layout: one parent run per ``kedro run``; one nested run per
 (method, seed) training node with its parameters, per-epoch history and final
@@ -34,9 +35,13 @@ from typing import Any
 import pandas as pd
 from kedro.framework.hooks import hook_impl
 
+from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
+
 logger = logging.getLogger(__name__)
 
 RUN_ENV: dict[str, Any] = {"env": None}
+# The environment Kedro runs when none is named (settings.CONFIG_LOADER_ARGS).
+DEFAULT_RUN_ENV = "local"
 
 
 class RunEnvironmentHook:
@@ -99,6 +104,20 @@ class MissingInputsError(RuntimeError):
     """A run needs cached artifacts that no earlier run has written."""
 
 
+class RunInfoHook:
+    """Puts the session's run id (its save version) and environment into the catalog as the
+    ``run_info`` input before a pipeline runs.
+
+    Training nodes record them in each run's provenance. They get them as an input, not
+    from :data:`RUN_ENV`, so that a node run in another process (a Dask worker) or from a
+    test's in-memory catalog (which adds ``run_info`` itself) sees the same values.
+    """
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        catalog[RUN_INFO] = run_info(run_params["run_id"], run_params.get("env") or DEFAULT_RUN_ENV)
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
@@ -151,7 +170,7 @@ class MlflowTrackingHook:
         self._parent: str | None = None
         self._experiment_id = None
         self._catalog = None
-        self._env = "local"
+        self._env = DEFAULT_RUN_ENV
         self._open_children: dict[str, str] = {}  # node name -> nested run id
         self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
 
@@ -161,7 +180,7 @@ class MlflowTrackingHook:
     @hook_impl
     def after_context_created(self, context) -> None:
         self._project_path = Path(context.project_path)
-        self._env = context.env or "local"
+        self._env = context.env or DEFAULT_RUN_ENV
         from kedro.config import MissingConfigException
 
         try:

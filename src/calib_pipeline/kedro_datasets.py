@@ -77,31 +77,33 @@ class TorchDataset(AbstractVersionedDataset[Any, Any]):
 
 
 class CalibratorsDataset(TorchDataset):
-    """A versioned file of fitted calibrators, ``{key: calibrator}``.
+    """A versioned file of a run's fitted calibrators, ``{"provenance": {...}, "fitted":
+    {key: calibrator}}`` (the posthoc node's output).
 
     Each calibrator is stored as its ``state_dict()`` (tensors, numbers, strings, lists)
-    in one ``torch.save`` file and rebuilt on load by registry name
-    (``posthoc.calibrator_from_state``): loading never runs code from the file.
+    in one ``torch.save`` file, beside the plain provenance record, and rebuilt on load by
+    registry name (``posthoc.calibrator_from_state``): loading never runs code from the file.
     """
 
-    def load(self) -> dict[str, Calibrator]:
+    def load(self) -> dict[str, Any]:
         path = Path(str(self._get_load_path()))
-        states = load_tensors(path, what="calibrators")
-        if not isinstance(states, dict):
+        stored = load_tensors(path, what="calibrators")
+        if not isinstance(stored, dict) or not isinstance(stored.get("fitted"), dict):
             raise ValueError(
-                f"calibrators {path} hold a {type(states).__name__}, not a dict of "
-                "calibrator states"
+                f"calibrators {path} hold no 'fitted' mapping of calibrator states; "
+                "rerun the posthoc stage to rewrite them"
             )
         calibrators = {}
-        for key, state in states.items():
+        for key, state in stored["fitted"].items():
             try:
                 calibrators[key] = calibrator_from_state(state)
             except ValueError as error:
                 raise ValueError(f"calibrators {path}, entry {key!r}: {error}") from None
-        return calibrators
+        return {**stored, "fitted": calibrators}
 
-    def save(self, data: dict[str, Calibrator]) -> None:
-        super().save({key: calibrator.state_dict() for key, calibrator in data.items()})
+    def save(self, data: dict[str, Any]) -> None:
+        fitted = {key: calibrator.state_dict() for key, calibrator in data["fitted"].items()}
+        super().save({**data, "fitted": fitted})
 
 
 class CheckpointStoreDataset(AbstractDataset[None, CheckpointStore]):

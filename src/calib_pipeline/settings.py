@@ -10,7 +10,13 @@ from kedro.framework.session import session as kedro_session
 from kedro.io.core import generate_timestamp
 from omegaconf.resolvers import oc
 
-from calib_pipeline.hooks import MlflowTrackingHook, RunEnvironmentHook, RunPreflightHook
+from calib_pipeline.hooks import (
+    DEFAULT_RUN_ENV,
+    MlflowTrackingHook,
+    RunEnvironmentHook,
+    RunInfoHook,
+    RunPreflightHook,
+)
 
 
 def project_root() -> str:
@@ -53,12 +59,12 @@ def claim_save_version() -> str:
 # from this module-level name; settings are imported before any session is created.
 kedro_session.generate_timestamp = claim_save_version
 
-HOOKS = (RunEnvironmentHook(), RunPreflightHook(), MlflowTrackingHook())
+HOOKS = (RunEnvironmentHook(), RunInfoHook(), RunPreflightHook(), MlflowTrackingHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
-    "default_run_env": "local",
+    "default_run_env": DEFAULT_RUN_ENV,
     "merge_strategy": {"parameters": "soft", "globals": "soft", "catalog": "soft"},
     "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},
     "custom_resolvers": {"project_root": project_root, "data_root": data_root, "oc.env": oc.env},

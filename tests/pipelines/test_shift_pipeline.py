@@ -13,8 +13,10 @@ from kedro.runner import SequentialRunner
 
 from calib_pipeline.data import ImageData, load_dataset
 from calib_pipeline.data.shift_sets import LAYOUTS, ShiftSetMissing
+from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
+from calib_pipeline.pipelines.provenance import ProvenanceError
 from calib_pipeline.settings import load_parameters
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.data.shift_suites import (
@@ -79,13 +81,22 @@ def checkpoint_for(data: ImageData, method: str = "ce", seed: int = 0) -> dict:
         },
         "normalization": {"mean": list(data.mean), "std": list(data.std)},
         "config": {"split": "standard"},
+        "provenance": {
+            "run_id": "train-run",
+            "dataset": data.name,
+            "split": "standard",
+            "split_hash": split_fingerprint(split_dataset(data, SPLITS["standard"])),
+        },
     }
 
 
-def run_shift(data: ImageData, shift_params: dict, runs=(("ce", 0),)) -> dict[str, dict]:
+def run_shift(
+    data: ImageData, shift_params: dict, runs=(("ce", 0),), splits=SPLITS
+) -> dict[str, dict]:
+    """Each run's shifted-set logits (the ``sets`` beside the provenance)."""
     datasets = {
         "raw_data": MemoryDataset(data),
-        "params:splits": MemoryDataset(SPLITS),
+        "params:splits": MemoryDataset(splits),
         "params:shift": MemoryDataset(shift_params),
         "params:logits": MemoryDataset({"device": "cpu"}),
     }
@@ -96,7 +107,7 @@ def run_shift(data: ImageData, shift_params: dict, runs=(("ce", 0),)) -> dict[st
         datasets[f"{method}.seed_{seed}.shift_logits"] = MemoryDataset(copy_mode="assign")
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline(list(runs)), catalog)
-    return {f"{m}|{s}": catalog.load(f"{m}.seed_{s}.shift_logits") for m, s in runs}
+    return {f"{m}|{s}": catalog.load(f"{m}.seed_{s}.shift_logits")["sets"] for m, s in runs}
 
 
 def test_generated_suite_gives_logits_per_run_set_and_severity_and_lists_skipped(digits):
@@ -127,6 +138,31 @@ def test_generated_suite_gives_logits_per_run_set_and_severity_and_lists_skipped
     # every run sees the same shifted images; different weights give different logits
     a, b = out["ce|0"]["contrast/5"], out["ls|1"]["contrast/5"]
     assert not torch.equal(a["logits"], b["logits"])
+
+
+def test_shift_logits_carry_the_checkpoint_provenance(digits):
+    datasets = {
+        "raw_data": MemoryDataset(digits),
+        "params:splits": MemoryDataset(SPLITS),
+        "params:shift": MemoryDataset({"corruptions": ["contrast"], "severities": [1]}),
+        "params:logits": MemoryDataset({"device": "cpu"}),
+        "ce.seed_0.checkpoint": MemoryDataset(checkpoint_for(digits)),
+        "ce.seed_0.shift_logits": MemoryDataset(copy_mode="assign"),
+    }
+    catalog = DataCatalog(datasets=datasets)
+    SequentialRunner().run(shift.create_pipeline([("ce", 0)]), catalog)
+    assert catalog.load("ce.seed_0.shift_logits")["provenance"]["run_id"] == "train-run"
+
+
+def test_a_checkpoint_trained_on_another_split_is_refused(digits):
+    resplit = {"standard": {**SPLITS["standard"], "seed": 7}}
+    with pytest.raises(
+        ProvenanceError,
+        match=r"ce\.seed_0\.checkpoint \(trained by run train-run\) does "
+        r"not match the data it is given: split 'standard' had hash \w+ when "
+        r"trained, the split given has hash \w+ \(the split changed since training",
+    ):
+        run_shift(digits, {"corruptions": ["contrast"], "severities": [1]}, splits=resplit)
 
 
 def test_skipped_corruptions_are_logged(digits, caplog):

@@ -7,10 +7,13 @@ from kedro_datasets.pickle import PickleDataset
 from kedro.runner import SequentialRunner
 
 from calib_pipeline.data import ImageData, load_dataset
+from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
 from calib_pipeline.pipelines.config import parse_structure
+from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.training import CheckpointStore
+from calib_pipeline.training.checkpoint import fingerprint
 
 PARAMETERS = {
     "dataset": {"name": "digits"},
@@ -37,7 +40,11 @@ def small_digits() -> ImageData:
 
 
 def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
-    datasets = {"raw_data": MemoryDataset(data)}
+    # run_info is what hooks.RunInfoHook adds in a `kedro run`
+    datasets = {
+        "raw_data": MemoryDataset(data),
+        RUN_INFO: MemoryDataset(run_info("test-run", "test")),
+    }
     for key, value in parameters.items():
         datasets[f"params:{key}"] = MemoryDataset(value)
         if isinstance(value, dict):
@@ -55,7 +62,7 @@ def _pipeline(structure):
     runs = structure.runs()
     return (
         data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
-        + logits.create_pipeline(structure, runs) + posthoc.create_pipeline(runs)
+        + logits.create_pipeline(structure, runs) + posthoc.create_pipeline(structure, runs)
         + shift.create_pipeline(runs) + reporting.create_pipeline(structure, ["mini"])
     )
 
@@ -84,6 +91,25 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     assert cached["val"]["logits"].shape[1] == 10 and abs(len(cached["val"]["labels"]) - 80) <= 5 and cached["test"]["labels"].shape == (100,)
 
 
+def test_every_artifact_records_the_training_that_made_it(small_digits, tmp_path):
+    structure = parse_structure(PARAMETERS)
+    catalog = _catalog(small_digits, tmp_path, structure)
+    SequentialRunner().run(_pipeline(structure), catalog)
+    record = catalog.load("ce.seed_0.checkpoint")["provenance"]
+    split = split_dataset(small_digits, PARAMETERS["splits"]["standard"])
+    assert {k: v for k, v in record.items() if k != "config"} == {
+        "run_id": "test-run",
+        "env": "test",
+        "dataset": "digits",
+        "split": "standard",
+        "split_hash": split_fingerprint(split),
+        "fingerprint": fingerprint(record["config"]),
+    }
+    assert record["config"]["training"]["epochs"] == 2 and record["config"]["split_definition"]["seed"] == 0
+    assert catalog.load("ce.seed_0.logits")["provenance"] == record
+    assert set(catalog.load("mini.metrics")["run_id"]) == {"test-run"}
+
+
 def test_reporting_fails_clearly_when_a_calibrator_was_not_fitted(small_digits, tmp_path):
     runs = {"ce|0": {"logits": {"test": {"logits": torch.randn(5, 10), "labels": torch.arange(5)}}, "calibrators": {}}}
     with pytest.raises(KeyError, match=r"calibrator\(s\) \['ts'\] were not fitted; re-run posthoc"):
@@ -103,7 +129,7 @@ def test_calibrators_fitted_on_shifted_val_are_evaluated_and_labelled(small_digi
     pipeline = (
         data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
         + logits.create_pipeline(structure, runs) + shift.create_pipeline(runs)
-        + posthoc.create_pipeline(runs, shifted_val=True)
+        + posthoc.create_pipeline(structure, runs, shifted_val=True)
         + reporting.create_pipeline(structure, ["mini"], "digits", shifted_val=True)
     )
     SequentialRunner().run(pipeline, catalog)

@@ -46,6 +46,7 @@ def tidy(labels, seeds, calibrators, values=None, shifts=()):
                                 "method": method,
                                 "label": label,
                                 "seed": seed,
+                                "run_id": f"run-{method}-{seed}",
                                 "calibrator": cal,
                                 "split": split,
                                 "shift": shift,

@@ -45,6 +45,7 @@ def tidy(with_corruptions: bool = True, with_natural: bool = True) -> pd.DataFra
             "method": m,
             "label": label,
             "seed": seed,
+            "run_id": f"run-{m}-{seed}",
             "calibrator": cal,
             "split": split,
             "shift": shift,

@@ -45,7 +45,7 @@ from calib_pipeline.data.shift_sets import (
     TINY_IMAGENET_C_CORRUPTIONS,
     load_shift_set,
 )
-from calib_pipeline.data.splits import split_dataset
+from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.registry import check_int
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,8 @@ class ShiftPlan:
 
     ``clean`` maps ``"test"`` and ``"val:<split>"`` to (images, labels); ``val_sets`` maps a
     split name to its shifted validation specs; ``skipped`` maps a label to the reason;
+    ``dataset`` names the dataset and ``split_hashes`` maps each split name to the hash of
+    the split its parameters make (a run trained on another split is refused);
     ``cache`` maps :meth:`cache_key` to (uint8 images, labels).
     """
 
@@ -113,6 +115,8 @@ class ShiftPlan:
     clean: dict[str, tuple[torch.Tensor, torch.Tensor]]
     settings: dict[str, Any]
     num_classes: int
+    dataset: str
+    split_hashes: dict[str, str]
     cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def sets_for(self, split: str) -> list[ShiftSetSpec]:
@@ -305,8 +309,8 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
 
     Args:
         data: the dataset (its test part is corrupted).
-        splits: the ``splits`` parameters; used only for ``shifted_val`` (each split's val
-            part is corrupted, identical to the data_split stage's).
+        splits: the ``splits`` parameters: each split's hash is recorded and, for
+            ``shifted_val``, its val part is corrupted (identical to the data_split stage's).
         shift: the ``shift`` parameters (docs/shift.md).
 
     Returns:
@@ -316,12 +320,16 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
     tests, vals, skipped = resolve_suites(settings, data.name, data.in_channels)
     clean = {"test": (data.test_images, data.test_labels)}
     val_sets: dict[str, list[ShiftSetSpec]] = {}
+    parts = {name: split_dataset(data, split) for name, split in splits.items()}
     if vals:
-        for name, split in splits.items():
-            index = torch.as_tensor(split_dataset(data, split)["val"], dtype=torch.long)
+        for name, split_parts in parts.items():
+            index = torch.as_tensor(split_parts["val"], dtype=torch.long)
             clean[f"val:{name}"] = (data.train_images[index], data.train_labels[index])
             val_sets[name] = vals
-    plan = ShiftPlan(tests, val_sets, skipped, clean, settings, data.num_classes)
+    split_hashes = {name: split_fingerprint(split_parts) for name, split_parts in parts.items()}
+    plan = ShiftPlan(
+        tests, val_sets, skipped, clean, settings, data.num_classes, data.name, split_hashes
+    )
     budget, used = settings["cache_mb"] * 2**20, 0
     started = time.perf_counter()
     work = [("test", spec) for spec in tests] + [

@@ -67,6 +67,11 @@ def study_uses_shift(study: StudySpec) -> bool:
     return any(uses_shift(name, options) for name, options in study.reports.items())
 
 
+def run_prefix(method: str, seed: int) -> str:
+    """Catalog prefix of a run's artifacts: ``<method>.seed_<k>``."""
+    return f"{method}.seed_{seed}"
+
+
 def _check_key(kind: str, key: str) -> None:
     if not VALID_KEY.match(key):
         raise ValueError(

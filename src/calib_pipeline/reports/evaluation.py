@@ -28,6 +28,7 @@ TIDY_COLUMNS = [
     "method",
     "label",
     "seed",
+    "run_id",
     "calibrator",
     "split",
     "shift",
@@ -146,7 +147,8 @@ def evaluate_runs(
     of a run share their size, so they stack into R × N × K.
 
     Args:
-        runs: ``"<method>|<seed>"`` -> ``{"logits", "calibrators", "shift"}`` artifacts.
+        runs: ``"<method>|<seed>"`` -> ``{"logits", "calibrators", "shift"}`` artifacts and
+            the ``run_id`` of the training that made them (None when unknown).
         dataset, study: identifiers written into every row.
         labels: method key -> display label.
         calibrators: calibrator keys of the study (``"none"`` is always added first).
@@ -155,7 +157,8 @@ def evaluate_runs(
         shift_metrics: metric keys computed on shifted sets.
 
     Returns:
-        The tidy metrics table (``TIDY_COLUMNS``) and the per-bin reliability table.
+        The tidy metrics table (``TIDY_COLUMNS``; ``run_id`` says which training produced
+        each row's model) and the per-bin reliability table.
     """
     rows: list[dict[str, Any]] = []
     bins: list[pd.DataFrame] = []
@@ -174,6 +177,7 @@ def evaluate_runs(
                 "method": method,
                 "label": labels.get(method, method),
                 "seed": int(seed),
+                "run_id": run.get("run_id"),
                 "calibrator": cal_name,
             }
             calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]

@@ -8,8 +8,9 @@ import torch
 
 from calib_pipeline.calibration.methods import Learner, MethodSpec, build_method
 from calib_pipeline.data import ImageData
-from calib_pipeline.data.splits import split_tensors
+from calib_pipeline.data.splits import split_fingerprint, split_tensors
 from calib_pipeline.models import model_from_checkpoint
+from calib_pipeline.pipelines.provenance import check_checkpoint_data
 from calib_pipeline.training.predict import checkpoint_predictor
 
 
@@ -26,13 +27,24 @@ def compute_logits(
 
     Returns:
         ``{part: {"logits", "labels"[, "features"]}}`` for train, val, [meta_val,] test, plus
-        the run's ``learned_epoch`` (aligned with the train part), identifiers, the per-epoch
-        val/test logits when the run recorded them (``epoch_logits``) and, for γ-Net runs,
-        the learned per-sample γ on val and test (``gamma_val``, ``gamma_test``).
+        the run's ``learned_epoch`` (aligned with the train part), identifiers, the
+        checkpoint's ``provenance``, the per-epoch val/test logits when the run recorded
+        them (``epoch_logits``) and, for γ-Net runs, the learned per-sample γ on val and
+        test (``gamma_val``, ``gamma_test``).
+
+    Raises:
+        ProvenanceError: the checkpoint was trained on another dataset or split.
     """
+    provenance = check_checkpoint_data(
+        checkpoint, dataset=data.name, split_hash=split_fingerprint(split)
+    )
     predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
     learner = _meta_learner(checkpoint)
-    out: dict[str, Any] = {"method": checkpoint["method"], "seed": checkpoint["seed"]}
+    out: dict[str, Any] = {
+        "method": checkpoint["method"],
+        "seed": checkpoint["seed"],
+        "provenance": provenance,
+    }
     for part in [*split, "test"]:
         images, labels = split_tensors(data, split, part)
         logits, features = predict(images)

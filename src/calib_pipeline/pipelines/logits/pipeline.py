@@ -1,8 +1,7 @@
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure
+from calib_pipeline.pipelines.config import Structure, run_prefix
 from calib_pipeline.pipelines.logits.nodes import compute_logits
-from calib_pipeline.pipelines.training.pipeline import run_prefix
 
 
 def create_pipeline(structure: Structure, runs: list[tuple[str, int]]) -> Pipeline:

@@ -7,7 +7,10 @@ from typing import Any
 
 import torch
 
+from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
+from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.pipelines.provenance import FITTED_CALIBRATORS, SHIFT_SETS, check_run
 
 logger = logging.getLogger(__name__)
 
@@ -15,9 +18,16 @@ logger = logging.getLogger(__name__)
 SHIFTED_VAL_SUFFIX = "@shifted_val"
 
 
-def shifted_validation(logits: dict[str, Any], shift_logits: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Clean val pooled with every shifted val set of the run (``split == "val"``), or None."""
-    shifted = [e for e in (shift_logits or {}).values() if e.get("split") == "val" and "logits" in e]
+def shifted_validation(
+    logits: dict[str, Any], shift_sets: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Clean val pooled with every shifted val set of the run (``split == "val"``), or None.
+
+    Args:
+        logits: the run's cached logits.
+        shift_sets: spec key -> logits of the run's shifted sets (``shift_logits["sets"]``).
+    """
+    shifted = [e for e in (shift_sets or {}).values() if e.get("split") == "val" and "logits" in e]
     if not shifted:
         return None
     return {
@@ -29,22 +39,45 @@ def shifted_validation(logits: dict[str, Any], shift_logits: dict[str, Any] | No
 def fit_calibrators(
     logits: dict[str, Any],
     calibrators: dict[str, dict[str, Any]],
+    dataset: dict[str, Any],
+    model: dict[str, Any],
+    training: dict[str, Any],
+    splits: dict[str, Any],
     shift_logits: dict[str, Any] | None = None,
+    *,
+    method: MethodSpec,
+    seed: int,
 ) -> dict[str, Any]:
     """Fit every configured calibrator on the run's validation logits.
 
     Args:
         logits: the run's cached logits (``logits["val"]`` is used).
         calibrators: key -> ``{"name": registry name, "params": {...}}``.
+        dataset, model, training, splits: the session's parameters; the run's artifacts
+            must have been trained as they say.
         shift_logits: the run's shifted-set logits; when they contain shifted validation
             sets (``shift.shifted_val``), every calibrator is fitted a second time on clean
             val pooled with them and stored as ``<key>@shifted_val``.
+        method: the run's method.
+        seed: the run's seed.
 
     Returns:
-        key -> fitted calibrator (picklable; what it learned is in ``learned()``).
+        ``{"provenance": the logits' record, "fitted": key -> fitted calibrator}``
+        (picklable; what a calibrator learned is in ``learned()``).
+
+    Raises:
+        ProvenanceError: the logits and shift logits come from different trainings, or
+            from a training the session's parameters do not describe.
     """
+    prefix = run_prefix(method.key, seed)
+    artifacts = {f"{prefix}.logits": logits}
+    if shift_logits is not None:
+        artifacts[f"{prefix}.shift_logits"] = shift_logits
+    provenance = check_run(
+        method, seed, artifacts, dataset=dataset, model=model, training=training, splits=splits
+    )
     fitting_sets = {"": logits["val"]}
-    pooled = shifted_validation(logits, shift_logits)
+    pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_SETS))
     if pooled is not None:
         fitting_sets[SHIFTED_VAL_SUFFIX] = pooled
     fitted = {}
@@ -55,10 +88,10 @@ def fit_calibrators(
             fitted[key] = calibrator.fit(val["logits"], val["labels"])
             logger.info(
                 "%s seed %s: %s learned %s%s",
-                logits["method"],
-                logits["seed"],
+                method.key,
+                seed,
                 key,
                 {k: v for k, v in calibrator.learned().items() if not isinstance(v, list)},
                 "" if calibrator.converged else " (NOT converged)",
             )
-    return fitted
+    return {"provenance": provenance, FITTED_CALIBRATORS: fitted}

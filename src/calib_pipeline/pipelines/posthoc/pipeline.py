@@ -1,20 +1,32 @@
+from functools import partial, update_wrapper
+
 from kedro.pipeline import Pipeline, node
 
+from calib_pipeline.pipelines.config import Structure, run_prefix
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
-from calib_pipeline.pipelines.training.pipeline import run_prefix
+from calib_pipeline.pipelines.provenance import SESSION_INPUTS
 
 
-def create_pipeline(runs: list[tuple[str, int]], shifted_val: bool = False) -> Pipeline:
+def create_pipeline(
+    structure: Structure, runs: list[tuple[str, int]], shifted_val: bool = False
+) -> Pipeline:
     """One fitting node per run; with ``shifted_val`` it also reads the run's shifted
     validation logits and fits every calibrator a second time on clean + shifted val."""
     nodes = []
     for m, s in runs:
-        inputs = [f"{run_prefix(m, s)}.logits", "params:calibrators"]
+        # in the order of fit_calibrators' arguments: Kedro's parameter validation maps
+        # node inputs to arguments by position
+        inputs = {
+            "logits": f"{run_prefix(m, s)}.logits",
+            "calibrators": "params:calibrators",
+            **SESSION_INPUTS,
+        }
         if shifted_val:
-            inputs.append(f"{run_prefix(m, s)}.shift_logits")
+            inputs["shift_logits"] = f"{run_prefix(m, s)}.shift_logits"
+        func = partial(fit_calibrators, method=structure.methods[m], seed=s)
         nodes.append(
             node(
-                fit_calibrators,
+                update_wrapper(func, fit_calibrators),
                 inputs=inputs,
                 outputs=f"{run_prefix(m, s)}.calibrators",
                 name=f"posthoc_seed_{s}",

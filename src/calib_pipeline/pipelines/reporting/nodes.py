@@ -17,17 +17,26 @@ matplotlib.use("Agg")
 
 import pandas as pd
 
+from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.pipelines.provenance import FITTED_CALIBRATORS, SHIFT_SETS, check_run
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import RUN_ARTIFACTS, StudyResults, build_report
+
+# Reports read a run's collections without the provenance stored beside their members.
+COLLECTION_MEMBERS = {"calibrators": FITTED_CALIBRATORS, "shift": SHIFT_SETS}
 
 
 def evaluate_study(
     dataset: dict[str, Any],
+    model: dict[str, Any],
+    training: dict[str, Any],
+    splits: dict[str, Any],
     evaluation: dict[str, Any],
     *,
     study: str,
     run_keys: dict[str, tuple[str, int]],
-    labels: dict[str, str],
+    methods: dict[str, MethodSpec],
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
     **artifacts: Any,
@@ -36,25 +45,29 @@ def evaluate_study(
 
     Args:
         dataset: the ``dataset`` parameters (its ``name`` goes into every row).
+        model, training, splits: the session's parameters; every run's artifacts must have
+            been trained as they (with ``dataset``) say.
         evaluation: the ``evaluation`` parameters (``n_bins``, ``reliability_bins``,
             ``shift_metrics``).
         study: the study name.
         run_keys: ``r<i>`` -> (method, seed) of the ``r<i>_<kind>`` keyword artifacts.
-        labels: method key -> display label.
+        methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw; their reliability bins are kept
             besides the evaluation's.
         **artifacts: ``r<i>_logits``, ``r<i>_calibrators`` and ``r<i>_shift`` of every run.
 
     Returns:
-        The tidy metrics table and the per-bin reliability table.
+        The tidy metrics table (with the ``run_id`` that trained each row's model) and the
+        per-bin reliability table.
+
+    Raises:
+        ProvenanceError: a run's artifacts come from different trainings, or from a
+            training the session's parameters do not describe; nothing is scored.
     """
+    session = {"dataset": dataset, "model": model, "training": training, "splits": splits}
     runs = {
-        f"{method}|{seed}": {
-            "logits": artifacts[f"{key}_logits"],
-            "calibrators": artifacts[f"{key}_calibrators"],
-            "shift": artifacts.get(f"{key}_shift"),
-        }
+        f"{method}|{seed}": _checked_run(methods[method], seed, key, artifacts, session)
         for key, (method, seed) in run_keys.items()
     }
     n_bins = int(evaluation.get("n_bins", 15))
@@ -62,7 +75,7 @@ def evaluate_study(
         runs,
         dataset=dataset["name"],
         study=study,
-        labels=labels,
+        labels={key: method.label for key, method in methods.items()},
         calibrators=calibrators,
         n_bins=n_bins,
         reliability_bin_counts=tuple(
@@ -70,6 +83,27 @@ def evaluate_study(
         ),
         shift_metrics=tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
     )
+
+
+def _checked_run(
+    method: MethodSpec, seed: int, key: str, artifacts: dict[str, Any], session: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``evaluate_runs`` entry of run ``key``, once its artifacts passed ``check_run``."""
+    prefix = run_prefix(method.key, seed)
+    named = {
+        f"{prefix}.logits": artifacts[f"{key}_logits"],
+        f"{prefix}.calibrators": artifacts[f"{key}_calibrators"],
+    }
+    shift = artifacts.get(f"{key}_shift")
+    if shift is not None:
+        named[f"{prefix}.shift_logits"] = shift
+    provenance = check_run(method, seed, named, **session)
+    return {
+        "logits": named[f"{prefix}.logits"],
+        "calibrators": named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],
+        "shift": None if shift is None else shift[SHIFT_SETS],
+        "run_id": provenance["run_id"],
+    }
 
 
 def run_report(
@@ -101,5 +135,6 @@ def run_report(
         for kind in RUN_ARTIFACTS:
             value = artifacts.get(f"{key}_{kind}")
             if value is not None:
-                getattr(results, kind)[(method, int(seed))] = value
+                members = COLLECTION_MEMBERS.get(kind)
+                getattr(results, kind)[(method, int(seed))] = value[members] if members else value
     return build_report(report, results, **options)

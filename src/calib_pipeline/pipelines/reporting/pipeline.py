@@ -4,10 +4,10 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure, StudySpec, study_uses_shift
+from calib_pipeline.pipelines.config import Structure, StudySpec, run_prefix, study_uses_shift
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
+from calib_pipeline.pipelines.provenance import SESSION_INPUTS
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study, run_report
-from calib_pipeline.pipelines.training.pipeline import run_prefix
 from calib_pipeline.reports.registry import report_needs
 
 ARTIFACT_SUFFIX = {
@@ -51,12 +51,14 @@ def study_pipeline(
                 evaluate_study,
                 study=name,
                 run_keys=run_keys,
-                labels=labels,
+                methods={m: structure.methods[m] for m in study.methods},
                 calibrators=calibrators,
                 report_bins=report_bins,
             ),
+            # in the order of evaluate_study's arguments: Kedro's parameter validation maps
+            # node inputs to arguments by position
             inputs={
-                "dataset": "params:dataset",
+                **SESSION_INPUTS,
                 "evaluation": "params:evaluation",
                 **_run_inputs(run_keys, ("logits", "calibrators", *shift_kind)),
             },

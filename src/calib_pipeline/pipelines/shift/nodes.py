@@ -10,6 +10,7 @@ from typing import Any
 
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.shift_suites import ShiftPlan, plan_shift_sets, predict_shift_sets
+from calib_pipeline.pipelines.provenance import SHIFT_SETS, check_checkpoint_data
 from calib_pipeline.training.predict import checkpoint_predictor
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def make_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
 
 def compute_shift_logits(
     checkpoint: dict[str, Any], shift_sets: ShiftPlan, logits_params: dict[str, Any]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Any]:
     """Logits of one trained run on every shifted set of the plan.
 
     Args:
@@ -40,9 +41,19 @@ def compute_shift_logits(
         logits_params: ``{"device": "auto", ...}``.
 
     Returns:
-        spec key -> logits, labels and the set's identity (see ``predict_shift_sets``).
+        ``{"provenance": the checkpoint's, "sets": spec key -> logits, labels and the set's
+        identity (see ``predict_shift_sets``)}``.
+
+    Raises:
+        ProvenanceError: the checkpoint was trained on another dataset, or on another split
+            than the session's split parameters make (shifted val sets derive from it).
     """
+    split = checkpoint["config"]["split"]
+    provenance = check_checkpoint_data(
+        checkpoint, dataset=shift_sets.dataset, split_hash=shift_sets.split_hashes.get(split)
+    )
     predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
-    out = predict_shift_sets(predict, shift_sets, checkpoint["config"]["split"])
-    logger.info("%s seed %s: logits on %d shifted set(s)", checkpoint["method"], checkpoint["seed"], len(out))
-    return out
+    sets = predict_shift_sets(predict, shift_sets, split)
+    run = f"{checkpoint['method']} seed {checkpoint['seed']}"
+    logger.info("%s: logits on %d shifted set(s)", run, len(sets))
+    return {"provenance": provenance, SHIFT_SETS: sets}

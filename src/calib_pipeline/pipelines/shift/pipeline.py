@@ -1,7 +1,7 @@
 from kedro.pipeline import Pipeline, node
 
+from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.pipelines.shift.nodes import compute_shift_logits, make_shift_sets
-from calib_pipeline.pipelines.training.pipeline import run_prefix
 
 
 def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:

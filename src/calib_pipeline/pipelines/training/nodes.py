@@ -12,8 +12,10 @@ from calib_pipeline.calibration.methods import MethodSpec, build_method
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_fingerprint, split_tensors
 from calib_pipeline.models import build_model
+from calib_pipeline.pipelines.provenance import check_split_definition
 from calib_pipeline.training import CheckpointStore, Split, TrainConfig, TrainResult, train_model
 from calib_pipeline.training.checkpoint import code_fingerprint, fingerprint
+from calib_pipeline.training.provenance import run_configuration, training_provenance
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +33,11 @@ def model_from_config(data: ImageData, model_params: dict[str, Any]) -> torch.nn
 def train_method(
     data: ImageData,
     split: dict[str, list[int]],
+    split_definition: dict[str, Any],
     store: CheckpointStore,
     model_params: dict[str, Any],
     training_params: dict[str, Any],
+    run_info: dict[str, str],
     *,
     method: MethodSpec,
     seed: int,
@@ -43,33 +47,38 @@ def train_method(
     Args:
         data: the dataset.
         split: index split of the training part.
+        split_definition: the ``splits.<method.split>`` parameters ``split`` was made with.
         store: resume store of this run (the catalog decides where it lives).
         model_params: ``{"name": ..., "params": {...}}``, overridden by the method's ``model``.
         training_params: ``TrainConfig`` fields, overridden by the method's ``training``.
+        run_info: the session's ``run_id`` and ``env``, recorded in the run's provenance.
         method: the method (objective or meta-learner, hyperparameters, split, overrides).
         seed: initialisation and data-order seed.
 
     Returns:
-        The checkpoint (selected weights, architecture, normalisation, config, learned epochs)
-        and the per-epoch history table.
+        The checkpoint (selected weights, architecture, normalisation, config, provenance,
+        learned epochs) and the per-epoch history table.
+
+    Raises:
+        ProvenanceError: ``split`` is not the split ``split_definition`` makes.
     """
-    model_cfg = {**model_params, **(method.model or {})}
-    config = TrainConfig.from_params({**training_params, **method.training})
-    torch.manual_seed(seed)
-    model = model_from_config(data, model_cfg)
-    learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
+    check_split_definition(data, split, split_definition, method.split)
     run_config = {
-        "dataset": data.name,
-        "split": method.split,
+        **run_configuration(
+            method,
+            seed=seed,
+            dataset=data.name,
+            split_definition=split_definition,
+            model_params=model_params,
+            training_params=training_params,
+        ),
         "split_hash": split_fingerprint(split),
         "code": code_fingerprint(),
-        "model": model_cfg,
-        "training": config.as_dict(),
-        "objective": method.objective,
-        "meta_learner": method.meta_learner,
-        "params": method.params,
-        "seed": seed,
     }
+    config = TrainConfig.from_params(run_config["training"])
+    torch.manual_seed(seed)
+    model = model_from_config(data, run_config["model"])
+    learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
     parts = {part: Split(*split_tensors(data, split, part)) for part in [*split, "test"]}
     result = train_model(
         model,
@@ -87,7 +96,8 @@ def train_method(
         description=f"{method.key} seed {seed}",
     )
     _log_outcome(method.key, seed, result)
-    checkpoint = _checkpoint(method, seed, data, model_cfg, run_config, result)
+    provenance = training_provenance(run_config, run_id=run_info["run_id"], env=run_info["env"])
+    checkpoint = _checkpoint(method, seed, data, run_config, result, provenance)
     return checkpoint, _history(method.key, seed, result)
 
 
@@ -115,12 +125,14 @@ def _checkpoint(
     method: MethodSpec,
     seed: int,
     data: ImageData,
-    model_cfg: dict[str, Any],
     run_config: dict[str, Any],
     result: TrainResult,
+    provenance: dict[str, Any],
 ) -> dict[str, Any]:
     """The run's artifact: selected weights, what rebuilds the model and the learner
-    (architecture, normalisation, ``meta_state``, ``config``), learned epochs."""
+    (architecture, normalisation, ``meta_state``, ``config``), learned epochs, and the
+    provenance record everything derived from the run copies."""
+    model_cfg = run_config["model"]
     return {
         "method": method.key,
         "label": method.label,
@@ -139,4 +151,5 @@ def _checkpoint(
         "epoch_logits": result.epoch_logits,
         "meta_state": result.meta_state,
         "config": run_config,
+        "provenance": provenance,
     }

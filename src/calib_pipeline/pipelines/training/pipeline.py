@@ -2,13 +2,9 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure
+from calib_pipeline.pipelines.config import Structure, run_prefix
+from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.pipelines.training.nodes import train_method
-
-
-def run_prefix(method: str, seed: int) -> str:
-    """Catalog prefix of a run's artifacts: ``<method>.seed_<k>``."""
-    return f"{method}.seed_{seed}"
 
 
 def training_node(structure: Structure, method: str, seed: int):
@@ -17,7 +13,15 @@ def training_node(structure: Structure, method: str, seed: int):
     prefix = run_prefix(method, seed)
     return node(
         func,
-        inputs=["raw_data", f"split_{spec.split}", f"{prefix}.resume", "params:model", "params:training"],
+        inputs=[
+            "raw_data",
+            f"split_{spec.split}",
+            f"params:splits.{spec.split}",
+            f"{prefix}.resume",
+            "params:model",
+            "params:training",
+            RUN_INFO,
+        ],
         outputs=[f"{prefix}.checkpoint", f"{prefix}.history"],
         name=f"train_seed_{seed}",
         namespace=method,

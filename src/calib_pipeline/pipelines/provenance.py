@@ -1,0 +1,223 @@
+"""A node refuses inputs whose provenance disagrees with the session (docs/reliability.md).
+
+The training node records a provenance record (:func:`~calib_pipeline.training.provenance.
+training_provenance`) in its checkpoint; logits, shifted-set logits and fitted calibrators
+copy the record of what they derive from. The checks here compare those records with the
+data a node is given, with each other, and with the run configuration the session's
+parameters give (built by the same :func:`~calib_pipeline.training.provenance.
+run_configuration` the training node uses). Each refusal names the run, what differs and
+what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.data import ImageData
+from calib_pipeline.data.splits import split_dataset, split_fingerprint
+from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.training.provenance import (
+    Difference,
+    configuration_differences,
+    run_configuration,
+)
+
+# The parameters a run's configuration is built from; every node that checks a run's
+# artifacts against the session takes them under these keyword names.
+SESSION_INPUTS = {
+    "dataset": "params:dataset",
+    "model": "params:model",
+    "training": "params:training",
+    "splits": "params:splits",
+}
+# A run's keyed collections hold their members under these keys, beside "provenance":
+# shifted-set logits (spec key -> logits) and fitted calibrators (key -> calibrator).
+SHIFT_SETS = "sets"
+FITTED_CALIBRATORS = "fitted"
+RETRAIN = (
+    "Retrain it under this session's parameters (run the study's pipeline, e.g. "
+    "`kedro run --pipelines=<study>`: completed trainings that match them are reused from the "
+    "resume store, the others retrain), run with the parameters it was trained with, or load "
+    "versions trained with these parameters (--load-versions=<dataset>:<version>)."
+)
+REBUILD = (
+    "An interrupted or partial run leaves such a mix. Rebuild the run's artifacts from one "
+    "training (run the study's pipeline, e.g. `kedro run --pipelines=<study>`), or pin versions "
+    "that belong together (--load-versions=<dataset>:<version>)."
+)
+
+
+class ProvenanceError(ValueError):
+    """Artifacts whose provenance disagrees with each other or with the session."""
+
+
+def provenance_of(name: str, artifact: Any) -> dict[str, Any]:
+    """The provenance record of catalog artifact ``name``.
+
+    Raises:
+        ProvenanceError: the artifact has none (written before provenance was recorded).
+    """
+    record = artifact.get("provenance") if isinstance(artifact, Mapping) else None
+    if record is None:
+        raise ProvenanceError(
+            f"{name} has no provenance record: it was written before calib-pipeline recorded "
+            "which training produced an artifact, so it cannot be checked against this session. "
+            f"{RETRAIN}"
+        )
+    return record
+
+
+def check_split_definition(
+    data: ImageData, split: Mapping[str, list[int]], definition: Mapping[str, Any], split_name: str
+) -> None:
+    """Refuse a split that the session's ``splits.<split_name>`` does not make (a split file
+    left from other split settings), before a run records that definition as its own.
+
+    Raises:
+        ProvenanceError: naming both hashes and how to make or pin the right split.
+    """
+    given = split_fingerprint(split)
+    made = split_fingerprint(split_dataset(data, definition))
+    if given != made:
+        raise ProvenanceError(
+            f"split_{split_name} (hash {given}) is not the split this session's "
+            f"splits.{split_name} = {dict(definition)} makes (hash {made}): it was made with other "
+            "split settings. Make the split with these parameters first (kedro run "
+            f"--pipelines=data_split), or load the version made with them "
+            f"(--load-versions=split_{split_name}:<version>)."
+        )
+
+
+def check_checkpoint_data(
+    checkpoint: Mapping[str, Any], *, dataset: str, split_hash: str | None
+) -> dict[str, Any]:
+    """Refuse a checkpoint trained on another dataset or split than the one a node is given.
+
+    Args:
+        checkpoint: the trained run.
+        dataset: name of the dataset the node is given.
+        split_hash: :func:`split_fingerprint` of the split the node is given for the run's
+            split name; None when the session defines no split of that name.
+
+    Returns:
+        The checkpoint's provenance record.
+
+    Raises:
+        ProvenanceError: naming the run, the recorded and given dataset or split hash.
+    """
+    name = f"{run_prefix(checkpoint['method'], checkpoint['seed'])}.checkpoint"
+    record = provenance_of(name, checkpoint)
+    differences = []
+    if record["dataset"] != dataset:
+        differences.append(f"dataset {record['dataset']!r} when trained, {dataset!r} given")
+    if split_hash is None:
+        differences.append(f"split {record['split']!r} is not defined in this session")
+    elif record["split_hash"] != split_hash:
+        differences.append(
+            f"split {record['split']!r} had hash {record['split_hash']} when trained, the split "
+            f"given has hash {split_hash} (the split changed since training: its val part may "
+            "hold the model's own training data)"
+        )
+    if differences:
+        raise ProvenanceError(
+            f"{name} (trained by run {record['run_id']}) does not match the data it is given: "
+            f"{'; '.join(differences)}. {RETRAIN} To score it as trained, load the split it was "
+            f"trained on (--load-versions=split_{record['split']}:<version>)."
+        )
+    return record
+
+
+def check_run(
+    method: MethodSpec,
+    seed: int,
+    artifacts: Mapping[str, Any],
+    *,
+    dataset: Mapping[str, Any],
+    model: Mapping[str, Any],
+    training: Mapping[str, Any],
+    splits: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Refuse a run's artifacts unless they come from one training, trained as the session's
+    parameters say that (method, seed) is trained.
+
+    Args:
+        method: the run's method.
+        seed: the run's seed.
+        artifacts: catalog name -> loaded artifact (logits, calibrators, shift logits, ...).
+        dataset, model, training, splits: the session's parameters of those names.
+
+    Returns:
+        The artifacts' common provenance record.
+
+    Raises:
+        ProvenanceError: an artifact without provenance, artifacts of different trainings,
+            or a training configuration the session does not have.
+    """
+    run = f"{method.key} seed {seed}"
+    records = {name: provenance_of(name, artifact) for name, artifact in artifacts.items()}
+    record = _one_training(run, records)
+    expected = run_configuration(
+        method,
+        seed=seed,
+        dataset=dataset["name"],
+        split_definition=splits[method.split],
+        model_params=model,
+        training_params=training,
+    )
+    differences = configuration_differences(record["config"], expected)
+    if differences:
+        raise ProvenanceError(_configuration_refusal(run, record, differences, method))
+    return record
+
+
+def _configuration_refusal(
+    run: str,
+    record: Mapping[str, Any],
+    differences: list[Difference],
+    method: MethodSpec,
+) -> str:
+    """The message refusing a run trained with settings the session does not have."""
+    lines = "\n".join(
+        f"  {_parameter_name(path, method)}: {trained!r} when trained, {now!r} in this session"
+        for path, trained, now in differences
+    )
+    split_changed = any(path[0] in ("split", "split_definition") for path, _, _ in differences)
+    split_note = (
+        "The split changed since training: this session's val part is not the one the model "
+        "was validated on and may hold its own training data.\n"
+    )
+    return (
+        f"{run}: its cached artifacts (trained by run {record['run_id']}, env {record['env']!r}) "
+        f"were trained with settings this session does not have:\n{lines}\n"
+        f"{split_note if split_changed else ''}{RETRAIN}"
+    )
+
+
+def _one_training(run: str, records: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The one training every record names; refuses records of different trainings."""
+    trainings = {name: (r["run_id"], r["fingerprint"]) for name, r in records.items()}
+    if len(set(trainings.values())) > 1:
+        lines = "\n".join(
+            f"  {name}: trained by run {run_id} (configuration {fingerprint})"
+            for name, (run_id, fingerprint) in trainings.items()
+        )
+        raise ProvenanceError(
+            f"{run}: its artifacts come from different trainings:\n{lines}\n{REBUILD}"
+        )
+    return next(iter(records.values()))
+
+
+def _parameter_name(path: tuple[str, ...], method: MethodSpec) -> str:
+    """A configuration key path as the parameter a user sets (``splits.standard.seed``)."""
+    head, *rest = path
+    prefix = {
+        "dataset": ["dataset", "name"],
+        "split_definition": ["splits", method.split],
+        "split": ["methods", method.key, "split"],
+        "objective": ["methods", method.key, "objective"],
+        "meta_learner": ["methods", method.key, "meta_learner"],
+        "params": ["methods", method.key, "params"],
+    }.get(head, [head])
+    return ".".join(map(str, [*prefix, *rest]))

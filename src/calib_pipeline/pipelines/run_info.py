@@ -1,0 +1,24 @@
+"""The session's identity as a node input: ``run_info = {"run_id", "env"}``.
+
+``hooks.RunInfoHook`` puts it into the catalog before a pipeline runs; a test's in-memory
+catalog adds it itself. Nodes read it as an input, never from process globals, so they
+also run in another process (a Dask worker). Kept free of heavy imports: the hooks load it
+with the project's settings.
+"""
+
+from __future__ import annotations
+
+RUN_INFO = "run_info"
+
+
+def run_info(run_id: str, env: str) -> dict[str, str]:
+    """The ``run_info`` input.
+
+    Args:
+        run_id: the session's id (Kedro's save version of every artifact it writes).
+        env: the session's configuration environment (its protocol).
+
+    Returns:
+        ``{"run_id": run_id, "env": env}``.
+    """
+    return {"run_id": str(run_id), "env": str(env)}

@@ -1,0 +1,278 @@
+"""Nodes refuse inputs whose provenance disagrees with the session, with a clear message;
+the run id and environment reach the nodes as the ``run_info`` input."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from kedro.io import DataCatalog
+
+from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.calibration.posthoc import build_calibrator
+from calib_pipeline.data import ImageData, load_dataset
+from calib_pipeline.data.splits import split_dataset, split_fingerprint
+from calib_pipeline.hooks import RunInfoHook
+from calib_pipeline.pipelines.logits.nodes import compute_logits
+from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
+from calib_pipeline.pipelines.provenance import ProvenanceError, check_run
+from calib_pipeline.pipelines.reporting.nodes import evaluate_study
+from calib_pipeline.pipelines.run_info import RUN_INFO
+from calib_pipeline.pipelines.training.nodes import train_method
+from calib_pipeline.training import CheckpointStore
+from calib_pipeline.training.provenance import run_configuration, training_provenance
+
+CE = MethodSpec(key="ce", objective="cross_entropy", label="CE")
+LS = MethodSpec(key="ls", objective="label_smoothing", params={"epsilon": 0.1})
+SESSION = {
+    "dataset": {"name": "digits"},
+    "model": {"name": "small_cnn", "params": {"width": 8}},
+    "training": {"epochs": 60, "lr": 0.05},
+    "splits": {"standard": {"seed": 0, "fractions": {"train": 0.75, "val": 0.25}}},
+}
+TRAINED_BY = "2026-01-01T00.00.00.000Z"
+
+
+def provenance(method=CE, run_id=TRAINED_BY, split_hash="abc123", **changed) -> dict:
+    """The record of ``method`` seed 0 trained under the session's parameters, with the
+    parameter groups in ``changed`` replaced."""
+    session = {**SESSION, **changed}
+    config = run_configuration(
+        method,
+        seed=0,
+        dataset=session["dataset"]["name"],
+        split_definition=session["splits"][method.split],
+        model_params=session["model"],
+        training_params=session["training"],
+    )
+    config = {**config, "split_hash": split_hash, "code": "c0de"}
+    return training_provenance(config, run_id=run_id, env="test")
+
+
+def message(error: pytest.ExceptionInfo) -> str:
+    return " ".join(str(error.value).split())
+
+
+# ------------------------------------------------------------- one training, the session's
+
+
+def test_a_run_trained_as_the_session_says_passes_and_gives_its_record():
+    record = provenance()
+    artifacts = {
+        "ce.seed_0.logits": {"provenance": record},
+        "ce.seed_0.calibrators": {"provenance": record},
+    }
+    assert check_run(CE, 0, artifacts, **SESSION) == record
+
+
+def test_artifacts_of_different_trainings_are_refused_naming_each():
+    artifacts = {
+        "ce.seed_0.logits": {"provenance": provenance()},
+        "ce.seed_0.calibrators": {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z")},
+    }
+    with pytest.raises(ProvenanceError) as error:
+        check_run(CE, 0, artifacts, **SESSION)
+    text = message(error)
+    assert text.startswith("ce seed 0: its artifacts come from different trainings:")
+    assert f"ce.seed_0.logits: trained by run {TRAINED_BY}" in text
+    assert "ce.seed_0.calibrators: trained by run 2026-02-02T00.00.00.000Z" in text
+    assert "--load-versions=<dataset>:<version>" in text
+
+
+def test_a_training_with_other_epochs_is_refused_naming_the_parameter():
+    artifacts = {
+        "ce.seed_0.logits": {"provenance": provenance(training={"epochs": 200, "lr": 0.05})}
+    }
+    with pytest.raises(ProvenanceError) as error:
+        check_run(CE, 0, artifacts, **SESSION)
+    text = message(error)
+    assert text.startswith(
+        f"ce seed 0: its cached artifacts (trained by run {TRAINED_BY}, env 'test') were trained "
+        "with settings this session does not have: training.epochs: 200 when trained, 60 in this session"
+    )
+    assert "Retrain it under this session's parameters" in text and "split changed" not in text
+
+
+def test_a_changed_split_is_refused_as_such():
+    resplit = {"standard": {**SESSION["splits"]["standard"], "seed": 7}}
+    artifacts = {"ce.seed_0.logits": {"provenance": provenance()}}
+    with pytest.raises(ProvenanceError) as error:
+        check_run(CE, 0, artifacts, **{**SESSION, "splits": resplit})
+    text = message(error)
+    assert "splits.standard.seed: 0 when trained, 7 in this session" in text
+    assert "The split changed since training: this session's val part is not the one" in text
+
+
+def test_a_changed_method_hyperparameter_names_the_method_parameter():
+    artifacts = {"ls.seed_0.logits": {"provenance": provenance(LS)}}
+    with pytest.raises(
+        ProvenanceError,
+        match=re.escape("methods.ls.params.epsilon: 0.1 when trained, 0.2 in this session"),
+    ):
+        check_run(
+            MethodSpec(key="ls", objective="label_smoothing", params={"epsilon": 0.2}),
+            0,
+            artifacts,
+            **SESSION,
+        )
+
+
+def test_execution_settings_and_code_may_differ():
+    # trained on a GPU with older metric code, re-scored on a laptop
+    record = provenance(training={**SESSION["training"], "device": "cuda", "num_threads": 8})
+    assert check_run(CE, 0, {"ce.seed_0.logits": {"provenance": record}}, **SESSION) is record
+
+
+def test_an_artifact_without_provenance_is_refused():
+    with pytest.raises(ProvenanceError) as error:
+        check_run(CE, 0, {"ce.seed_0.logits": {"val": {}}}, **SESSION)
+    assert message(error).startswith(
+        "ce.seed_0.logits has no provenance record: it was written before calib-pipeline recorded"
+    )
+
+
+# ---------------------------------------------------------------------------------- nodes
+
+
+@pytest.fixture(scope="module")
+def digits() -> ImageData:
+    return load_dataset("digits")  # the nodes refuse before any training or prediction
+
+
+def test_the_training_node_refuses_a_split_its_definition_does_not_make(digits, tmp_path):
+    stale = split_dataset(digits, SESSION["splits"]["standard"])  # made with seed 0
+    with pytest.raises(ProvenanceError) as error:
+        train_method(
+            digits,
+            stale,
+            {**SESSION["splits"]["standard"], "seed": 7},
+            CheckpointStore(tmp_path),
+            SESSION["model"],
+            SESSION["training"],
+            {"run_id": "r", "env": "test"},
+            method=CE,
+            seed=0,
+        )
+    text = message(error)
+    assert (
+        f"split_standard (hash {split_fingerprint(stale)}) is not the split this session's splits.standard"
+        in text
+    )
+    assert (
+        "kedro run --pipelines=data_split" in text
+        and "--load-versions=split_standard:<version>" in text
+    )
+    assert not any(tmp_path.iterdir()), "nothing is trained"
+
+
+def test_the_logits_node_refuses_a_checkpoint_of_another_split(digits):
+    split = split_dataset(digits, SESSION["splits"]["standard"])
+    checkpoint = {
+        "method": "ce",
+        "seed": 0,
+        "provenance": provenance(split_hash="0123456789abcdef"),
+    }
+    with pytest.raises(ProvenanceError) as error:
+        compute_logits(digits, split, checkpoint, {"device": "cpu"})
+    text = message(error)
+    assert text.startswith(
+        f"ce.seed_0.checkpoint (trained by run {TRAINED_BY}) does not match the data it is given: "
+        f"split 'standard' had hash 0123456789abcdef when trained, the split given has hash "
+        f"{split_fingerprint(split)} (the split changed since training"
+    )
+    assert "--load-versions=split_standard:<version>" in text
+
+
+def test_the_logits_node_refuses_a_checkpoint_of_another_dataset(digits):
+    split = split_dataset(digits, SESSION["splits"]["standard"])
+    record = provenance(dataset={"name": "fashion_mnist"}, split_hash=split_fingerprint(split))
+    with pytest.raises(
+        ProvenanceError, match="dataset 'fashion_mnist' when trained, 'digits' given"
+    ):
+        compute_logits(
+            digits, split, {"method": "ce", "seed": 0, "provenance": record}, {"device": "cpu"}
+        )
+
+
+def cached_run(record: dict, calibrators_record: dict | None = None) -> dict:
+    """Logits, calibrators and shift logits of one run, as the catalog loads them."""
+    generator = torch.Generator().manual_seed(0)
+    part = {"logits": torch.randn(40, 10, generator=generator), "labels": torch.arange(40) % 10}
+    fitted = {"ts": build_calibrator("temperature_nll").fit(part["logits"], part["labels"])}
+    return {
+        "logits": {"method": "ce", "seed": 0, "provenance": record, "val": part, "test": part},
+        "calibrators": {"provenance": calibrators_record or record, "fitted": fitted},
+        "shift": {"provenance": record, "sets": {}},
+    }
+
+
+def evaluate(run: dict, session: dict = SESSION):
+    return evaluate_study(
+        session["dataset"],
+        session["model"],
+        session["training"],
+        session["splits"],
+        {"n_bins": 10},
+        study="mini",
+        run_keys={"r0": ("ce", 0)},
+        methods={"ce": CE},
+        calibrators=["ts"],
+        **{f"r0_{kind}": artifact for kind, artifact in run.items()},
+    )
+
+
+def test_the_evaluation_gives_each_row_the_run_that_trained_its_model():
+    table, bins = evaluate(cached_run(provenance()))
+    assert set(table["run_id"]) == {TRAINED_BY} and set(bins["run_id"]) == {TRAINED_BY}
+    assert list(table.columns[4:7]) == ["seed", "run_id", "calibrator"]
+
+
+def test_the_evaluation_refuses_calibrators_of_another_training():
+    run = cached_run(provenance(), calibrators_record=provenance(run_id="2026-02-02T00.00.00.000Z"))
+    with pytest.raises(
+        ProvenanceError, match=r"ce\.seed_0\.calibrators: trained by run 2026-02-02"
+    ):
+        evaluate(run)
+
+
+def test_the_evaluation_refuses_a_run_the_session_does_not_describe():
+    with pytest.raises(
+        ProvenanceError, match="training.epochs: 60 when trained, 3 in this session"
+    ):
+        evaluate(cached_run(provenance()), {**SESSION, "training": {"epochs": 3, "lr": 0.05}})
+
+
+def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits_provenance():
+    run = cached_run(provenance())
+    fitted = fit_calibrators(
+        run["logits"], {"ts": {"name": "temperature_nll"}}, **SESSION, method=CE, seed=0
+    )
+    assert fitted["provenance"] == provenance() and set(fitted["fitted"]) == {"ts"}
+    other = {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z"), "sets": {}}
+    with pytest.raises(
+        ProvenanceError, match=r"ce\.seed_0\.shift_logits: trained by run 2026-02-02"
+    ):
+        fit_calibrators(
+            run["logits"],
+            {"ts": {"name": "temperature_nll"}},
+            **SESSION,
+            shift_logits=other,
+            method=CE,
+            seed=0,
+        )
+
+
+# ---------------------------------------------------------------------------------- hook
+
+
+def test_the_hook_gives_nodes_the_session_run_id_and_env():
+    catalog = DataCatalog()
+    RunInfoHook().before_pipeline_run(
+        {"run_id": TRAINED_BY, "env": "cifar10"}, pipeline=None, catalog=catalog
+    )
+    assert catalog.load(RUN_INFO) == {"run_id": TRAINED_BY, "env": "cifar10"}
+    RunInfoHook().before_pipeline_run(
+        {"run_id": TRAINED_BY, "env": None}, pipeline=None, catalog=catalog
+    )
+    assert catalog.load(RUN_INFO)["env"] == "local", "kedro run without --env runs the default env"
