@@ -116,6 +116,16 @@ def test_reporting_fails_clearly_when_a_calibrator_was_not_fitted(small_digits, 
         evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=["ts"])
 
 
+def test_a_scoring_error_names_the_run_calibrator_and_split():
+    logits = torch.randn(6, 10)
+    logits[2, 3] = float("nan")
+    runs = {"ce|1": {"run_id": "R1", "calibrators": {},
+                     "logits": {"val": {"logits": torch.randn(6, 10), "labels": torch.arange(6)},
+                                "test": {"logits": logits, "labels": torch.arange(6)}}}}
+    with pytest.raises(ValueError, match=r"^ce seed 1 \(run R1\), calibrator none, split test: .*(NaN|finite)"):
+        evaluate_runs(runs, dataset="digits", study="mini", labels={}, calibrators=[])
+
+
 def test_calibrators_fitted_on_shifted_val_are_evaluated_and_labelled(small_digits, tmp_path):
     parameters = {
         **PARAMETERS,

@@ -120,13 +120,29 @@ def _score_run(
                 (cell, scores, entry["labels"])
             )
             continue
-        values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
-        rows.extend({**cell, "metric": k, "value": float(v)} for k, v in values.items())
-        if split == "test":
-            for count in reliability_bin_counts:
-                stats = reliability_bins(scores, entry["labels"], n_bins=count, inputs=kind)
-                bins.append(_bins_frame(stats, count, cell))
-    return rows + _score_shifted(shifted, n_bins, shift_metrics), bins
+        try:
+            values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
+            rows.extend({**cell, "metric": k, "value": float(v)} for k, v in values.items())
+            if split == "test":
+                for count in reliability_bin_counts:
+                    stats = reliability_bins(scores, entry["labels"], n_bins=count, inputs=kind)
+                    bins.append(_bins_frame(stats, count, cell))
+        except (ValueError, RuntimeError) as error:
+            raise ValueError(f"{_where(cell)}: {error}") from error
+    try:
+        return rows + _score_shifted(shifted, n_bins, shift_metrics), bins
+    except (ValueError, RuntimeError) as error:
+        raise ValueError(f"{_where({**base, 'split': 'shifted sets'})}: {error}") from error
+
+
+def _where(cell: dict[str, Any]) -> str:
+    """The run, calibrator and split a failing cell belongs to, as a user names them."""
+    shift = cell.get("shift", UNSHIFTED)
+    shifted = "" if shift == UNSHIFTED else f", shift {shift} severity {cell.get('severity')}"
+    return (
+        f"{cell['method']} seed {cell['seed']} (run {cell.get('run_id')}), calibrator "
+        f"{cell['calibrator']}, split {cell['split']}{shifted}"
+    )
 
 
 def evaluate_runs(
