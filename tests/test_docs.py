@@ -6,6 +6,7 @@ from pathlib import Path
 from calib_pipeline.data.shift_suites import SHIFT_DEFAULTS
 from calib_pipeline.pipelines.checks import GROUPS
 from calib_pipeline.pipelines.config import STUDY_FIELDS
+from calib_pipeline.reports.scoring import OPTION_KEYS
 from calib_pipeline.training.config import TrainConfig
 
 PARAMETERS_DOC = (Path(__file__).resolve().parents[1] / "docs" / "parameters.md").read_text()
@@ -31,6 +32,7 @@ def test_every_key_is_documented_in_its_group():
         "dataset": ["name", "download"],
         "model": ["name", "params"],
         "studies": list(STUDY_FIELDS),
+        "predictions": list(OPTION_KEYS),
         "methods": ["objective", "meta_learner", "params", "sweep", "label", "group", "split", "training", "model",
                     "record_epoch_logits"],
     }

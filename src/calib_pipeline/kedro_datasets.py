@@ -1,5 +1,5 @@
-"""Custom Kedro datasets: raw image data, torch artifacts, fitted calibrators, resume
-stores, report folders.
+"""Custom Kedro datasets: raw image data, a user's predictions file, torch artifacts,
+fitted calibrators, resume stores, report folders.
 
 These are the only Kedro classes that touch the science packages' I/O: nodes
 receive loaded objects and return objects to save.
@@ -24,6 +24,7 @@ from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetErro
 
 from calib_pipeline.calibration.posthoc import Calibrator, calibrator_from_state
 from calib_pipeline.data.datasets import ImageData, load_dataset
+from calib_pipeline.data.predictions import PredictionsFile, load_predictions
 from calib_pipeline.reports.common import write_artifacts
 from calib_pipeline.training.checkpoint import CheckpointStore, load_tensors, save_tensors
 
@@ -44,6 +45,37 @@ class ImageClassificationDataset(AbstractDataset[None, ImageData]):
 
     def _describe(self) -> dict[str, Any]:
         return {"name": self._name, "root": self._root, "download": self._download}
+
+
+class PredictionsDataset(AbstractDataset[None, PredictionsFile]):
+    """A user's predictions file (``.npz``, ``.pt`` or ``.csv``, layout in
+    ``docs/predictions.md``), validated on load; read-only.
+
+    The catalog gives the path from the command line (``--params=predictions.path=...``
+    through Kedro's ``runtime_params`` resolver), so the file is read here, by the catalog,
+    and the nodes receive its contents. Without a path, loading says how to give one.
+    """
+
+    def __init__(self, *, filepath: str | None = None) -> None:
+        self._filepath = filepath
+
+    def load(self) -> PredictionsFile:
+        if not self._filepath:
+            raise DatasetError(
+                "no predictions file given: kedro run --pipelines=score "
+                "--params=predictions.path=<file .npz, .pt or .csv>. The path must be given "
+                "on the command line (the catalog cannot read parameters files)"
+            )
+        return load_predictions(self._filepath)
+
+    def save(self, data: None) -> None:
+        raise DatasetError("PredictionsDataset is read-only")
+
+    def _exists(self) -> bool:
+        return bool(self._filepath) and Path(self._filepath).is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": self._filepath}
 
 
 class TorchDataset(AbstractVersionedDataset[Any, Any]):

@@ -20,7 +20,7 @@ import warnings
 from kedro.pipeline import Pipeline
 
 from calib_pipeline.hooks import RUN_ENV
-from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
+from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, score, shift, training
 from calib_pipeline.pipelines.checks import check_parameters
 from calib_pipeline.pipelines.config import Structure, parse_structure, validate_buildable
 from calib_pipeline.settings import load_parameters, project_root
@@ -80,4 +80,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         for stage, pipeline in study_stages.items():
             pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
         pipelines[name] = sum(study_stages.values(), Pipeline([]))
+    if "score" in structure.studies:
+        raise ValueError("no study may be named 'score': that is the pipeline scoring a predictions file")
+    pipelines["score"] = score.create_pipeline(parameters)  # asked for by name, never in __default__
     return pipelines

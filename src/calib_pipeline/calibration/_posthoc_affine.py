@@ -142,6 +142,7 @@ class VectorScaling(AffineCalibration):
     name = "vector_scaling"
     diagonal = True
     log_probability_features = False
+    needs_logits = True  # W·(z - c) ≠ W·z - c: a row's constant does not cancel
 
     def __init__(self, *, intercept_l2: float = 0.0, max_iter: int = 1000) -> None:
         super().__init__(off_diagonal_l2=0.0, intercept_l2=intercept_l2, max_iter=max_iter)
@@ -158,6 +159,7 @@ class MatrixScaling(AffineCalibration):
     name = "matrix_scaling"
     diagonal = False
     log_probability_features = False
+    needs_logits = True  # W·(z - c) ≠ W·z - c: a row's constant does not cancel
 
     def __init__(
         self, *, off_diagonal_l2: float = 100.0, intercept_l2: float = 100.0, max_iter: int = 1000

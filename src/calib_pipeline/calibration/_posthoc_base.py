@@ -130,10 +130,15 @@ class Calibrator:
         converged: whether the last fit's optimiser met its stopping criterion.
         warnings: degenerate-fit messages of the last fit (also logged as warnings).
         n_classes: number of classes seen by ``fit`` (``None`` before fitting).
+        needs_logits: whether the fit and the predictions depend on the logits themselves;
+            false when they depend only on ``softmax(logits)`` (equivalently, adding a
+            constant to a row changes nothing), so that log-probabilities stand in for the
+            logits exactly and the calibrator can run on a model's probabilities.
     """
 
     name: ClassVar[str]
     fitted_attributes: ClassVar[tuple[str, ...]] = ()
+    needs_logits: ClassVar[bool] = False
 
     def __init__(self, **hyperparameters: Any) -> None:
         self.hyperparameters = hyperparameters

@@ -133,7 +133,7 @@ def check_methods(group: str, entry: Any) -> None:
 
 
 def _checked_elsewhere(group: str, entry: Any) -> None:
-    """Groups whose keys their own parser checks (shift, studies)."""
+    """Groups whose keys their own parser checks (shift, studies, predictions)."""
 
 
 GROUPS: dict[str, GroupCheck] = {
@@ -148,6 +148,7 @@ GROUPS: dict[str, GroupCheck] = {
     "shift": _checked_elsewhere,  # data.shift_suites.resolve_suites
     "methods": check_methods,  # and config.parse_structure
     "studies": _checked_elsewhere,  # config.parse_structure
+    "predictions": _checked_elsewhere,  # reports.scoring.ScoreOptions (score pipeline)
 }
 
 

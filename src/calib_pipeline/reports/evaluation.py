@@ -110,9 +110,7 @@ def _score_run(
     shifted: ShiftedCells = {}
     for split, shift, severity, entry in _cells(run):
         scores, kind = (
-            (entry["logits"], "logits")
-            if calibrator is None
-            else calibrated_scores(calibrator, entry["logits"])
+            _raw_scores(entry) if calibrator is None else calibrated_scores(calibrator, entry["logits"])
         )
         cell = {**base, "split": split, "shift": shift, "severity": severity}
         if shift != UNSHIFTED:
@@ -133,6 +131,13 @@ def _score_run(
         return rows + _score_shifted(shifted, n_bins, shift_metrics), bins
     except (ValueError, RuntimeError) as error:
         raise ValueError(f"{_where({**base, 'split': 'shifted sets'})}: {error}") from error
+
+
+def _raw_scores(entry: dict[str, Any]) -> tuple[Any, str]:
+    """The uncalibrated scores of a set: its probabilities where it was given as such (a
+    user's predictions file, whose ``logits`` are then the log-probabilities calibrators
+    read), else its logits."""
+    return (entry["probs"], "probs") if "probs" in entry else (entry["logits"], "logits")
 
 
 def _where(cell: dict[str, Any]) -> str:
@@ -164,7 +169,9 @@ def evaluate_runs(
 
     Args:
         runs: ``"<method>|<seed>"`` -> ``{"logits", "calibrators", "shift"}`` artifacts and
-            the ``run_id`` of the training that made them (None when unknown).
+            the ``run_id`` of the training that made them (None when unknown). A set
+            (``logits["val"]``, ...) with ``"probs"`` is scored uncalibrated on them and
+            calibrated from its ``"logits"``.
         dataset, study: identifiers written into every row.
         labels: method key -> display label.
         calibrators: calibrator keys of the study (``"none"`` is always added first).

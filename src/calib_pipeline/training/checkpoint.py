@@ -112,8 +112,9 @@ def save_tensors(data: Any, path: str | Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def load_tensors(path: str | Path, *, what: str = "file") -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU, with errors that name the file.
+def load_tensors(path: str | Path, *, what: str = "file", hint: str = "delete it and rerun") -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, with errors that name the file
+    (and end with ``hint``, what to do about a corrupt one).
 
     Raises:
         ValueError: the file is truncated or corrupt, or holds objects other than tensors,
@@ -127,7 +128,7 @@ def load_tensors(path: str | Path, *, what: str = "file") -> Any:
             f"(only tensors, numbers, strings and containers are accepted): {error}"
         ) from None
     except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(f"{what} {path} is truncated or corrupt ({error}); delete it and rerun") from None
+        raise ValueError(f"{what} {path} is truncated or corrupt ({error}); {hint}") from None
 
 
 def fingerprint(payload: dict[str, Any]) -> str:

@@ -1,0 +1,282 @@
+"""A user's own predictions: validation and test logits or probabilities read from a file.
+
+Three formats, one layout (``docs/predictions.md`` has it in full; the README's "Score your
+own predictions" shows it)::
+
+    .npz   arrays val_logits, val_labels, test_logits, test_labels
+           (or val_probs / test_probs instead of the logits)
+    .pt    a dict of tensors with the same keys (read with torch.load(weights_only=True))
+    .csv   one row per sample: split (val or test), label, and logit_0 .. logit_{K-1}
+           (or prob_0 .. prob_{K-1})
+
+Whether a file holds logits or probabilities is said by its key or column names, never
+guessed. Scores are N x K (a 1-D array is a binary problem: the logit or probability of
+class 1); labels are integers in [0, K); val and test have the same K. Probabilities lie
+in [0, 1] with rows summing to 1 within the metrics' tolerance (``docs/metrics.md``).
+Nothing read can run code: ``.npz`` files load with ``allow_pickle=False``, ``.pt`` files
+with ``weights_only=True``. A bad file raises ``ValueError`` naming the file and the fault.
+
+From a notebook::
+
+    predictions = load_predictions("my_model.npz")
+    predictions.inputs, predictions.num_classes     # ("probs", 10)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from calib_pipeline.calibration.validation import check_logits_labels, to_tensor
+from calib_pipeline.training.checkpoint import load_tensors
+
+SPLITS = ("val", "test")
+# the key suffixes of scores, which are also the metrics' ``inputs`` kinds
+SCORE_KINDS = ("logits", "probs")
+CSV_SCORE_PREFIX = {"logits": "logit", "probs": "prob"}
+FORMATS = (".npz", ".pt", ".csv")
+OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# Probabilities of exactly 0 become this before their logarithm is taken, so the
+# log-probabilities calibrators fit on stay finite (log ≈ -708).
+SMALLEST_PROBABILITY = torch.finfo(torch.float64).tiny
+
+
+@dataclass(frozen=True)
+class PredictionsFile:
+    """The validated contents of a predictions file.
+
+    Attributes:
+        source: the file it was read from.
+        sha256: the file's SHA-256 (what a stored calibrator was fitted on).
+        inputs: ``"logits"`` or ``"probs"``, as the file's key or column names say.
+        scores: split -> N x K scores (float64 kept, other floats as float32).
+        labels: split -> N int64 labels.
+    """
+
+    source: str
+    sha256: str
+    inputs: str
+    scores: dict[str, Tensor]
+    labels: dict[str, Tensor]
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.scores["val"].shape[1])
+
+    def calibration_logits(self, split: str) -> Tensor:
+        """What calibrators fit on and transform: the logits, or the log-probabilities.
+
+        Log-probabilities are logits: ``log softmax(z) = z - logsumexp(z)`` differs from
+        the model's logits ``z`` by one constant per row, which every calibrator whose
+        ``needs_logits`` is false ignores (temperature scaling, since
+        ``softmax((z - c)/T) = softmax(z/T)``; the top-label, one-vs-rest and Dirichlet
+        calibrators, which read only ``softmax(z)``). Those fit exactly as on the logits.
+        """
+        scores = self.scores[split]
+        if self.inputs == "logits":
+            return scores
+        return torch.log(scores.to(torch.float64).clamp_min(SMALLEST_PROBABILITY))
+
+    def provenance(self) -> dict[str, Any]:
+        """A plain record of the file (stored beside the calibrators fitted on it)."""
+        return {
+            "source": self.source,
+            "sha256": self.sha256,
+            "inputs": self.inputs,
+            "num_classes": self.num_classes,
+        }
+
+    def check_provenance(self, record: dict[str, Any]) -> None:
+        """Refuse calibrators fitted on another file (or another version of this one)."""
+        if record.get("sha256") != self.sha256:
+            raise ValueError(
+                f"the calibrators were fitted on {record.get('source')} (sha256 "
+                f"{str(record.get('sha256'))[:12]}), not on {self.source} (sha256 "
+                f"{self.sha256[:12]}): run the whole score pipeline again"
+            )
+
+
+def check_predictions_path(name: str, path: Any) -> str:
+    """``path`` as a string, once it names an existing file of a supported format."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{name} must be the path of a predictions file, got {path!r}")
+    if Path(path).suffix.lower() not in FORMATS:
+        raise ValueError(
+            f"{name}: {path} is not a predictions file; the formats are {', '.join(FORMATS)} "
+            "(layouts in docs/predictions.md)"
+        )
+    if not Path(path).is_file():
+        raise ValueError(f"{name}: no file at {path} (relative paths start at the project folder)")
+    return path
+
+
+def output_name(path: str | None, name: Any = None) -> str:
+    """The folder name of a file's outputs: ``name`` when given, else the file's stem with
+    characters other than letters, digits, ``_`` and ``-`` replaced by ``_``."""
+    if name is None:
+        stem = re.sub(r"[^A-Za-z0-9_-]", "_", Path(path or "predictions").stem).strip("_-")
+        return stem or "predictions"
+    if not isinstance(name, str) or not OUTPUT_NAME.match(name):
+        raise ValueError(
+            "predictions.name must start with a letter or digit and hold only letters, "
+            f"digits, '_' and '-', got {name!r}"
+        )
+    return name
+
+
+def load_predictions(path: str | Path) -> PredictionsFile:
+    """Read and validate a predictions file (``.npz``, ``.pt`` or ``.csv``).
+
+    Raises:
+        ValueError: an unknown format, an unreadable file, missing or unknown keys or
+            columns, both logits and probabilities, or scores and labels the metrics
+            refuse (NaN, rows not summing to 1, labels out of range, val and test with
+            different class counts); the message starts with the file's path.
+    """
+    path = Path(path)
+    readers = {".npz": _read_npz, ".pt": _read_torch, ".csv": _read_csv}
+    reader = readers.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(f"predictions file {path}: unknown format; use one of {', '.join(FORMATS)}")
+    if not path.is_file():
+        raise ValueError(f"predictions file {path} does not exist")
+    try:
+        arrays = reader(path)
+        inputs = _score_kind(arrays)
+        scores, labels = _checked_splits(arrays, inputs)
+    except ValueError as error:
+        raise ValueError(f"predictions file {path}: {error}") from None
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return PredictionsFile(str(path), digest, inputs, scores, labels)
+
+
+def _read_npz(path: Path) -> dict[str, Any]:
+    unreadable = "is not an .npz archive of numeric arrays"
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except ValueError:  # numpy would have to unpickle the file, which is never done
+        raise ValueError(f"{unreadable} (numpy reads it only as a pickle, which is never loaded)") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{unreadable} ({error})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError("holds a single array; an .npz archive of named arrays is expected")
+    with archive:
+        try:
+            return {key: archive[key] for key in archive.files}
+        except ValueError:
+            raise ValueError("holds object arrays, which need pickle and are never loaded; store numeric arrays") from None
+        except (OSError, EOFError, zipfile.BadZipFile) as error:
+            raise ValueError(f"{unreadable} ({error})") from None
+
+
+def _read_torch(path: Path) -> dict[str, Any]:
+    stored = load_tensors(path, what="file", hint="write it again with torch.save")
+    if not isinstance(stored, dict):
+        raise ValueError(f"holds a {type(stored).__name__}; a dict of tensors is expected")
+    for key, value in stored.items():
+        if not isinstance(value, Tensor):
+            raise ValueError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
+    return stored
+
+
+def _read_csv(path: Path) -> dict[str, Any]:
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ValueError(f"is not a readable CSV file ({error})") from None
+    missing = [c for c in ("split", "label") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"has no {' or '.join(map(repr, missing))} column")
+    kind, columns = _csv_score_columns(list(frame.columns))
+    unknown = sorted(set(frame.columns) - {"split", "label", *columns})
+    if unknown:
+        raise ValueError(f"has unknown column(s) {unknown}; expected split, label and {columns[0]}..{columns[-1]}")
+    bad = sorted(set(frame["split"].astype(str)) - set(SPLITS))
+    if bad:
+        raise ValueError(f"column 'split' holds {bad}; each row's split must be 'val' or 'test'")
+    text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if text:
+        raise ValueError(f"column(s) {text} hold text; scores must be numbers")
+    arrays = {}
+    for split in SPLITS:
+        rows = frame[frame["split"].astype(str) == split]
+        if rows.empty:
+            raise ValueError(f"has no rows of split {split!r}; both val and test are needed")
+        arrays[f"{split}_{kind}"] = rows[columns].to_numpy(dtype=np.float64)
+        arrays[f"{split}_labels"] = rows["label"].to_numpy()
+    return arrays
+
+
+def _csv_score_columns(columns: list[str]) -> tuple[str, list[str]]:
+    """The score kind and its columns ``<prefix>_0 .. <prefix>_{K-1}``, in class order."""
+    found = {
+        kind: {int(m.group(1)): c for c in columns if (m := re.fullmatch(rf"{prefix}_(\d+)", c))}
+        for kind, prefix in CSV_SCORE_PREFIX.items()
+    }
+    present = [kind for kind, indexed in found.items() if indexed]
+    if len(present) != 1:
+        have = "both logit_* and prob_*" if present else "no logit_* or prob_*"
+        raise ValueError(f"has {have} columns; give one kind of scores: logit_0..logit_K-1 or prob_0..prob_K-1")
+    kind = present[0]
+    indexed = found[kind]
+    expected = range(len(indexed))
+    if sorted(indexed) != list(expected):
+        gaps = [f"{CSV_SCORE_PREFIX[kind]}_{i}" for i in range(max(indexed) + 1) if i not in indexed]
+        raise ValueError(f"score columns must be numbered from 0 without gaps; missing {gaps}")
+    return kind, [indexed[i] for i in expected]
+
+
+def _score_kind(arrays: dict[str, Any]) -> str:
+    """``"logits"`` or ``"probs"``, once the keys are exactly one kind's layout."""
+    present = [kind for kind in SCORE_KINDS if any(f"{s}_{kind}" in arrays for s in SPLITS)]
+    if len(present) != 1:
+        have = "both logits and probabilities" if present else "no scores"
+        raise ValueError(
+            f"holds {have} (keys {sorted(arrays)}); expected val_logits and test_logits, or "
+            "val_probs and test_probs, with val_labels and test_labels"
+        )
+    kind = present[0]
+    expected = {f"{s}_{k}" for s in SPLITS for k in (kind, "labels")}
+    missing = sorted(expected - set(arrays))
+    unknown = sorted(set(arrays) - expected)
+    if missing or unknown:
+        raise ValueError(
+            f"keys {sorted(arrays)}: "
+            + "; ".join(
+                [f"missing {missing}"] * bool(missing) + [f"unknown {unknown}"] * bool(unknown)
+            )
+            + f"; expected exactly {sorted(expected)}"
+        )
+    return kind
+
+
+def _checked_splits(
+    arrays: dict[str, Any], inputs: str
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Each split's scores and labels as the metrics validate them; one class count."""
+    scores, labels = {}, {}
+    for split in SPLITS:
+        key = f"{split}_{inputs}"
+        try:
+            scores[split], labels[split] = check_logits_labels(
+                to_tensor(arrays[key], name=key),
+                to_tensor(arrays[f"{split}_labels"], name=f"{split}_labels"),
+                inputs=inputs,
+            )
+        except ValueError as error:
+            raise ValueError(f"{split} split ({key}, {split}_labels): {error}") from None
+        if scores[split].shape[1] < 2:
+            raise ValueError(f"{key} has {scores[split].shape[1]} class column; at least 2 are needed")
+    counts = {split: int(s.shape[1]) for split, s in scores.items()}
+    if len(set(counts.values())) != 1:
+        raise ValueError(f"val and test have different class counts {counts}")
+    return scores, labels
