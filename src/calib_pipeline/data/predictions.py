@@ -154,7 +154,8 @@ def load_predictions(path: str | Path) -> PredictionsFile:
         inputs = _score_kind(arrays)
         scores, labels = _checked_splits(arrays, inputs)
     except ValueError as error:
-        raise ValueError(f"predictions file {path}: {error}") from None
+        named = str(error).startswith(f"predictions file {path}")  # torch's loader names it
+        raise ValueError(str(error) if named else f"predictions file {path}: {error}") from None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return PredictionsFile(str(path), digest, inputs, scores, labels)
 
@@ -179,7 +180,7 @@ def _read_npz(path: Path) -> dict[str, Any]:
 
 
 def _read_torch(path: Path) -> dict[str, Any]:
-    stored = load_tensors(path, what="file", hint="write it again with torch.save")
+    stored = load_tensors(path, what="predictions file", hint="write it again with torch.save")
     if not isinstance(stored, dict):
         raise ValueError(f"holds a {type(stored).__name__}; a dict of tensors is expected")
     for key, value in stored.items():

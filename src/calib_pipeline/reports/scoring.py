@@ -109,12 +109,16 @@ def fit_calibrators(
         key -> fitted calibrator, in the order given.
 
     Raises:
-        ValueError: a calibrator that needs logits on a file of probabilities, or a fit
-            that fails (the message names the calibrator and the file).
+        ValueError: an unknown calibrator or hyperparameter, a calibrator that needs logits
+            on a file of probabilities, or a fit that fails (the message names the calibrator
+            and, for a fit, the file).
     """
     fitted: dict[str, Calibrator] = {}
     for key, entry in calibrators.items():
-        calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
+        try:
+            calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"calibrator {key!r}: {error}") from None
         if predictions.inputs == "probs" and calibrator.needs_logits:
             usable = [n for n in CALIBRATORS.names() if not CALIBRATORS.factory(n).needs_logits]
             raise ValueError(

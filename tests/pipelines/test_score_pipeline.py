@@ -1,0 +1,103 @@
+"""The score pipeline on a catalog of the project's dataset classes in a temporary folder,
+its registration, and the predictions dataset."""
+
+from __future__ import annotations
+
+import pytest
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.io.core import DatasetError
+from kedro.runner import SequentialRunner
+from kedro_datasets.pandas import ParquetDataset
+
+from calib_pipeline import pipeline_registry
+from calib_pipeline.calibration.metrics import calibration_metrics
+from calib_pipeline.kedro_datasets import CalibratorsDataset, PredictionsDataset, ReportDataset
+from calib_pipeline.pipelines import score
+from tests.data.test_predictions import as_probs, synthetic, write
+from tests.pipelines.test_study_pipeline import PARAMETERS
+
+CALIBRATORS = {"ts": {"name": "temperature_nll"}, "hist": {"name": "histogram_binning"}}
+EVALUATION = {"n_bins": 10, "reliability_bins": [10, 5]}
+
+
+def catalog(tmp_path, path, name):
+    datasets = {
+        "score.predictions": PredictionsDataset(filepath=str(path)),
+        "params:calibrators": MemoryDataset(CALIBRATORS),
+        "params:evaluation": MemoryDataset(EVALUATION),
+        f"score.{name}.calibrators": CalibratorsDataset(filepath=str(tmp_path / "out" / "calibrators.pt")),
+        f"score.{name}.metrics": ParquetDataset(filepath=str(tmp_path / "out" / "metrics.parquet")),
+        f"score.{name}.reliability_bins": ParquetDataset(filepath=str(tmp_path / "out" / "bins.parquet")),
+    }
+    for report in ("summary", "reliability"):
+        datasets[f"score.{name}.report_{report}"] = ReportDataset(filepath=str(tmp_path / "out" / report))
+    return DataCatalog(datasets=datasets)
+
+
+def test_the_pipeline_scores_a_file_and_writes_its_reports(tmp_path):
+    arrays = as_probs(synthetic(n=150))
+    path = write(tmp_path / "my model.csv", arrays)
+    parameters = {"calibrators": CALIBRATORS, "predictions": {"path": str(path), "calibrators": ["ts"]}}
+    pipeline = score.create_pipeline(parameters)
+    assert {n.name for n in pipeline.nodes} == {
+        "score.fit_calibrators", "score.evaluate", "score.report_summary", "score.report_reliability"
+    }
+    data = catalog(tmp_path, path, "my_model")
+    SequentialRunner().run(pipeline, data)
+    metrics = data.load("score.my_model.metrics")
+    assert set(metrics["calibrator"]) == {"none", "ts"}
+    ece = metrics.query("split == 'test' and calibrator == 'none' and metric == 'ece'")["value"]
+    assert ece.tolist() == [calibration_metrics(arrays["test_probs"], arrays["test_labels"], n_bins=10, inputs="probs")["ece"]]
+    stored = data.load("score.my_model.calibrators")
+    assert list(stored["fitted"]) == ["ts"] and stored["provenance"]["inputs"] == "probs"
+    assert data.load("score.my_model.report_summary")["summary"].startswith("# my_model on my model.csv")
+    assert set(data.load("score.my_model.report_reliability")) == {"reliability_5_bins", "reliability_10_bins"}
+
+
+def test_calibrators_that_need_logits_fail_the_run_on_probabilities(tmp_path):
+    path = write(tmp_path / "p.npz", as_probs(synthetic()))
+    parameters = {"calibrators": {"vs": {"name": "vector_scaling"}}, "predictions": {"path": str(path)}}
+    data = catalog(tmp_path, path, "p")
+    data["params:calibrators"] = MemoryDataset(parameters["calibrators"])
+    with pytest.raises(ValueError, match="'vs' \\(vector_scaling\\) maps logits"):
+        SequentialRunner().run(score.create_pipeline(parameters), data)
+    assert not (tmp_path / "out").exists(), "nothing is written when the fit is refused"
+
+
+def test_the_predictions_dataset_reads_the_file_or_says_how_to_give_one(tmp_path):
+    path = write(tmp_path / "z.pt", synthetic())
+    assert PredictionsDataset(filepath=str(path)).load().inputs == "logits"
+    assert PredictionsDataset(filepath=str(path)).exists()
+    unset = PredictionsDataset(filepath=None)
+    assert not unset.exists()
+    with pytest.raises(DatasetError, match="no predictions file given: kedro run --pipelines=score --params=predictions.path="):
+        unset.load()
+    with pytest.raises(DatasetError, match="read-only"):
+        unset.save({})
+
+
+def registered(monkeypatch, **changes):
+    parameters = {**PARAMETERS, **changes}
+    monkeypatch.setattr(pipeline_registry, "load_parameters", lambda env, root: parameters)
+    monkeypatch.setitem(pipeline_registry.RUN_ENV, "config_loader", None)
+    return pipeline_registry.register_pipelines()
+
+
+def test_score_is_registered_by_name_and_never_runs_by_default(monkeypatch, tmp_path):
+    pipelines = registered(monkeypatch)
+    assert "score" in pipelines
+    assert not set(pipelines["score"].nodes) & set(pipelines["__default__"].nodes)
+    assert "score.predictions.metrics" in pipelines["score"].all_outputs()
+    path = write(tmp_path / "resnet.npz", synthetic())
+    named = registered(monkeypatch, predictions={"path": str(path)}, calibrators=CALIBRATORS)
+    assert "score.resnet.metrics" in named["score"].all_outputs()
+
+
+def test_bad_predictions_parameters_fail_when_the_pipelines_are_built(monkeypatch):
+    with pytest.raises(ValueError, match=r"predictions.calibrators \['platt'\] must name distinct keys"):
+        registered(monkeypatch, predictions={"calibrators": ["platt"]})
+    with pytest.raises(ValueError, match="predictions.path: no file at missing.npz"):
+        registered(monkeypatch, predictions={"path": "missing.npz"})
+    studies = {"score": PARAMETERS["studies"]["mini"]}
+    with pytest.raises(ValueError, match="no study may be named 'score'"):
+        registered(monkeypatch, studies=studies)

@@ -1,0 +1,131 @@
+"""Scoring a predictions file: calibrators fitted on val, the tidy table, the reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from calib_pipeline.calibration.metrics import calibration_metrics
+from calib_pipeline.data.predictions import load_predictions
+from calib_pipeline.reports import standard
+from calib_pipeline.reports.evaluation import TIDY_COLUMNS
+from calib_pipeline.reports.scoring import (
+    ScoreOptions,
+    fit_calibrators,
+    predictions_results,
+    score_predictions,
+)
+from tests.data.test_predictions import as_probs, synthetic, write
+
+CALIBRATORS = {
+    "ts": {"name": "temperature_nll"},
+    "hist": {"name": "histogram_binning", "params": {"n_bins": 5}},
+}
+
+
+def value(table, split, calibrator, metric):
+    row = table[(table["split"] == split) & (table["calibrator"] == calibrator) & (table["metric"] == metric)]
+    assert len(row) == 1
+    return float(row["value"].iloc[0])
+
+
+@pytest.mark.parametrize("kind", ["logits", "probs"])
+def test_uncalibrated_rows_equal_the_metrics_of_the_file(tmp_path, kind):
+    arrays = synthetic(n=120) if kind == "logits" else as_probs(synthetic(n=120))
+    predictions = load_predictions(write(tmp_path / "model.npz", arrays))
+    fitted = fit_calibrators(predictions, CALIBRATORS)
+    metrics, bins = score_predictions(predictions, fitted, name="model", n_bins=10, reliability_bin_counts=(10, 20))
+    assert list(metrics.columns) == TIDY_COLUMNS
+    assert set(metrics["calibrator"]) == {"none", "ts", "hist"} and set(metrics["split"]) == {"val", "test"}
+    assert set(metrics["dataset"]) == {"model.npz"} and set(metrics["method"]) == {"model"}
+    for split in ("val", "test"):
+        expected = calibration_metrics(arrays[f"{split}_{kind}"], arrays[f"{split}_labels"], n_bins=10, inputs=kind)
+        for metric in ("ece", "nll", "accuracy", "brier"):
+            assert value(metrics, split, "none", metric) == expected[metric]
+    assert sorted(bins["n_bins"].unique()) == [10, 20] and set(bins["calibrator"]) == {"none", "ts", "hist"}
+
+
+def test_probabilities_calibrate_exactly_as_their_logits(tmp_path):
+    """Log-probabilities are logits up to a row constant: TS learns the same temperature."""
+    logits = load_predictions(write(tmp_path / "z.npz", synthetic(n=200)))
+    probs = load_predictions(write(tmp_path / "p.npz", as_probs(synthetic(n=200))))
+    on_logits = fit_calibrators(logits, CALIBRATORS)
+    on_probs = fit_calibrators(probs, CALIBRATORS)
+    assert on_probs["ts"].temperature == pytest.approx(on_logits["ts"].temperature, rel=1e-9)
+    a, _ = score_predictions(logits, on_logits, name="m")
+    b, _ = score_predictions(probs, on_probs, name="m")
+    for calibrator in ("ts", "hist"):
+        assert value(b, "test", calibrator, "ece") == pytest.approx(value(a, "test", calibrator, "ece"), abs=1e-9)
+
+
+def test_calibrators_that_need_logits_are_refused_on_probabilities(tmp_path):
+    probs = load_predictions(write(tmp_path / "p.npz", as_probs(synthetic())))
+    with pytest.raises(ValueError, match=r"'vs' \(vector_scaling\) maps logits, and .*p.npz holds probabilities.*dirichlet"):
+        fit_calibrators(probs, {"vs": {"name": "vector_scaling"}})
+    logits = load_predictions(write(tmp_path / "z.npz", synthetic()))
+    assert fit_calibrators(logits, {"vs": {"name": "vector_scaling"}})["vs"].n_classes == 3
+
+
+def test_a_bad_calibrator_or_a_failing_fit_names_the_calibrator(tmp_path):
+    predictions = load_predictions(write(tmp_path / "z.npz", synthetic()))
+    with pytest.raises(ValueError, match="calibrator 'x': unknown calibrator 'nope'"):
+        fit_calibrators(predictions, {"x": {"name": "nope"}})
+    with pytest.raises(ValueError, match="calibrator 'ts': .*t_min"):
+        fit_calibrators(predictions, {"ts": {"name": "temperature_nll", "params": {"t_min": 0.0}}})
+
+
+def test_the_standard_reports_run_on_the_results(tmp_path):
+    predictions = load_predictions(write(tmp_path / "model.csv", as_probs(synthetic())))
+    fitted = fit_calibrators(predictions, CALIBRATORS)
+    metrics, bins = score_predictions(predictions, fitted, name="model")
+    results = predictions_results(metrics, bins, fitted)
+    summary = standard.summary(results)
+    assert summary["summary"].startswith("# model on model.csv")
+    assert list(summary["table"]["calibrator"]) == ["hist", "none", "ts"]
+    figures = standard.reliability(results, n_bins=15)
+    assert list(figures) == ["reliability_15_bins"]
+
+
+def test_calibrators_are_refused_on_another_file(tmp_path):
+    first = load_predictions(write(tmp_path / "a.npz", synthetic(seed=0)))
+    second = load_predictions(write(tmp_path / "b.npz", synthetic(seed=1)))
+    first.check_provenance(first.provenance())
+    with pytest.raises(ValueError, match="fitted on .*a.npz .*not on .*b.npz"):
+        second.check_provenance(first.provenance())
+
+
+def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
+    path = str(write(tmp_path / "resnet 110.npz", synthetic()))
+    options = ScoreOptions.from_params({"path": path}, CALIBRATORS)
+    assert options == ScoreOptions(path, "resnet_110", ("ts", "hist"))
+    assert ScoreOptions.from_params(None, CALIBRATORS).path is None
+    named = ScoreOptions.from_params({"path": path, "name": "r110", "calibrators": ["hist"]}, CALIBRATORS)
+    assert (named.name, named.calibrators) == ("r110", ("hist",))
+    assert ScoreOptions.from_params({"calibrators": []}, CALIBRATORS).calibrators == ()
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"paht": "x.npz"}, r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators'\]"),
+        ({"path": "x.h5"}, "formats are .npz, .pt, .csv"),
+        ({"path": "missing.npz"}, "no file at missing.npz"),
+        ({"name": "a/b"}, "predictions.name must start"),
+        ({"calibrators": ["ts", "platt"]}, r"must name distinct keys of the calibrators parameters \(ts, hist\)"),
+        ({"calibrators": ["ts", "ts"]}, "must name distinct keys"),
+        ({"calibrators": "ts"}, "must be a list of calibrator keys"),
+        ("x.npz", "predictions must be a mapping"),
+    ],
+)
+def test_bad_options_are_refused(entry, message):
+    with pytest.raises(ValueError, match=message):
+        ScoreOptions.from_params(entry, CALIBRATORS)
+
+
+def test_scores_of_a_float32_file_are_scored_as_given(tmp_path):
+    arrays = {k: v.astype(np.float32) if k.endswith("logits") else v for k, v in synthetic().items()}
+    predictions = load_predictions(write(tmp_path / "f.pt", arrays))
+    metrics, _ = score_predictions(predictions, {}, name="f")
+    expected = calibration_metrics(torch.as_tensor(arrays["test_logits"]), arrays["test_labels"])["ece"]
+    assert value(metrics, "test", "none", "ece") == expected

@@ -1,0 +1,58 @@
+"""`kedro run --pipelines=score --params=predictions.path=<file>` as a user runs it, on a small
+file of each format: the metrics table, the reports, MLflow, and a run without a file."""
+
+from __future__ import annotations
+
+import mlflow
+import pandas as pd
+import pytest
+
+from calib_pipeline.calibration.metrics import calibration_metrics
+from tests.data.test_predictions import as_probs, synthetic, write
+from tests.test_end_to_end import kedro, versions
+
+pytestmark = pytest.mark.slow
+
+
+def latest(folder):
+    found = versions(folder)
+    assert len(found) == 1, f"{folder} holds versions {found}"
+    return folder / found[0]
+
+
+@pytest.mark.parametrize(("file_name", "kind"), [("logits.npz", "logits"), ("probs.pt", "probs"), ("probs.csv", "probs")])
+def test_scoring_a_file_writes_its_metrics_and_reports(tmp_path, monkeypatch, file_name, kind):
+    tracked = file_name.endswith(".npz")  # MLflow once: it costs seconds a run
+    if not tracked:
+        monkeypatch.setenv("CALIB_MLFLOW", "off")
+    arrays = synthetic(n=200) if kind == "logits" else as_probs(synthetic(n=200))
+    path = write(tmp_path / file_name, arrays)
+    data_dir, tracking = tmp_path / "data", f"sqlite:///{tmp_path}/mlflow.db"
+    kedro("--pipelines=score", f"--params=predictions.path={path}", data_dir=data_dir, tracking=tracking)
+    out = data_dir / "08_reporting" / "score" / path.stem
+    metrics = pd.read_parquet(latest(out / "metrics.parquet") / "metrics.parquet")
+    # conf/base: every configured calibrator, evaluation.n_bins 15
+    assert set(metrics["calibrator"]) == {"none", "ts", "ts_grid_mukhoti", "ts_grid_wang", "ts_sb_ece", "ts_fixed", "hist_binning"}
+    expected = calibration_metrics(arrays[f"test_{kind}"], arrays["test_labels"], n_bins=15, inputs=kind)
+    uncalibrated = metrics.query("split == 'test' and calibrator == 'none'").set_index("metric")["value"]
+    assert uncalibrated["ece"] == expected["ece"] and uncalibrated["nll"] == expected["nll"]
+    summary = (latest(out / "summary") / "summary" / "summary.md").read_text()
+    assert summary.startswith(f"# {path.stem} on {file_name}")
+    assert (latest(out / "reliability") / "reliability" / "reliability_15_bins.png").stat().st_size > 10_000
+    assert (latest(out / "calibrators.pt") / "calibrators.pt").is_file()
+    assert (latest(out / "reliability_bins.parquet") / "reliability_bins.parquet").is_file()
+    if not tracked:
+        return
+    client = mlflow.MlflowClient(tracking_uri=tracking)
+    (run,) = client.search_runs([client.get_experiment_by_name("calib-pipeline").experiment_id])
+    assert run.info.status == "FINISHED"
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "score")}
+    assert logged >= {f"score/{path.stem}.{kind}" for kind in ("metrics.csv", "report_summary", "report_reliability")}
+
+
+def test_without_a_file_the_run_says_how_to_give_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALIB_MLFLOW", "off")
+    result = kedro("--pipelines=score", data_dir=tmp_path, tracking="", check=False)
+    assert result.returncode != 0
+    assert "no predictions file given" in result.stdout + result.stderr
+    assert not (tmp_path / "08_reporting").exists()
