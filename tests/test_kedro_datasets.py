@@ -32,6 +32,7 @@ SAFE_DATASET_TYPES = {
     "calib_pipeline.kedro_datasets.TorchDataset",
     "calib_pipeline.kedro_datasets.CalibratorsDataset",
     "calib_pipeline.kedro_datasets.ReportDataset",
+    "calib_pipeline.kedro_datasets.PredictionsDataset",  # np.load(allow_pickle=False), weights_only
 }
 ENVIRONMENTS = sorted(p.name for p in (Path(project_root()) / "conf").iterdir() if p.is_dir())
 

@@ -3,7 +3,8 @@
 Names: one pipeline per stage over every study (``training``, ``posthoc``, ...), one per
 study (``focal_meta``), and one per study and stage (``focal_meta.posthoc``), so that a
 single study's cached logits can be re-scored with
-``kedro run --pipelines=focal_meta.posthoc,focal_meta.reporting``.
+``kedro run --pipelines=focal_meta.posthoc,focal_meta.reporting``; and ``score``, which
+scores a user's predictions file (``docs/predictions.md``) and runs only when named.
 
 ``find_pipelines()`` is not used: since Kedro 1.5 ``--pipelines=X`` makes it import a
 module named X, and study names are not modules. Structural lists (methods, seeds,
@@ -81,6 +82,6 @@ def register_pipelines() -> dict[str, Pipeline]:
             pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
         pipelines[name] = sum(study_stages.values(), Pipeline([]))
     if "score" in structure.studies:
-        raise ValueError("no study may be named 'score': that is the pipeline scoring a predictions file")
-    pipelines["score"] = score.create_pipeline(parameters)  # asked for by name, never in __default__
+        raise ValueError("no study may be named 'score': it names the pipeline scoring a file")
+    pipelines["score"] = score.create_pipeline(parameters)  # run by name only, not by default
     return pipelines

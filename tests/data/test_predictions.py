@@ -220,6 +220,7 @@ def test_output_names_come_from_the_stem_or_a_checked_name():
     assert output_name("/data/my model.v2.npz") == "my_model_v2"
     assert output_name("/data/+++.csv") == "predictions" and output_name(None) == "predictions"
     assert output_name("/data/x.npz", "resnet-110") == "resnet-110"
-    for bad in ("a/b", "_x", "a.b", 3):
+    assert output_name("/data/x.npz", 2024) == "2024"
+    for bad in ("a/b", "_x", "a.b", 3.5, True):
         with pytest.raises(ValueError, match="predictions.name must start with a letter or digit"):
             output_name("x.npz", bad)

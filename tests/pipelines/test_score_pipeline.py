@@ -3,7 +3,11 @@ its registration, and the predictions dataset."""
 
 from __future__ import annotations
 
+import pickle
+
+import numpy as np
 import pytest
+import torch
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.io.core import DatasetError
 from kedro.runner import SequentialRunner
@@ -13,6 +17,7 @@ from calib_pipeline import pipeline_registry
 from calib_pipeline.calibration.metrics import calibration_metrics
 from calib_pipeline.kedro_datasets import CalibratorsDataset, PredictionsDataset, ReportDataset
 from calib_pipeline.pipelines import score
+from tests.crafted import MarkerPayload
 from tests.data.test_predictions import as_probs, synthetic, write
 from tests.pipelines.test_study_pipeline import PARAMETERS
 
@@ -101,3 +106,20 @@ def test_bad_predictions_parameters_fail_when_the_pipelines_are_built(monkeypatc
     studies = {"score": PARAMETERS["studies"]["mini"]}
     with pytest.raises(ValueError, match="no study may be named 'score'"):
         registered(monkeypatch, studies=studies)
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+@pytest.mark.parametrize("suffix", [".pt", ".npz"])
+def test_a_crafted_predictions_file_is_refused_and_runs_no_code(tmp_path, suffix):
+    marker = tmp_path / "ran"
+    path = tmp_path / f"crafted{suffix}"
+    if suffix == ".pt":
+        torch.save({"val_logits": MarkerPayload(str(marker))}, path)
+    else:
+        np.savez(path, val_logits=np.array([MarkerPayload(str(marker))], dtype=object))
+    with pytest.raises(DatasetError, match=f"predictions file {path}"):
+        PredictionsDataset(filepath=str(path)).load()
+    path.write_bytes(pickle.dumps({"val_logits": MarkerPayload(str(marker))}))
+    with pytest.raises(DatasetError, match=f"predictions file {path}"):
+        PredictionsDataset(filepath=str(path)).load()
+    assert not marker.exists(), "loading a predictions file ran code from it"

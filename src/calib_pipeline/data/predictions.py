@@ -122,6 +122,8 @@ def check_predictions_path(name: str, path: Any) -> str:
 def output_name(path: str | None, name: Any = None) -> str:
     """The folder name of a file's outputs: ``name`` when given, else the file's stem with
     characters other than letters, digits, ``_`` and ``-`` replaced by ``_``."""
+    if isinstance(name, int) and not isinstance(name, bool):
+        name = str(name)  # --params=predictions.name=2024 arrives as an integer
     if name is None:
         stem = re.sub(r"[^A-Za-z0-9_-]", "_", Path(path or "predictions").stem).strip("_-")
         return stem or "predictions"
@@ -146,7 +148,9 @@ def load_predictions(path: str | Path) -> PredictionsFile:
     readers = {".npz": _read_npz, ".pt": _read_torch, ".csv": _read_csv}
     reader = readers.get(path.suffix.lower())
     if reader is None:
-        raise ValueError(f"predictions file {path}: unknown format; use one of {', '.join(FORMATS)}")
+        raise ValueError(
+            f"predictions file {path}: unknown format; use one of {', '.join(FORMATS)}"
+        )
     if not path.is_file():
         raise ValueError(f"predictions file {path} does not exist")
     try:
@@ -165,7 +169,9 @@ def _read_npz(path: Path) -> dict[str, Any]:
     try:
         archive = np.load(path, allow_pickle=False)
     except ValueError:  # numpy would have to unpickle the file, which is never done
-        raise ValueError(f"{unreadable} (numpy reads it only as a pickle, which is never loaded)") from None
+        raise ValueError(
+            f"{unreadable} (numpy reads it only as a pickle, which is never loaded)"
+        ) from None
     except (OSError, EOFError, zipfile.BadZipFile) as error:
         raise ValueError(f"{unreadable} ({error})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -174,7 +180,9 @@ def _read_npz(path: Path) -> dict[str, Any]:
         try:
             return {key: archive[key] for key in archive.files}
         except ValueError:
-            raise ValueError("holds object arrays, which need pickle and are never loaded; store numeric arrays") from None
+            raise ValueError(
+                "holds object arrays, which need pickle and are never loaded; store numbers"
+            ) from None
         except (OSError, EOFError, zipfile.BadZipFile) as error:
             raise ValueError(f"{unreadable} ({error})") from None
 
@@ -200,7 +208,10 @@ def _read_csv(path: Path) -> dict[str, Any]:
     kind, columns = _csv_score_columns(list(frame.columns))
     unknown = sorted(set(frame.columns) - {"split", "label", *columns})
     if unknown:
-        raise ValueError(f"has unknown column(s) {unknown}; expected split, label and {columns[0]}..{columns[-1]}")
+        raise ValueError(
+            f"has unknown column(s) {unknown}; expected split, label and "
+            f"{columns[0]}..{columns[-1]}"
+        )
     bad = sorted(set(frame["split"].astype(str)) - set(SPLITS))
     if bad:
         raise ValueError(f"column 'split' holds {bad}; each row's split must be 'val' or 'test'")
@@ -226,12 +237,16 @@ def _csv_score_columns(columns: list[str]) -> tuple[str, list[str]]:
     present = [kind for kind, indexed in found.items() if indexed]
     if len(present) != 1:
         have = "both logit_* and prob_*" if present else "no logit_* or prob_*"
-        raise ValueError(f"has {have} columns; give one kind of scores: logit_0..logit_K-1 or prob_0..prob_K-1")
+        raise ValueError(
+            f"has {have} columns; give one kind of scores: logit_0..logit_K-1 or "
+            "prob_0..prob_K-1"
+        )
     kind = present[0]
     indexed = found[kind]
     expected = range(len(indexed))
     if sorted(indexed) != list(expected):
-        gaps = [f"{CSV_SCORE_PREFIX[kind]}_{i}" for i in range(max(indexed) + 1) if i not in indexed]
+        prefix = CSV_SCORE_PREFIX[kind]
+        gaps = [f"{prefix}_{i}" for i in range(max(indexed) + 1) if i not in indexed]
         raise ValueError(f"score columns must be numbered from 0 without gaps; missing {gaps}")
     return kind, [indexed[i] for i in expected]
 
@@ -276,7 +291,9 @@ def _checked_splits(
         except ValueError as error:
             raise ValueError(f"{split} split ({key}, {split}_labels): {error}") from None
         if scores[split].shape[1] < 2:
-            raise ValueError(f"{key} has {scores[split].shape[1]} class column; at least 2 are needed")
+            raise ValueError(
+                f"{key} has {scores[split].shape[1]} class column; at least 2 are needed"
+            )
     counts = {split: int(s.shape[1]) for split, s in scores.items()}
     if len(set(counts.values())) != 1:
         raise ValueError(f"val and test have different class counts {counts}")

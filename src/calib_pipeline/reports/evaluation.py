@@ -109,9 +109,10 @@ def _score_run(
     bins: list[pd.DataFrame] = []
     shifted: ShiftedCells = {}
     for split, shift, severity, entry in _cells(run):
-        scores, kind = (
-            _raw_scores(entry) if calibrator is None else calibrated_scores(calibrator, entry["logits"])
-        )
+        if calibrator is None:
+            scores, kind = _raw_scores(entry)
+        else:
+            scores, kind = calibrated_scores(calibrator, entry["logits"])
         cell = {**base, "split": split, "shift": shift, "severity": severity}
         if shift != UNSHIFTED:
             shifted.setdefault((kind, len(entry["labels"])), []).append(

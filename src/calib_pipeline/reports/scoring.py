@@ -74,14 +74,18 @@ class ScoreOptions:
             raise ValueError(f"predictions must be a mapping, got {entry!r}")
         unknown = sorted(set(entry) - set(OPTION_KEYS))
         if unknown:
-            raise ValueError(f"predictions: unknown key(s) {unknown}; valid keys: {list(OPTION_KEYS)}")
+            raise ValueError(
+                f"predictions: unknown key(s) {unknown}; valid keys: {list(OPTION_KEYS)}"
+            )
         path = entry.get("path")
         if path is not None:
             check_predictions_path("predictions.path", path)
         keys = entry.get("calibrators")
         keys = list(calibrators) if keys is None else keys
         if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
-            raise ValueError(f"predictions.calibrators must be a list of calibrator keys, got {keys!r}")
+            raise ValueError(
+                f"predictions.calibrators must be a list of calibrator keys, got {keys!r}"
+            )
         undefined = [k for k in keys if k not in calibrators]
         if undefined or len(set(keys)) != len(keys):
             raise ValueError(
@@ -129,9 +133,12 @@ def fit_calibrators(
                 "matrix scaling of log-probabilities)"
             )
         try:
-            fitted[key] = calibrator.fit(predictions.calibration_logits("val"), predictions.labels["val"])
+            fitted[key] = calibrator.fit(
+                predictions.calibration_logits("val"), predictions.labels["val"]
+            )
         except (ValueError, RuntimeError) as error:
-            raise ValueError(f"calibrator {key!r} on {predictions.source} (val): {error}") from error
+            where = f"calibrator {key!r} on {predictions.source} (val)"
+            raise ValueError(f"{where}: {error}") from error
         logger.info("%s: %s learned %s", predictions.source, key, _scalars(calibrator.learned()))
     return fitted
 
@@ -163,7 +170,10 @@ def score_predictions(
     """
     sets = {}
     for split in SPLITS:
-        entry = {"logits": predictions.calibration_logits(split), "labels": predictions.labels[split]}
+        entry = {
+            "logits": predictions.calibration_logits(split),
+            "labels": predictions.labels[split],
+        }
         if predictions.inputs == "probs":
             entry["probs"] = predictions.scores[split]
         sets[split] = entry

@@ -21,7 +21,9 @@ def _named(func, **kwargs):
 
 def create_pipeline(parameters: dict) -> Pipeline:
     """The score pipeline of the ``predictions`` parameters (checked here, at build time)."""
-    options = ScoreOptions.from_params(parameters.get("predictions"), parameters.get("calibrators") or {})
+    options = ScoreOptions.from_params(
+        parameters.get("predictions"), parameters.get("calibrators") or {}
+    )
     prefix = f"score.{options.name}"
     tags = ["score", "reporting"]
     # inputs in the order of the functions' arguments: Kedro maps them by position
@@ -45,8 +47,12 @@ def create_pipeline(parameters: dict) -> Pipeline:
         nodes.append(
             node(
                 _named(report, report=name),
-                inputs=[f"{prefix}.metrics", f"{prefix}.reliability_bins", f"{prefix}.calibrators",
-                        "params:evaluation"],
+                inputs=[
+                    f"{prefix}.metrics",
+                    f"{prefix}.reliability_bins",
+                    f"{prefix}.calibrators",
+                    "params:evaluation",
+                ],
                 outputs=f"{prefix}.report_{name}",
                 name=f"report_{name}",
                 tags=tags,
