@@ -22,14 +22,14 @@ from tests.data.test_predictions import as_probs, synthetic, write
 from tests.pipelines.test_study_pipeline import PARAMETERS
 
 CALIBRATORS = {"ts": {"name": "temperature_nll"}, "hist": {"name": "histogram_binning"}}
-EVALUATION = {"n_bins": 10, "reliability_bins": [10, 5]}
+EVALUATION = {"n_bins": 10, "reliability_bins": [10, 5]}  # as params:evaluation.<key>
 
 
 def catalog(tmp_path, path, name):
     datasets = {
         "score.predictions": PredictionsDataset(filepath=str(path)),
         "params:calibrators": MemoryDataset(CALIBRATORS),
-        "params:evaluation": MemoryDataset(EVALUATION),
+        **{f"params:evaluation.{key}": MemoryDataset(value) for key, value in EVALUATION.items()},
         f"score.{name}.calibrators": CalibratorsDataset(filepath=str(tmp_path / "out" / "calibrators.pt")),
         f"score.{name}.metrics": ParquetDataset(filepath=str(tmp_path / "out" / "metrics.parquet")),
         f"score.{name}.reliability_bins": ParquetDataset(filepath=str(tmp_path / "out" / "bins.parquet")),

@@ -13,6 +13,7 @@ from calib_pipeline.reports.evaluation import TIDY_COLUMNS
 from calib_pipeline.reports.scoring import (
     ScoreOptions,
     fit_calibrators,
+    predictions_report,
     predictions_results,
     score_predictions,
 )
@@ -35,7 +36,8 @@ def test_uncalibrated_rows_equal_the_metrics_of_the_file(tmp_path, kind):
     arrays = synthetic(n=120) if kind == "logits" else as_probs(synthetic(n=120))
     predictions = load_predictions(write(tmp_path / "model.npz", arrays))
     fitted = fit_calibrators(predictions, CALIBRATORS)
-    metrics, bins = score_predictions(predictions, fitted, name="model", n_bins=10, reliability_bin_counts=(10, 20))
+    assert list(fitted["fitted"]) == ["ts", "hist"] and fitted["provenance"]["inputs"] == kind
+    metrics, bins = score_predictions(predictions, fitted, 10, [20], name="model")
     assert list(metrics.columns) == TIDY_COLUMNS
     assert set(metrics["calibrator"]) == {"none", "ts", "hist"} and set(metrics["split"]) == {"val", "test"}
     assert set(metrics["dataset"]) == {"model.npz"} and set(metrics["method"]) == {"model"}
@@ -52,7 +54,7 @@ def test_probabilities_calibrate_exactly_as_their_logits(tmp_path):
     probs = load_predictions(write(tmp_path / "p.npz", as_probs(synthetic(n=200))))
     on_logits = fit_calibrators(logits, CALIBRATORS)
     on_probs = fit_calibrators(probs, CALIBRATORS)
-    assert on_probs["ts"].temperature == pytest.approx(on_logits["ts"].temperature, rel=1e-9)
+    assert on_probs["fitted"]["ts"].temperature == pytest.approx(on_logits["fitted"]["ts"].temperature, rel=1e-9)
     a, _ = score_predictions(logits, on_logits, name="m")
     b, _ = score_predictions(probs, on_probs, name="m")
     for calibrator in ("ts", "hist"):
@@ -64,7 +66,7 @@ def test_calibrators_that_need_logits_are_refused_on_probabilities(tmp_path):
     with pytest.raises(ValueError, match=r"'vs' \(vector_scaling\) maps logits, and .*p.npz holds probabilities.*dirichlet"):
         fit_calibrators(probs, {"vs": {"name": "vector_scaling"}})
     logits = load_predictions(write(tmp_path / "z.npz", synthetic()))
-    assert fit_calibrators(logits, {"vs": {"name": "vector_scaling"}})["vs"].n_classes == 3
+    assert fit_calibrators(logits, {"vs": {"name": "vector_scaling"}})["fitted"]["vs"].n_classes == 3
 
 
 def test_a_bad_calibrator_or_a_failing_fit_names_the_calibrator(tmp_path):
@@ -77,22 +79,25 @@ def test_a_bad_calibrator_or_a_failing_fit_names_the_calibrator(tmp_path):
 
 def test_the_standard_reports_run_on_the_results(tmp_path):
     predictions = load_predictions(write(tmp_path / "model.csv", as_probs(synthetic())))
-    fitted = fit_calibrators(predictions, CALIBRATORS)
-    metrics, bins = score_predictions(predictions, fitted, name="model")
+    fitted = fit_calibrators(predictions, CALIBRATORS, keys=["hist", "ts"])
+    assert list(fitted["fitted"]) == ["hist", "ts"]
+    metrics, bins = score_predictions(predictions, fitted, 15, [5], name="model")
     results = predictions_results(metrics, bins, fitted)
     summary = standard.summary(results)
     assert summary["summary"].startswith("# model on model.csv")
     assert list(summary["table"]["calibrator"]) == ["hist", "none", "ts"]
-    figures = standard.reliability(results, n_bins=15)
-    assert list(figures) == ["reliability_15_bins"]
+    assert list(standard.reliability(results, n_bins=15)) == ["reliability_15_bins"]
+    assert predictions_report(metrics, bins, fitted, report="summary")["summary"] == summary["summary"]
+    figures = predictions_report(metrics, bins, fitted, [5, 15], report="reliability")
+    assert list(figures) == ["reliability_5_bins", "reliability_15_bins"]
 
 
 def test_calibrators_are_refused_on_another_file(tmp_path):
     first = load_predictions(write(tmp_path / "a.npz", synthetic(seed=0)))
     second = load_predictions(write(tmp_path / "b.npz", synthetic(seed=1)))
-    first.check_provenance(first.provenance())
+    fitted = fit_calibrators(first, CALIBRATORS)
     with pytest.raises(ValueError, match="fitted on .*a.npz .*not on .*b.npz"):
-        second.check_provenance(first.provenance())
+        score_predictions(second, fitted, name="b")
 
 
 def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
@@ -126,6 +131,6 @@ def test_bad_options_are_refused(entry, message):
 def test_scores_of_a_float32_file_are_scored_as_given(tmp_path):
     arrays = {k: v.astype(np.float32) if k.endswith("logits") else v for k, v in synthetic().items()}
     predictions = load_predictions(write(tmp_path / "f.pt", arrays))
-    metrics, _ = score_predictions(predictions, {}, name="f")
+    metrics, _ = score_predictions(predictions, fit_calibrators(predictions, {}), name="f")
     expected = calibration_metrics(torch.as_tensor(arrays["test_logits"]), arrays["test_labels"])["ece"]
     assert value(metrics, "test", "none", "ece") == expected

@@ -234,14 +234,11 @@ def _csv_score_columns(columns: list[str]) -> tuple[str, list[str]]:
         kind: {int(m.group(1)): c for c in columns if (m := re.fullmatch(rf"{prefix}_(\d+)", c))}
         for kind, prefix in CSV_SCORE_PREFIX.items()
     }
-    present = [kind for kind, indexed in found.items() if indexed]
-    if len(present) != 1:
-        have = "both logit_* and prob_*" if present else "no logit_* or prob_*"
-        raise ValueError(
-            f"has {have} columns; give one kind of scores: logit_0..logit_K-1 or "
-            "prob_0..prob_K-1"
-        )
-    kind = present[0]
+    kind = _single_kind(
+        [kind for kind, indexed in found.items() if indexed],
+        f"columns {columns}",
+        "logit_0..logit_K-1 or prob_0..prob_K-1 columns",
+    )
     indexed = found[kind]
     expected = range(len(indexed))
     if sorted(indexed) != list(expected):
@@ -251,16 +248,21 @@ def _csv_score_columns(columns: list[str]) -> tuple[str, list[str]]:
     return kind, [indexed[i] for i in expected]
 
 
+def _single_kind(present: list[str], found: str, expected: str) -> str:
+    """The one score kind in ``present``: a file holds logits or probabilities, not both."""
+    if len(present) != 1:
+        have = "both logits and probabilities" if present else "neither logits nor probabilities"
+        raise ValueError(f"holds {have} ({found}); expected {expected}")
+    return present[0]
+
+
 def _score_kind(arrays: dict[str, Any]) -> str:
     """``"logits"`` or ``"probs"``, once the keys are exactly one kind's layout."""
-    present = [kind for kind in SCORE_KINDS if any(f"{s}_{kind}" in arrays for s in SPLITS)]
-    if len(present) != 1:
-        have = "both logits and probabilities" if present else "no scores"
-        raise ValueError(
-            f"holds {have} (keys {sorted(arrays)}); expected val_logits and test_logits, or "
-            "val_probs and test_probs, with val_labels and test_labels"
-        )
-    kind = present[0]
+    kind = _single_kind(
+        [kind for kind in SCORE_KINDS if any(f"{s}_{kind}" in arrays for s in SPLITS)],
+        f"keys {sorted(arrays)}",
+        "val_logits and test_logits, or val_probs and test_probs, with val_labels and test_labels",
+    )
     expected = {f"{s}_{k}" for s in SPLITS for k in (kind, "labels")}
     missing = sorted(expected - set(arrays))
     unknown = sorted(set(arrays) - expected)

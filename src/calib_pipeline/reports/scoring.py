@@ -11,17 +11,20 @@ From a notebook::
     from calib_pipeline.reports import scoring, standard
 
     predictions = load_predictions("my_model.npz")
-    fitted = scoring.fit_calibrators(predictions, {"ts": {"name": "temperature_nll"}})
-    metrics, bins = scoring.score_predictions(predictions, fitted, name="my_model")
-    results = scoring.predictions_results(metrics, bins, fitted)
+    calibrators = scoring.fit_calibrators(predictions, {"ts": {"name": "temperature_nll"}})
+    calibrators["fitted"]["ts"].temperature
+    metrics, bins = scoring.score_predictions(predictions, calibrators, name="my_model")
+    results = scoring.predictions_results(metrics, bins, calibrators)
     standard.summary(results)["summary"]             # Markdown
     standard.reliability(results)                     # {"reliability_15_bins": Figure}
+
+The ``score`` pipeline (``pipelines/score``) runs these functions as its nodes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,7 @@ from calib_pipeline.data.predictions import (
     output_name,
 )
 from calib_pipeline.reports.evaluation import evaluate_runs
-from calib_pipeline.reports.registry import StudyResults
+from calib_pipeline.reports.registry import StudyResults, build_report
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +99,11 @@ class ScoreOptions:
 
 
 def fit_calibrators(
-    predictions: PredictionsFile, calibrators: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Calibrator]:
-    """Fit each calibrator on the file's validation split.
+    predictions: PredictionsFile,
+    calibrators: Mapping[str, Mapping[str, Any]],
+    keys: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Fit calibrators on the file's validation split.
 
     On probabilities, calibrators fit on log-probabilities
     (:meth:`PredictionsFile.calibration_logits`), exactly as on the model's logits for
@@ -108,9 +113,11 @@ def fit_calibrators(
     Args:
         predictions: the file's scores and labels.
         calibrators: key -> ``{"name": registry name, "params": {...}}``.
+        keys: the keys of ``calibrators`` to fit, in this order (None: all).
 
     Returns:
-        key -> fitted calibrator, in the order given.
+        ``{"provenance": the file's record, "fitted": key -> fitted calibrator}``, the
+        layout of the project's stored calibrators.
 
     Raises:
         ValueError: an unknown calibrator or hyperparameter, a calibrator that needs logits
@@ -118,7 +125,8 @@ def fit_calibrators(
             and, for a fit, the file).
     """
     fitted: dict[str, Calibrator] = {}
-    for key, entry in calibrators.items():
+    for key in calibrators if keys is None else keys:
+        entry = calibrators[key]
         try:
             calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
         except (KeyError, ValueError) as error:
@@ -140,7 +148,7 @@ def fit_calibrators(
             where = f"calibrator {key!r} on {predictions.source} (val)"
             raise ValueError(f"{where}: {error}") from error
         logger.info("%s: %s learned %s", predictions.source, key, _scalars(calibrator.learned()))
-    return fitted
+    return {"provenance": predictions.provenance(), "fitted": fitted}
 
 
 def _scalars(learned: dict[str, Any]) -> dict[str, Any]:
@@ -149,11 +157,11 @@ def _scalars(learned: dict[str, Any]) -> dict[str, Any]:
 
 def score_predictions(
     predictions: PredictionsFile,
-    fitted: Mapping[str, Calibrator],
+    calibrators: Mapping[str, Any],
+    n_bins: int = 15,
+    reliability_bins: Sequence[int] = (15,),
     *,
     name: str,
-    n_bins: int = 15,
-    reliability_bin_counts: tuple[int, ...] = (15,),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy metrics table of val and test, uncalibrated (``none``) and under each
     fitted calibrator, and the per-bin reliability table of test.
@@ -163,11 +171,15 @@ def score_predictions(
 
     Args:
         predictions: the file's scores and labels.
-        fitted: key -> calibrator fitted on the file's val split (:func:`fit_calibrators`).
-        name: the method name, label and study of every row.
+        calibrators: what :func:`fit_calibrators` returned for this file.
         n_bins: bins of the binned metrics.
-        reliability_bin_counts: bin counts of the per-bin table.
+        reliability_bins: bin counts of the per-bin table (``n_bins`` is always kept).
+        name: the method name, label and study of every row.
+
+    Raises:
+        ValueError: the calibrators were fitted on another file.
     """
+    predictions.check_provenance(calibrators["provenance"])
     sets = {}
     for split in SPLITS:
         entry = {
@@ -177,23 +189,23 @@ def score_predictions(
         if predictions.inputs == "probs":
             entry["probs"] = predictions.scores[split]
         sets[split] = entry
-    run = {"logits": sets, "calibrators": dict(fitted), "run_id": None}
+    fitted = dict(calibrators["fitted"])
     return evaluate_runs(
-        {f"{name}|{SEED}": run},
+        {f"{name}|{SEED}": {"logits": sets, "calibrators": fitted, "run_id": None}},
         dataset=Path(predictions.source).name,
         study=name,
         labels={name: name},
         calibrators=list(fitted),
         n_bins=n_bins,
-        reliability_bin_counts=reliability_bin_counts,
+        reliability_bin_counts=tuple(sorted({int(n_bins), *map(int, reliability_bins)})),
     )
 
 
 def predictions_results(
-    metrics: pd.DataFrame, bins: pd.DataFrame, fitted: Mapping[str, Calibrator]
+    metrics: pd.DataFrame, bins: pd.DataFrame, calibrators: Mapping[str, Any]
 ) -> StudyResults:
     """The :class:`StudyResults` the standard reports (``summary``, ``reliability``) read,
-    for the table :func:`score_predictions` made."""
+    for the tables :func:`score_predictions` made with ``calibrators``."""
     name = str(metrics["method"].iloc[0])
     return StudyResults(
         study=name,
@@ -204,5 +216,19 @@ def predictions_results(
         groups={name: name},
         metrics=metrics,
         bins=bins,
-        calibrators={(name, SEED): dict(fitted)},
+        calibrators={(name, SEED): dict(calibrators["fitted"])},
     )
+
+
+def predictions_report(
+    metrics: pd.DataFrame,
+    bins: pd.DataFrame,
+    calibrators: Mapping[str, Any],
+    reliability_bins: Sequence[int] = (15,),
+    *,
+    report: str,
+) -> dict[str, Any]:
+    """Registered report ``report`` of a scored file (``summary``, or ``reliability`` drawn
+    at each of ``reliability_bins``): artifact name -> DataFrame / Markdown / Figure."""
+    options = {"n_bins": [int(b) for b in reliability_bins]} if report == "reliability" else {}
+    return build_report(report, predictions_results(metrics, bins, calibrators), **options)

@@ -1,7 +1,9 @@
-"""The score pipeline: fit → evaluate → summary and reliability reports, one file.
+"""The score pipeline: fit → evaluate → summary and reliability reports of one file.
 
-Not part of ``__default__``: ``kedro run`` runs the studies, and scoring a file is asked
-for by name. Outputs are ``score.<name>.<kind>`` (catalog factories under
+Its nodes are :mod:`calib_pipeline.reports.scoring`'s functions; the file is read by the
+catalog (``kedro_datasets.PredictionsDataset``, path from ``--params=predictions.path=...``).
+Not part of ``__default__``: ``kedro run`` runs the studies; a file is scored when asked by
+name. Outputs are ``score.<name>.<kind>`` (catalog factories under
 ``08_reporting/score/<name>/``), ``<name>`` being ``predictions.name`` or the file's stem.
 """
 
@@ -9,10 +11,15 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.score.nodes import evaluate, fit, report
-from calib_pipeline.reports.scoring import ScoreOptions
+from calib_pipeline.reports.scoring import (
+    ScoreOptions,
+    fit_calibrators,
+    predictions_report,
+    score_predictions,
+)
 
 REPORTS = ("summary", "reliability")
+BINS = ["params:evaluation.n_bins", "params:evaluation.reliability_bins"]
 
 
 def _named(func, **kwargs):
@@ -24,38 +31,31 @@ def create_pipeline(parameters: dict) -> Pipeline:
     options = ScoreOptions.from_params(
         parameters.get("predictions"), parameters.get("calibrators") or {}
     )
-    prefix = f"score.{options.name}"
-    tags = ["score", "reporting"]
+    out = f"score.{options.name}"
     # inputs in the order of the functions' arguments: Kedro maps them by position
     nodes = [
         node(
-            _named(fit, keys=list(options.calibrators)),
+            _named(fit_calibrators, keys=list(options.calibrators)),
             inputs=["score.predictions", "params:calibrators"],
-            outputs=f"{prefix}.calibrators",
+            outputs=f"{out}.calibrators",
             name="fit_calibrators",
-            tags=tags,
         ),
         node(
-            _named(evaluate, name=options.name),
-            inputs=["score.predictions", f"{prefix}.calibrators", "params:evaluation"],
-            outputs=[f"{prefix}.metrics", f"{prefix}.reliability_bins"],
+            _named(score_predictions, name=options.name),
+            inputs=["score.predictions", f"{out}.calibrators", *BINS],
+            outputs=[f"{out}.metrics", f"{out}.reliability_bins"],
             name="evaluate",
-            tags=tags,
+        ),
+        *(
+            node(
+                _named(predictions_report, report=report),
+                inputs=[f"{out}.metrics", f"{out}.reliability_bins", f"{out}.calibrators", BINS[1]],
+                outputs=f"{out}.report_{report}",
+                name=f"report_{report}",
+            )
+            for report in REPORTS
         ),
     ]
-    for name in REPORTS:
-        nodes.append(
-            node(
-                _named(report, report=name),
-                inputs=[
-                    f"{prefix}.metrics",
-                    f"{prefix}.reliability_bins",
-                    f"{prefix}.calibrators",
-                    "params:evaluation",
-                ],
-                outputs=f"{prefix}.report_{name}",
-                name=f"report_{name}",
-                tags=tags,
-            )
-        )
-    return Pipeline(nodes, namespace="score", prefix_datasets_with_namespace=False)
+    return Pipeline(
+        nodes, namespace="score", tags=["score", "reporting"], prefix_datasets_with_namespace=False
+    )
