@@ -53,7 +53,9 @@ class PredictionsDataset(AbstractDataset[None, PredictionsFile]):
 
     The catalog gives the path from the command line (``--params=predictions.path=...``
     through Kedro's ``runtime_params`` resolver), so the file is read here, by the catalog,
-    and the nodes receive its contents. Without a path, loading says how to give one.
+    and the nodes receive its contents: a node reading ``params:predictions.path`` itself
+    would do file I/O in a node, which the house rules keep in the catalog. Without a path,
+    loading says how to give one.
     """
 
     def __init__(self, *, filepath: str | None = None) -> None:
