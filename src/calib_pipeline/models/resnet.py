@@ -175,7 +175,7 @@ def _register_resnet(
         shortcut: str = "projection",
         pool_grid: int = 1,
     ) -> CifarResNet:
-        check_resnet_options(shortcut=shortcut, pool_grid=pool_grid)
+        shortcut, pool_grid = check_resnet_options(shortcut=shortcut, pool_grid=pool_grid)
         return CifarResNet(
             in_channels, num_classes, blocks, widths,
             block=block, pool_grid=pool_grid, shortcut=shortcut,
