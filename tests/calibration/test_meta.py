@@ -92,10 +92,23 @@ def test_gamma_net_follows_eq_3_4_and_stays_positive_after_updates():
     assert (net(x) >= 0).all()
 
 
-def test_gamma_net_with_fewer_features_than_classes_is_finite_and_non_negative():
+@pytest.mark.parametrize(
+    ("feature_dim", "num_classes"),
+    [(1, 5), (4, 10), (16, 200), (128, 200), (100, 100), (32, 10), (512, 100), (2048, 10)],
+)
+def test_gamma_net_starts_at_one_for_every_shape(feature_dim, num_classes):
+    # fewer features than classes (small_cnn on Tiny-ImageNet), square, and more
     torch.manual_seed(2)
-    gamma = GammaNet(4, 10)(torch.randn(30, 4))
-    assert torch.isfinite(gamma).all() and (gamma >= 0).all()
+    net = GammaNet(feature_dim, num_classes)
+    # the proof: every head value c = AᵀW is τ exactly (in float32), so γ = |Σ_j p_j τ|/τ = 1
+    assert torch.equal(net.attention.T @ net.projection, torch.full((num_classes,), 0.01))
+    # what is left is the rounding of the softmax's Σ_j p_j = 1, on features of any scale
+    for scale in (0.1, 3.0, 30.0):
+        features = scale * torch.randn(64, feature_dim)
+        torch.testing.assert_close(net(features), torch.ones(64), atol=1e-6, rtol=0)
+    # the attention itself stays sample-dependent (a constant row only shifts the logits)
+    attention = torch.softmax(features @ net.attention, dim=1)
+    assert feature_dim == 1 or (attention.std(dim=0) > 1e-3).any()
 
 
 def test_learner_gamma_for_focal_learners_and_none_for_ce_baselines():

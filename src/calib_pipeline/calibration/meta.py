@@ -18,6 +18,7 @@ Build learners by name with ``build_meta_learner``; ``meta_learner_names()`` lis
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -53,16 +54,23 @@ class GammaNet(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """A ~ N(0, 1/d); W is the least-norm solution of ``AᵀW = τ·1``.
+        """γ = 1 for every input at initialisation, for every ``(d, k)``.
 
-        Then every head value c_j equals τ, so γ = 1 for every input at initialisation
-        (exactly when d ≥ k; in the least-squares sense when d < k), while the random A
-        keeps the attention sample-dependent so the heads can drift apart during training.
+        A ~ N(0, 1/d) except its first row, which is the constant s (the power of two
+        nearest d^-1/2), and W = (τ/s)·e₁. Then every head value c_j = (AᵀW)_j = s·τ/s is τ
+        exactly (s is a power of two, so no rounding; the other products are 0), hence
+        γ = |Σ_j p_j τ|/τ = 1 whatever the attention p. A constant row adds the same x₁·s
+        to every attention logit, which the softmax ignores, so the attention stays random
+        and sample-dependent through the other d − 1 rows and the heads drift apart once
+        trained. (Solving AᵀW = τ·1 for a fully random A has no solution when d < k and is
+        ill-conditioned when d ≈ k.)
         """
-        d, k = self.attention.shape
+        d, _ = self.attention.shape
         self.attention.normal_(0.0, d**-0.5)
-        target = torch.full((k,), self.tau, dtype=torch.float64)
-        self.projection.copy_(torch.linalg.pinv(self.attention.double().T) @ target)
+        scale = 2.0 ** round(-0.5 * math.log2(d))
+        self.attention[0] = scale
+        self.projection.zero_()
+        self.projection[0] = self.tau / scale
 
     def forward(self, features: Tensor) -> Tensor:
         """Args: features ``(N, d)``. Returns: γ ``(N,)``, ``|softmax(xA) (AᵀW)| / τ``."""

@@ -18,5 +18,8 @@ from calib_pipeline.models.registry import (
 )
 from calib_pipeline.models import small_cnn as _small_cnn  # noqa: F401  (registers)
 from calib_pipeline.models import resnet as _resnet  # noqa: F401  (registers)
+from calib_pipeline.models import wide_resnet as _wide_resnet  # noqa: F401  (registers)
+from calib_pipeline.models import densenet as _densenet  # noqa: F401  (registers)
+from calib_pipeline.models import vgg as _vgg  # noqa: F401  (registers)
 
 __all__ = ["MODELS", "ClassifierNet", "build_model", "model_from_checkpoint", "model_names"]

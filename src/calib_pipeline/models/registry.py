@@ -42,7 +42,8 @@ def build_model(
         in_channels: 1 for greyscale, 3 for colour images.
         num_classes: number of output logits.
         image_size: input height (= width) in pixels.
-        **params: architecture-specific options (e.g. ``width`` of the small CNN).
+        **params: architecture-specific options (e.g. ``width`` of the small CNN, ``depth``
+            of ``wrn``); ``docs/models.md`` lists every architecture and its options.
 
     Returns:
         An untrained ``ClassifierNet``.
@@ -54,10 +55,11 @@ def build_model(
         >>> model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8)
         >>> model(torch.zeros(2, 1, 8, 8)).shape
         torch.Size([2, 10])
-        >>> build_model("vgg16", in_channels=3, num_classes=10, image_size=32)  # doctest: +ELLIPSIS
+        >>> build_model("resnet152", in_channels=3, num_classes=10, image_size=32)
+        ... # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: unknown model 'vgg16'; valid model names are: resnet110, ..., small_cnn
+        ValueError: unknown model 'resnet152'; valid model names are: densenet121, ..., wrn_28_10
     """
     check_int("in_channels", in_channels, low=1)
     check_int("num_classes", num_classes, low=2)

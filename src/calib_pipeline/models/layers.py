@@ -1,0 +1,25 @@
+"""Pieces the registered architectures share: weight initialisation and the pooling head."""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def init_conv_weights(model: nn.Module) -> None:
+    """He initialisation of every convolution (normal, fan-out, ReLU gain), the papers' codes'
+    common choice (the focal-loss code's wide ResNet, Zagoruyko & Komodakis). One policy for
+    every architecture keeps runs comparable across them; BatchNorm starts at (1, 0) and
+    linear layers keep PyTorch's default."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+
+def pooled_features(grid: int = 1) -> nn.Sequential:
+    """Average pooling to a ``grid × grid`` map, flattened: ``channels · grid²`` features.
+
+    ``grid = 1`` is global average pooling, which makes a network independent of the image
+    size (the CIFAR papers' fixed 4×4 or 8×8 pools are global at 32 px). ``grid = 2`` is the
+    focal-loss code's Tiny-ImageNet ResNet-50 (``AdaptiveAvgPool2d(2)`` on its 8×8 map).
+    """
+    return nn.Sequential(nn.AdaptiveAvgPool2d(grid), nn.Flatten())
