@@ -36,6 +36,7 @@ How a run crosses processes:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import socket
@@ -173,8 +174,9 @@ def cluster_client(address: str | None, workers: int | None, needed: int) -> Ite
     with local_cluster(workers, needed) as cluster, distributed.Client(cluster) as client:
         info = client.scheduler_info()["workers"].values()
         kind = "GPU" if any(GPU in w.get("resources", {}) for w in info) else "CPU"
-        logger.info("Dask: local cluster of %d %s worker(s) started in %.1f s (dashboard %s)",
-                    len(info), kind, perf_counter() - started, client.dashboard_link)
+        dashboard = f"; dashboard {client.dashboard_link}" if importlib.util.find_spec("bokeh") else ""
+        logger.info("Dask: local cluster of %d %s worker(s) started in %.1f s%s",
+                    len(info), kind, perf_counter() - started, dashboard)
         yield client
 
 

@@ -11,6 +11,7 @@ from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shi
 from calib_pipeline.pipelines.config import parse_structure
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.training import CheckpointStore
+from calib_pipeline.training.checkpoint import fingerprint
 
 PARAMETERS = {
     "dataset": {"name": "digits"},
@@ -78,6 +79,8 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
+    resume = [p.parent.name for p in (tmp_path / "ce").glob("*/latest.pt")]
+    assert resume == [fingerprint(checkpoint["config"])], "one resume folder per configuration"
     history = catalog.load("ce.seed_0.history")
     assert list(history["epoch"]) == [1, 2]
     cached = catalog.load("ce.seed_0.logits")
