@@ -120,13 +120,14 @@ def test_runs_of_a_dead_process_end_killed_on_the_next_start(tmp_path):
     assert client.get_run(parent.info.run_id).info.status == "KILLED"
 
 
-def test_runner_is_logged_by_its_class_name(tmp_path):
+@pytest.mark.parametrize("as_recorded", [lambda runner: runner, str], ids=["object", "kedro-session-repr"])
+def test_runner_is_logged_by_its_class_name(tmp_path, as_recorded):
     from kedro.runner import SequentialRunner
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "local"
-    hook._start({"pipeline_names": ["focal"], "runner": SequentialRunner()}, catalog=None, uri=uri)
+    hook._start({"pipeline_names": ["focal"], "runner": as_recorded(SequentialRunner())}, catalog=None, uri=uri)
     params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
     assert params["kedro.runner"] == "kedro.runner.sequential_runner.SequentialRunner"
     assert params["kedro.env"] == "local"

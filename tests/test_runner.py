@@ -1,11 +1,13 @@
 """The Dask runner: which nodes run where, dependency order, in-memory data and versions
 across processes, worker hooks, logs, failures, cluster choice -- on a local cluster of
-two worker processes shared by the module's tests (the nodes below run in them)."""
+two worker processes shared by the module's tests (the nodes below run in them); then
+`kedro run --runner=calib_pipeline.runner.DaskRunner` end to end against the sequential runner."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 import traceback
@@ -255,3 +257,100 @@ def test_gpus_without_dask_cuda_fail_with_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "dask_cuda", None)  # as if not installed
     with pytest.raises(RuntimeError, match=r"2 GPU\(s\) are visible but dask-cuda is not installed: pip install -e '.\[gpu\]'"):
         local_cluster(None, needed=1)
+
+
+# End to end: `kedro run --runner=calib_pipeline.runner.DaskRunner` on conf/test, as a user runs it.
+DASK = ("--runner=calib_pipeline.runner.DaskRunner", "--runner-params=workers=2")
+TIMINGS = {"seconds", "final_seconds"}  # wall-clock metrics differ between any two runs
+VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}\.\d{2}\.\d{2}\.\d{3}Z$")
+
+
+@pytest.fixture(scope="module")
+def baseline_runs(tmp_path_factory):
+    """The baseline study run by the sequential runner and by the Dask runner (2 CPU workers)."""
+    from tests.test_end_to_end import kedro
+
+    root = tmp_path_factory.mktemp("runners")
+    runs = {}
+    for name, runner in (("sequential", ()), ("dask", DASK)):
+        data_dir, tracking = root / name, f"sqlite:///{root}/{name}.db"
+        result = kedro("--pipelines=baseline", *runner, data_dir=data_dir, tracking=tracking)
+        runs[name] = SimpleNamespace(data=data_dir, tracking=tracking, output=result.stdout + result.stderr)
+    return runs
+
+
+def saved_versions(data_dir: Path) -> dict[str, set[str]]:
+    """Artifact folder (relative) -> the save versions under it."""
+    found: dict[str, set[str]] = {}
+    for folder in data_dir.rglob("*"):
+        if folder.is_dir() and VERSION.match(folder.name) and folder.parent.name != ".save_versions":
+            found.setdefault(str(folder.parent.relative_to(data_dir)), set()).add(folder.name)
+    return found
+
+
+def nested_runs(tracking: str) -> tuple[object, dict[str, object]]:
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking)
+    runs = client.search_runs([client.get_experiment_by_name("calib-pipeline").experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {r.data.tags["method"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert len(children) == len(runs) - 1, "every other run is nested under the parent"
+    return parent, children
+
+
+@pytest.mark.slow
+def test_a_dask_run_scores_exactly_as_the_sequential_run(baseline_runs):
+    # Exact, not to a tolerance: the same code, seeds and data on the same CPU kernels with the
+    # same thread count (conf/test pins torch to one thread; Dask workers run one) perform the
+    # same float operations in the same order. Any difference is a real one -- another split,
+    # a stale version, a missed input -- which a tolerance would hide.
+    import pandas as pd
+
+    from tests.test_faults import latest_table
+
+    dask = latest_table(baseline_runs["dask"].data, "baseline")
+    pd.testing.assert_frame_equal(dask, latest_table(baseline_runs["sequential"].data, "baseline"), check_exact=True)
+    assert len(dask) > 0 and set(dask["method"]) == {"ce", "ls_epsilon_0p05", "focal_gamma_3"}
+
+
+@pytest.mark.slow
+def test_every_artifact_of_a_dask_run_is_saved_under_the_runs_one_version(baseline_runs):
+    dask = saved_versions(baseline_runs["dask"].data)
+    assert dask.keys() == saved_versions(baseline_runs["sequential"].data).keys(), "the same artifacts"
+    assert any("shift_logits.pt" in folder for folder in dask) and any("checkpoint.pt" in folder for folder in dask)
+    assert len(set().union(*dask.values())) == 1, f"one save version across workers and driver: {dask}"
+
+
+@pytest.mark.slow
+def test_mlflow_shows_a_dask_run_as_the_sequential_run_with_training_in_worker_processes(baseline_runs):
+    parent, children = nested_runs(baseline_runs["dask"].tracking)
+    reference_parent, reference = nested_runs(baseline_runs["sequential"].tracking)
+    assert parent.info.status == "FINISHED" and parent.data.params["kedro.runner"] == "calib_pipeline.runner.DaskRunner"
+    assert sorted(children) == sorted(reference) == ["ce", "focal_gamma_3", "ls_epsilon_0p05"]
+    for method, child in children.items():
+        assert child.info.status == "FINISHED" and child.info.run_name == f"{method} seed 0"
+        assert child.data.params == reference[method].data.params
+        metrics = {k: v for k, v in child.data.metrics.items() if k not in TIMINGS}
+        assert metrics == {k: v for k, v in reference[method].data.metrics.items() if k not in TIMINGS}
+        assert child.data.tags["calib.pid"] != parent.data.tags["calib.pid"], "trained in a worker process"
+    assert reference[method].data.tags["calib.pid"] == reference_parent.data.tags["calib.pid"]
+    assert "ce seed 0: val acc" in " ".join(baseline_runs["dask"].output.split()), "worker logs reach the driver"
+
+
+@pytest.mark.slow
+def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback(tmp_path):
+    from tests.test_end_to_end import kedro
+
+    blocked = tmp_path / "data" / "06_models" / "digits" / "resume" / "ce" / "seed_0"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("a file where ce's resume folder must go")  # its training cannot start
+    tracking = f"sqlite:///{tmp_path}/mlflow.db"
+    result = kedro("--pipelines=baseline", *DASK, data_dir=tmp_path / "data", tracking=tracking, check=False)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert "NotADirectoryError" in output and "resume/ce/seed_0" in output
+    assert "checkpoint.py" in output and "in lock" in output, "the worker's traceback, down to the failing call"
+    assert not (tmp_path / "data" / "08_reporting").exists(), "nothing downstream ran"
+    parent, children = nested_runs(tracking)
+    assert parent.info.status == "FAILED" and children["ce"].info.status == "FAILED"

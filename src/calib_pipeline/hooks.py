@@ -459,11 +459,15 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+OBJECT_REPR = re.compile(r"^<([\w.]+) object at 0x[0-9a-fA-F]+>$")
+
+
 def _describe(value: Any) -> str:
-    """A readable parameter value: a runner object by its class, lists joined."""
+    """A readable parameter value: a runner by its class (given as the object, or as the
+    repr Kedro's session records), lists joined."""
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
-    if isinstance(value, str):
-        return value
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}" if "object at 0x" in repr(value) else str(value)
+    if not isinstance(value, str):
+        value = repr(value) if "object at 0x" in repr(value) else str(value)
+    named = OBJECT_REPR.match(value)
+    return named.group(1) if named else value

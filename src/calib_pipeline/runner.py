@@ -19,8 +19,8 @@ How a run crosses processes:
   so a worker saves under the session's save version -- one version per ``kedro run`` -- to
   the same (shared) storage, and loads what other nodes saved there, after dropping any
   cached "latest" version. In-memory datasets made during the run (``shift_sets``) stay on
-  the cluster as Dask futures and travel from worker to worker; the driver keeps a copy
-  only when a node of its own reads one.
+  the cluster as Dask futures and travel from worker to worker; the driver sees each once,
+  when its task is collected, and keeps it only if a node of its own reads it.
 - **Hooks.** Hooks that offer ``for_worker()`` (the MLflow hook) give the driver a picklable
   copy that runs the node and dataset hooks of a remote node in its worker; what the copy's
   ``worker_report()`` returns after the node comes back to the driver hook's
@@ -84,7 +84,9 @@ class DaskRunner(AbstractRunner):
     """Runs the training, logits and shift nodes of a pipeline as Dask tasks, concurrently
     where the pipeline allows, and every other node on the driver, in dependency order."""
 
-    def __init__(self, address: str | None = None, workers: int | None = None, is_async: bool = False) -> None:
+    def __init__(
+        self, address: str | None = None, workers: int | None = None, is_async: bool = False
+    ) -> None:
         """
         Args:
             address: the scheduler of an existing cluster (``tcp://host:8786``); default
@@ -96,12 +98,12 @@ class DaskRunner(AbstractRunner):
         """
         super().__init__(is_async=is_async)
         self._address = address or dask.config.get("scheduler-address", None)
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        if workers is not None and (type(workers) is not int or workers < 1):
             raise ValueError(f"workers must be a whole number of at least 1, got {workers!r}")
         if workers is not None and self._address:
             raise ValueError(
-                f"workers={workers} sizes the local cluster, but the run attaches to the cluster at "
-                f"{self._address}, whose workers are started there (e.g. dask worker ... or dask-jobqueue)"
+                f"workers={workers} sizes the local cluster, but the run attaches to the cluster "
+                f"at {self._address}, whose workers are started there (dask worker, dask-jobqueue)"
             )
         self._workers = workers
 
@@ -118,7 +120,7 @@ class DaskRunner(AbstractRunner):
     ) -> None:
         remote = [node for node in pipeline.nodes if is_remote(node)]
         if not remote:  # nothing heavy: a cluster would only cost its start-up
-            logger.info("Dask: no training, logits or shift node in this run; running it on the driver")
+            logger.info("Dask: no training, logits or shift node to distribute; running here")
             SequentialRunner(is_async=self._is_async)._run(pipeline, catalog, hook_manager, run_id)
             return
         with cluster_client(self._address, self._workers, len(remote)) as client:
@@ -150,16 +152,22 @@ def local_cluster(workers: int | None, needed: int) -> distributed.LocalCluster:
             from dask_cuda import LocalCUDACluster
         except ImportError as missing:
             raise RuntimeError(
-                f"{gpus} GPU(s) are visible but dask-cuda is not installed: pip install -e '.[gpu]' "
-                "(or hide the GPUs, CUDA_VISIBLE_DEVICES=, to run on CPU workers)"
+                f"{gpus} GPU(s) are visible but dask-cuda is not installed: "
+                "pip install -e '.[gpu]' (or hide the GPUs, CUDA_VISIBLE_DEVICES=, for CPU workers)"
             ) from missing
-        return LocalCUDACluster(n_workers=workers or min(gpus, needed), threads_per_worker=1, resources={GPU: 1})
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return distributed.LocalCluster(n_workers=workers or min(cores, needed), threads_per_worker=1, processes=True)
+        return LocalCUDACluster(
+            n_workers=workers or min(gpus, needed), threads_per_worker=1, resources={GPU: 1}
+        )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return distributed.LocalCluster(
+        n_workers=workers or min(cores or 1, needed), threads_per_worker=1, processes=True
+    )
 
 
 @contextlib.contextmanager
-def cluster_client(address: str | None, workers: int | None, needed: int) -> Iterator[distributed.Client]:
+def cluster_client(
+    address: str | None, workers: int | None, needed: int
+) -> Iterator[distributed.Client]:
     """A client of the cluster at ``address`` (left running afterwards), or of a local
     cluster started here and shut down when the run ends."""
     if address:
@@ -167,14 +175,17 @@ def cluster_client(address: str | None, workers: int | None, needed: int) -> Ite
             if not client.scheduler_info()["workers"]:
                 logger.info("Dask: waiting for the first worker of %s", address)
                 client.wait_for_workers(1)
-            logger.info("Dask: attached to %s (%d workers)", address, len(client.scheduler_info()["workers"]))
+            workers_now = len(client.scheduler_info()["workers"])
+            logger.info("Dask: attached to %s (%d workers)", address, workers_now)
             yield client
         return
     started = perf_counter()
     with local_cluster(workers, needed) as cluster, distributed.Client(cluster) as client:
         info = client.scheduler_info()["workers"].values()
         kind = "GPU" if any(GPU in w.get("resources", {}) for w in info) else "CPU"
-        dashboard = f"; dashboard {client.dashboard_link}" if importlib.util.find_spec("bokeh") else ""
+        # the dashboard's pages need bokeh (the gpu extra brings it): no dead link otherwise
+        has_dashboard = importlib.util.find_spec("bokeh") is not None
+        dashboard = f"; dashboard {client.dashboard_link}" if has_dashboard else ""
         logger.info("Dask: local cluster of %d %s worker(s) started in %.1f s%s",
                     len(info), kind, perf_counter() - started, dashboard)
         yield client
@@ -199,55 +210,69 @@ class NodeOutcome:
             pickling_support.install(error)
             cloudpickle.dumps(error)
         except Exception:  # noqa: BLE001 -- any unpicklable exception still reaches the driver
-            error = RuntimeError(f"{type(error).__qualname__}: {error}").with_traceback(error.__traceback__)
+            named = RuntimeError(f"{type(error).__qualname__}: {error}")
+            error = named.with_traceback(error.__traceback__)
             pickling_support.install(error)
         self.error = error
 
 
-def run_node_on_worker(  # noqa: PLR0913 -- the task's whole context travels as arguments
-    node: Node,
-    catalog_snapshot: bytes,
-    hooks: list[Any],
-    shared_inputs: dict[str, NodeOutcome],
-    run_id: str | None,
-    is_async: bool,
-    log_topic: str,
-    log_levels: dict[str, int],
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task of a run needs besides its node; sent with each task, so each task
+    unpickles its own catalog and hook copies (and a rerun task after a lost worker has
+    everything again)."""
+
+    catalog_snapshot: bytes  # the session's catalog: its save version, parameters, run_info
+    hooks: tuple[Any, ...]  # the driver's hooks' worker copies
+    run_id: str | None
+    is_async: bool
+    log_topic: str
+    log_levels: dict[str, int]
+
+
+def run_node_on_worker(
+    node: Node, context: TaskContext, shared_inputs: dict[str, NodeOutcome]
 ) -> NodeOutcome:
     """The Dask task of one node: load its inputs from the session's catalog (and its
     in-memory inputs from the tasks that made them), run it with the worker hooks, save
     its outputs. Never raises: a failure is part of the outcome, so the hooks' reports of
     a failed node reach the driver too."""
     outcome = NodeOutcome(node=node.name, pid=os.getpid(), host=socket.gethostname())
-    with _logs_sent_to_driver(log_topic, log_levels):
+    with _logs_sent_to_driver(context.log_topic, context.log_levels):
         try:
-            catalog = cloudpickle.loads(catalog_snapshot)
+            catalog = cloudpickle.loads(context.catalog_snapshot)
             for name in node.inputs:
                 if name in shared_inputs:
                     catalog.get(name).save(shared_inputs[name].memory_outputs[name])
                 elif not _in_memory(catalog, name):
-                    catalog.release(name)  # a version cached by the driver may no longer be the latest
+                    catalog.release(name)  # drop a "latest" version the driver had cached
             hook_manager = _create_hook_manager()
-            for hook in hooks:
+            for hook in context.hooks:
                 hook_manager.register(hook)
-            Task(node=node, catalog=catalog, is_async=is_async, hook_manager=hook_manager, run_id=run_id).execute()
+            Task(node=node, catalog=catalog, is_async=context.is_async,
+                 hook_manager=hook_manager, run_id=context.run_id).execute()
             outcome.memory_outputs = {
                 name: catalog.get(name).load() for name in node.outputs if _in_memory(catalog, name)
             }
         except Exception as error:  # noqa: BLE001 -- reported to the driver, which raises it
             outcome.fail(error)
-        outcome.reports = [hook.worker_report() if hasattr(hook, "worker_report") else None for hook in hooks]
+        outcome.reports = [getattr(hook, "worker_report", _no_report)() for hook in context.hooks]
     return outcome
+
+
+def _no_report() -> None:
+    return None
 
 
 def _in_memory(catalog: CatalogProtocol, name: str) -> bool:
     """Datasets that live in a process's memory (``MemoryDataset``, parameters)."""
-    return bool(getattr(catalog.get(name, fallback_to_runtime_pattern=True), "_EPHEMERAL", False))
+    dataset = catalog.get(name, fallback_to_runtime_pattern=True)
+    return bool(getattr(dataset, "_EPHEMERAL", False))
 
 
 class _DriverLogHandler(logging.Handler):
-    """Sends the records of one task's thread to the driver as Dask events (the worker may run
-    other tasks, of this run or another, in other threads)."""
+    """Sends the records of one task's thread to the driver as Dask events (the worker may
+    run other tasks, of this run or another, in other threads)."""
 
     def __init__(self, topic: str) -> None:
         super().__init__()
@@ -294,6 +319,16 @@ def _logs_sent_to_driver(topic: str, levels: dict[str, int]) -> Iterator[None]:
             logging.getLogger(name).removeHandler(handler)
 
 
+def _worker_copies(hook_manager: Any) -> list[tuple[Any, Any]]:
+    """(driver hook, its worker copy) for every hook that offers one; the copy runs the
+    node and dataset hooks of remote nodes in the worker."""
+    if not isinstance(hook_manager, pluggy.PluginManager):  # Kedro's null manager: no hooks
+        return []
+    offering = [hook for hook in hook_manager.get_plugins() if hasattr(hook, "for_worker")]
+    copies = [(hook, hook.for_worker()) for hook in offering]
+    return [(hook, copy) for hook, copy in copies if copy is not None]
+
+
 def _log_on_driver(event: tuple[float, dict[str, Any]]) -> None:
     _, attributes = event
     record = logging.makeLogRecord(attributes)
@@ -304,8 +339,10 @@ class _DistributedRun:
     """One pipeline run on a cluster: submits each remote node once its inputs exist, runs
     the driver's nodes in between, and collects the tasks as they finish."""
 
-    def __init__(self, client: distributed.Client, pipeline: Pipeline, catalog: CatalogProtocol,
-                 hook_manager: Any, run_id: str | None, is_async: bool) -> None:
+    def __init__(  # noqa: PLR0913 -- what AbstractRunner._run receives, plus the client
+        self, client: distributed.Client, pipeline: Pipeline, catalog: CatalogProtocol,
+        hook_manager: Any, run_id: str | None, is_async: bool,
+    ) -> None:
         self.client, self.pipeline, self.catalog = client, pipeline, catalog
         self.hook_manager, self.run_id, self.is_async = hook_manager, run_id, is_async
         self.done: set[Node] = set()
@@ -314,28 +351,34 @@ class _DistributedRun:
         self._shared: dict[str, distributed.Future] = {}  # in-memory dataset -> future holding it
         self._load_counts = Counter(chain.from_iterable(n.inputs for n in pipeline.nodes))
         self._position = {node: index for index, node in enumerate(pipeline.nodes)}  # topological
-        self._memory = {n for node in pipeline.nodes for n in node.outputs if _in_memory(catalog, n)}
-        self._read_on_driver = {n for node in pipeline.nodes if not is_remote(node) for n in node.inputs}
+        self._memory = {n for nd in pipeline.nodes for n in nd.outputs if _in_memory(catalog, n)}
+        self._read_on_driver = {n for nd in pipeline.nodes if not is_remote(nd) for n in nd.inputs}
         self._read_on_driver |= pipeline.outputs()
-        plugins = hook_manager.get_plugins() if isinstance(hook_manager, pluggy.PluginManager) else set()
-        self._worker_hooks = [(p, p.for_worker()) for p in plugins if hasattr(p, "for_worker")]
-        self._worker_hooks = [(p, hook) for p, hook in self._worker_hooks if hook is not None]
-        # the catalog as the session made it: its save version, parameters and run_info
-        self._catalog_snapshot = cloudpickle.dumps(catalog)
         workers = client.scheduler_info()["workers"].values()
         self._resources = {GPU: 1} if any(GPU in w.get("resources", {}) for w in workers) else None
-        self._log_topic = f"calib-pipeline-logs-{run_id}-{uuid.uuid4().hex[:8]}"
-        self._log_levels = {name: logging.getLogger(name).getEffectiveLevel() for name in FORWARDED_LOGGERS}
+        self._hook_copies = _worker_copies(hook_manager)
+        self._context = TaskContext(
+            catalog_snapshot=cloudpickle.dumps(catalog),
+            hooks=tuple(copy for _, copy in self._hook_copies),
+            run_id=run_id,
+            is_async=is_async,
+            log_topic=f"calib-pipeline-logs-{run_id}-{uuid.uuid4().hex[:8]}",
+            log_levels={name: logging.getLogger(name).getEffectiveLevel()
+                        for name in FORWARDED_LOGGERS},
+        )
 
     def execute(self) -> None:
+        """Run every node of the pipeline; raises the first failure, after cancelling the
+        tasks still queued."""
         todo = set(self.pipeline.nodes)
         dependencies = self.pipeline.node_dependencies
-        self.client.subscribe_topic(self._log_topic, _log_on_driver)
+        self.client.subscribe_topic(self._context.log_topic, _log_on_driver)
         try:
             while todo or self._in_flight or self._local_ready:
                 for future in [f for f in self._in_flight if f.done()]:
                     self._collect(future)
-                ready = sorted((n for n in todo if dependencies[n] <= self.done), key=self._position.get)
+                ready = sorted((n for n in todo if dependencies[n] <= self.done),
+                               key=self._position.get)
                 todo.difference_update(ready)
                 for node in ready:
                     if is_remote(node):
@@ -347,17 +390,17 @@ class _DistributedRun:
                 elif self._in_flight:
                     distributed.wait(list(self._in_flight), return_when="FIRST_COMPLETED")
                 elif todo:
-                    raise RuntimeError(f"nodes {sorted(n.name for n in todo)} can never run: their inputs are never made")
+                    names = sorted(n.name for n in todo)
+                    raise RuntimeError(f"nodes {names} can never run: their inputs are never made")
         finally:
             if self._in_flight:  # a node failed, or the run was interrupted
                 self.client.cancel(list(self._in_flight))
-            self.client.unsubscribe_topic(self._log_topic)
+            self.client.unsubscribe_topic(self._context.log_topic)
 
     def _submit(self, node: Node) -> None:
         shared = {name: self._shared_input(name) for name in node.inputs if name in self._memory}
         future = self.client.submit(
-            run_node_on_worker, node, self._catalog_snapshot, [hook for _, hook in self._worker_hooks],
-            shared, self.run_id, self.is_async, self._log_topic, self._log_levels,
+            run_node_on_worker, node, self._context, shared,
             key=f"{node.name}-{uuid.uuid4().hex[:8]}", pure=False, resources=self._resources,
             priority=self._position[node],  # later stages first: a run's results arrive early
         )
@@ -367,24 +410,23 @@ class _DistributedRun:
         """The future holding an in-memory input on the cluster; one a driver node made is
         sent to the cluster once."""
         if name not in self._shared:
-            data = self.catalog.get(name).load()
-            self._shared[name] = self.client.scatter(
-                NodeOutcome(node="driver", pid=os.getpid(), host=socket.gethostname(), memory_outputs={name: data}),
-                hash=False,
-            )
+            made_here = NodeOutcome(node="driver", pid=os.getpid(), host=socket.gethostname(),
+                                    memory_outputs={name: self.catalog.get(name).load()})
+            self._shared[name] = self.client.scatter(made_here, hash=False)
         return self._shared[name]
 
     def _collect(self, future: distributed.Future) -> None:
         node = self._in_flight.pop(future)
         outcome: NodeOutcome = future.result()  # a lost worker or a cancelled task raises here
-        for (plugin, _), report in zip(self._worker_hooks, outcome.reports):
-            plugin.merge_worker_report(report)
+        for (plugin, _), report in zip(self._hook_copies, outcome.reports):
+            if hasattr(plugin, "merge_worker_report"):
+                plugin.merge_worker_report(report)
         if outcome.error is not None:
             logger.error("Node %s failed on %s (process %d)", node.name, outcome.host, outcome.pid)
             raise outcome.error
         for name in node.outputs:
             if name not in self._memory:
-                self.catalog.release(name)  # the driver must load the worker's version, not a cached one
+                self.catalog.release(name)  # load the worker's version, not a cached one
                 continue
             if name in self._read_on_driver:
                 self.catalog.get(name).save(outcome.memory_outputs[name])
