@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -338,19 +339,49 @@ def test_mlflow_shows_a_dask_run_as_the_sequential_run_with_training_in_worker_p
     assert "ce seed 0: val acc" in " ".join(baseline_runs["dask"].output.split()), "worker logs reach the driver"
 
 
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A tracking server on a free local port, as a cluster would use one."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    uri, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 180
+    while True:
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=2)
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "the MLflow server did not start"
+            time.sleep(0.5)
+    yield uri
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=30)
+
+
 @pytest.mark.slow
-def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback(tmp_path):
+def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback(tmp_path, mlflow_server):
     from tests.test_end_to_end import kedro
 
     blocked = tmp_path / "data" / "06_models" / "digits" / "resume" / "ce" / "seed_0"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where ce's resume folder must go")  # its training cannot start
-    tracking = f"sqlite:///{tmp_path}/mlflow.db"
-    result = kedro("--pipelines=baseline", *DASK, data_dir=tmp_path / "data", tracking=tracking, check=False)
+    result = kedro("--pipelines=baseline", *DASK, data_dir=tmp_path / "data", tracking=mlflow_server, check=False)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0
     assert "NotADirectoryError" in output and "resume/ce/seed_0" in output
     assert "checkpoint.py" in output and "in lock" in output, "the worker's traceback, down to the failing call"
     assert not (tmp_path / "data" / "08_reporting").exists(), "nothing downstream ran"
-    parent, children = nested_runs(tracking)
+    # with a tracking server the worker wrote its nested run itself, under the driver's parent run
+    parent, children = nested_runs(mlflow_server)
     assert parent.info.status == "FAILED" and children["ce"].info.status == "FAILED"
+    assert children["ce"].data.tags["calib.pid"] != parent.data.tags["calib.pid"]
