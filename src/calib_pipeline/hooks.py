@@ -325,7 +325,8 @@ class MlflowTrackingHook:
         if self._client is None or self._parent is None:
             return None
         worker = MlflowTrackingHook()
-        worker._parent, worker._experiment_id, worker._env = self._parent, self._experiment_id, self._env
+        worker._parent, worker._experiment_id = self._parent, self._experiment_id
+        worker._env = self._env
         worker._client = _RecordedCalls() if _single_writer(self._uri) else _ServerClient(self._uri)
         return worker
 
@@ -370,7 +371,7 @@ class _ServerClient:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
-            for key, value in HTTP_DEFAULTS.items():  # a worker on another host has its own environment
+            for key, value in HTTP_DEFAULTS.items():  # a worker on another host has its own env
                 os.environ.setdefault(key, value)
             self._client = MlflowClient(tracking_uri=self._uri)
         return self._client
@@ -401,10 +402,12 @@ class _RecordedCalls:
         return SimpleNamespace(info=SimpleNamespace(run_id=placeholder))  # as MlflowClient's Run
 
     def log_batch(self, run_id: str, metrics=(), params=()) -> None:
-        self.calls.append(("log_batch", {"run_id": run_id, "metrics": list(metrics), "params": list(params)}))
+        batch = {"run_id": run_id, "metrics": list(metrics), "params": list(params)}
+        self.calls.append(("log_batch", batch))
 
     def set_terminated(self, run_id: str, status: str | None = None) -> None:
-        self.calls.append(("set_terminated", {"run_id": run_id, "status": status, "end_time": _now_ms()}))
+        ended = {"run_id": run_id, "status": status, "end_time": _now_ms()}
+        self.calls.append(("set_terminated", ended))
 
     @staticmethod
     def replay(calls: list[tuple[str, dict[str, Any]]], client) -> None:
