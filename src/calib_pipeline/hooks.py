@@ -112,10 +112,10 @@ class MlflowTrackingHook:
         self._parent: str | None = None
         self._experiment_id = None
         self._catalog = None
-        self._uri: str | None = None
         self._env = "local"
         self._open_children: dict[str, str] = {}  # node name -> nested run id
         self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
+        self._uri: str | None = None
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
