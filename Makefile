@@ -18,7 +18,7 @@ PIPELINE ?= focal_meta
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip>=24"
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,dask]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -9,6 +9,8 @@ torch.set_num_threads(1)
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Dask's scheduler and workers log every event at INFO; the runner sets this too, on import.
+os.environ.setdefault("DASK_DISTRIBUTED__LOGGING__DISTRIBUTED", "warning")
 
 
 @pytest.fixture(autouse=True)

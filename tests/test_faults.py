@@ -57,7 +57,7 @@ def test_kill_9_during_training_then_rerun_equals_an_uninterrupted_run(tmp_path)
     process = start(data_dir, f"sqlite:///{tmp_path}/killed.db", "--pipelines=baseline")
     resume = data_dir / "06_models" / "digits" / "resume"
     deadline = time.monotonic() + 300
-    while not list(resume.glob("*/*/latest.pt")) and time.monotonic() < deadline:
+    while not list(resume.glob("*/*/*/latest.pt")) and time.monotonic() < deadline:
         assert process.poll() is None, "the run ended before it could be killed"
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)  # as kill -9: no handler, no cleanup

@@ -1,5 +1,6 @@
 """MLflow tracking never costs a result: guarded hook bodies, logging after the outputs are
-saved, masked credentials, and runs of dead processes ended KILLED."""
+saved, masked credentials, and runs of dead processes ended KILLED; and the hook's copy for
+a Dask worker (nested runs under the driver's parent run)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import mlflow
@@ -85,6 +87,67 @@ def test_a_tracking_failure_is_one_warning_and_never_raises(caplog):
     assert hook._client is None, "tracking is off for the rest of the run"
 
 
+def worker_copy(hook: MlflowTrackingHook) -> MlflowTrackingHook:
+    """The hook as a Dask worker receives it."""
+    import pickle
+
+    return pickle.loads(pickle.dumps(hook.for_worker()))
+
+
+def test_a_worker_records_its_nested_run_and_the_driver_writes_it_to_sqlite(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    driver = MlflowTrackingHook()
+    driver._project_path, driver._config, driver._env = tmp_path, {}, "test"
+    driver._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri)
+    worker, node = worker_copy(driver), training_node()
+    worker.before_node_run(node=node, catalog=None, inputs={})
+    worker.after_node_run(node=node, catalog=None, inputs={"params:training": {"lr": 0.1}}, outputs=OUTPUTS)
+    for name in OUTPUTS:
+        worker.after_dataset_saved(dataset_name=name, data=None, node=node)
+    report = worker.worker_report()
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("calib-pipeline").experiment_id
+    assert len(client.search_runs([experiment])) == 1, "the worker never writes to the SQLite file"
+    driver.merge_worker_report(report)
+    child = next(r for r in client.search_runs([experiment]) if r.info.run_id != driver._parent)
+    assert child.data.tags["mlflow.parentRunId"] == driver._parent and child.info.status == "FINISHED"
+    assert child.info.run_name == "ce seed 0" and child.data.params["training.lr"] == "0.1"
+    assert [m.value for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == [0.5, 0.9]
+    assert child.info.start_time <= child.info.end_time <= int(time.time() * 1000), "the worker's times"
+
+
+def test_the_nested_run_of_a_node_that_failed_in_a_worker_ends_failed(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    driver = MlflowTrackingHook()
+    driver._project_path, driver._config, driver._env = tmp_path, {}, "test"
+    driver._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri)
+    worker = worker_copy(driver)
+    worker.before_node_run(node=training_node(), catalog=None, inputs={})  # then the node raised
+    driver.merge_worker_report(worker.worker_report())
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    children = client.search_runs([driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")
+    assert [c.info.status for c in children] == ["FAILED"]
+
+
+def test_a_worker_writes_to_a_tracking_server_itself(monkeypatch):
+    server = RecordingClient()
+    monkeypatch.setattr("mlflow.tracking.MlflowClient", lambda tracking_uri: server)
+    driver = started_hook(RecordingClient())
+    driver._uri = "https://tracking.example:5000"
+    worker, node = worker_copy(driver), training_node()
+    worker.before_node_run(node=node, catalog=None, inputs={})
+    worker.after_node_run(node=node, catalog=None, inputs={}, outputs=OUTPUTS)
+    for name in OUTPUTS:
+        worker.after_dataset_saved(dataset_name=name, data=None, node=node)
+    assert worker.worker_report() is None, "nothing left for the driver to write"
+    assert [c[0] for c in server.calls][0] == "create_run" and server.calls[-1] == ("set_terminated", ("run1", "FINISHED"))
+    assert server.calls[0][1][0] == "0", "under the driver's experiment"
+
+
+def test_no_worker_copy_while_tracking_is_off():
+    assert MlflowTrackingHook().for_worker() is None
+
+
 def test_credentials_are_masked_in_any_uri():
     text = "sqlite:///db and http://user:pa:ss@host:5000/api, https://a:b@c/x"
     assert mask_credentials(text) == "sqlite:///db and http://***@host:5000/api, https://***@c/x"
@@ -118,13 +181,14 @@ def test_runs_of_a_dead_process_end_killed_on_the_next_start(tmp_path):
     assert client.get_run(parent.info.run_id).info.status == "KILLED"
 
 
-def test_runner_is_logged_by_its_class_name(tmp_path):
+@pytest.mark.parametrize("as_recorded", [lambda runner: runner, str], ids=["object", "kedro-session-repr"])
+def test_runner_is_logged_by_its_class_name(tmp_path, as_recorded):
     from kedro.runner import SequentialRunner
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "local"
-    hook._start({"pipeline_names": ["focal"], "runner": SequentialRunner()}, catalog=None, uri=uri)
+    hook._start({"pipeline_names": ["focal"], "runner": as_recorded(SequentialRunner())}, catalog=None, uri=uri)
     params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
     assert params["kedro.runner"] == "kedro.runner.sequential_runner.SequentialRunner"
     assert params["kedro.env"] == "local"

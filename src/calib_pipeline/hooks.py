@@ -14,6 +14,13 @@ tracking stops for the run), HTTP backends get a short timeout and one retry, a 
 run is logged only after the catalog saved its outputs, credentials in the URI are
 masked in every log line, and runs of a process that died (Ctrl-C, kill -9) end
 ``KILLED`` at exit or on the next start.
+
+Under the Dask runner (``calib_pipeline.runner``) a training node runs in a worker process:
+the worker runs a copy of the tracking hook (:meth:`MlflowTrackingHook.for_worker`) that opens
+the nested run under the driver's parent run. A tracking server is written to by the worker
+itself; a SQLite file only by the driver (SQLite takes one writer at a time and may not even
+be on the worker's host): the worker records its calls and the driver replays them
+(:meth:`MlflowTrackingHook.merge_worker_report`), with the worker's timestamps and process.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ import re
 import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -173,6 +182,7 @@ class MlflowTrackingHook:
         self._env = DEFAULT_RUN_ENV
         self._open_children: dict[str, str] = {}  # node name -> nested run id
         self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
+        self._uri: str | None = None
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
@@ -209,7 +219,7 @@ class MlflowTrackingHook:
         from mlflow.tracking import MlflowClient
 
         mlflow.set_tracking_uri(uri)
-        self._catalog = catalog
+        self._catalog, self._uri = catalog, uri
         name = self._config.get("experiment_name", "calib-pipeline")
         with _backend_lock(uri):  # a fresh SQLite file is migrated by its first client only
             self._client = MlflowClient(tracking_uri=uri)
@@ -363,13 +373,125 @@ class MlflowTrackingHook:
         self._finish("FAILED")
 
     def _finish(self, status: str) -> None:
-        for run_id in self._open_children.values():  # nodes that failed or never saved
-            self._client.set_terminated(run_id, "FAILED")
-        self._open_children.clear()
-        self._pending.clear()
+        self._fail_open_children()
         if self._parent is not None:
             self._client.set_terminated(self._parent, status)
             self._parent = None
+
+    def _fail_open_children(self) -> None:
+        """Nested runs of nodes that failed or never saved their outputs end ``FAILED``."""
+        for run_id in self._open_children.values():
+            self._client.set_terminated(run_id, "FAILED")
+        self._open_children.clear()
+        self._pending.clear()
+
+    def for_worker(self) -> MlflowTrackingHook | None:
+        """The node hooks of this run for a Dask worker: a picklable copy that opens nested
+        runs under this parent run, writing to a tracking server directly and to a SQLite
+        file through this process (see the module docstring); None while tracking is off."""
+        if self._client is None or self._parent is None:
+            return None
+        worker = MlflowTrackingHook()
+        worker._parent, worker._experiment_id = self._parent, self._experiment_id
+        worker._env = self._env
+        worker._client = _RecordedCalls() if _single_writer(self._uri) else _ServerClient(self._uri)
+        return worker
+
+    def worker_report(self) -> list[tuple[str, dict[str, Any]]] | None:
+        """Called in the worker after its node ran or failed: a nested run whose outputs
+        were never saved ends ``FAILED`` (as :meth:`on_pipeline_error` does in one process);
+        returns the calls the driver must replay, if this copy recorded them."""
+        if self._client is None:
+            return None
+        try:
+            self._fail_open_children()
+        except Exception as error:  # noqa: BLE001 -- a dead server must not fail the node
+            logger.warning("MLflow tracking failed after a node (%s): %s", TRACKING_HINT,
+                           mask_credentials(f"{type(error).__name__}: {error}"))
+            return None
+        return self._client.calls if isinstance(self._client, _RecordedCalls) else None
+
+    @_tracked
+    def merge_worker_report(self, report: list[tuple[str, dict[str, Any]]] | None) -> None:
+        """Replay a worker's recorded calls on this process's client (driver side)."""
+        if report:
+            _RecordedCalls.replay(report, self._client)
+
+
+def _single_writer(uri: str | None) -> bool:
+    """A backend that only one process should write to: a SQLite (or other local) file."""
+    return uri is None or uri.startswith(("sqlite:", "file:")) or "://" not in uri
+
+
+class _ServerClient:
+    """The three MLflow calls a worker's node hooks make, sent straight to a tracking server
+    through an ``MlflowClient`` created in the worker on first use (clients do not pickle)."""
+
+    def __init__(self, uri: str) -> None:
+        self._uri = uri
+        self._client = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_uri": self._uri, "_client": None}
+
+    def _connected(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            for key, value in HTTP_DEFAULTS.items():  # a worker on another host has its own env
+                os.environ.setdefault(key, value)
+            self._client = MlflowClient(tracking_uri=self._uri)
+        return self._client
+
+    def create_run(self, experiment_id: str, **kwargs: Any):
+        return self._connected().create_run(experiment_id, **kwargs)
+
+    def log_batch(self, run_id: str, **kwargs: Any) -> None:
+        self._connected().log_batch(run_id, **kwargs)
+
+    def set_terminated(self, run_id: str, status: str | None = None) -> None:
+        self._connected().set_terminated(run_id, status)
+
+
+class _RecordedCalls:
+    """Stands in for ``MlflowClient`` in a worker that must not write to the backend: records
+    the three calls node hooks make, with the time each was made, for the driver to replay."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def create_run(self, experiment_id: str, run_name: str | None = None, tags: dict | None = None):
+        placeholder = f"pending-{uuid.uuid4().hex}"
+        self.calls.append(("create_run", {
+            "placeholder": placeholder, "experiment_id": experiment_id, "run_name": run_name,
+            "tags": tags, "start_time": _now_ms(),
+        }))
+        return SimpleNamespace(info=SimpleNamespace(run_id=placeholder))  # as MlflowClient's Run
+
+    def log_batch(self, run_id: str, metrics=(), params=()) -> None:
+        batch = {"run_id": run_id, "metrics": list(metrics), "params": list(params)}
+        self.calls.append(("log_batch", batch))
+
+    def set_terminated(self, run_id: str, status: str | None = None) -> None:
+        ended = {"run_id": run_id, "status": status, "end_time": _now_ms()}
+        self.calls.append(("set_terminated", ended))
+
+    @staticmethod
+    def replay(calls: list[tuple[str, dict[str, Any]]], client) -> None:
+        """Make ``calls`` on ``client``, each recorded run id replaced by the one created."""
+        run_ids: dict[str, str] = {}
+        for method, arguments in calls:
+            arguments = dict(arguments)
+            if method == "create_run":
+                placeholder = arguments.pop("placeholder")
+                run_ids[placeholder] = client.create_run(**arguments).info.run_id
+            else:
+                arguments["run_id"] = run_ids.get(arguments["run_id"], arguments["run_id"])
+                getattr(client, method)(**arguments)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @contextlib.contextmanager
@@ -407,11 +529,15 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+OBJECT_REPR = re.compile(r"^<([\w.]+) object at 0x[0-9a-fA-F]+>$")
+
+
 def _describe(value: Any) -> str:
-    """A readable parameter value: a runner object by its class, lists joined."""
+    """A readable parameter value: a runner by its class (given as the object, or as the
+    repr Kedro's session records), lists joined."""
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
-    if isinstance(value, str):
-        return value
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}" if "object at 0x" in repr(value) else str(value)
+    if not isinstance(value, str):
+        value = repr(value) if "object at 0x" in repr(value) else str(value)
+    named = OBJECT_REPR.match(value)
+    return named.group(1) if named else value

@@ -85,6 +85,8 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
+    resume = [p.parent.name for p in (tmp_path / "ce").glob("*/latest.pt")]
+    assert resume == [fingerprint(checkpoint["config"])], "one resume folder per configuration"
     history = catalog.load("ce.seed_0.history")
     assert list(history["epoch"]) == [1, 2]
     cached = catalog.load("ce.seed_0.logits")

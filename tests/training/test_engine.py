@@ -82,6 +82,18 @@ def test_checkpoint_of_another_configuration_is_not_resumed(digits, tmp_path, ke
     assert [r["epoch"] for r in result.history] == [1, 2]
 
 
+def test_a_run_of_another_configuration_keeps_an_interrupted_one_resumable(digits, tmp_path):
+    run_folder = CheckpointStore(tmp_path / "ce" / "seed_0")  # what the catalog gives a (method, seed)
+    interrupted = run_folder.for_configuration("config-a")
+    config = TrainConfig(epochs=3, batch_size=64, device="cpu")
+    _train(digits, config, store=interrupted, stop_after_epoch=1)
+    other = TrainConfig(epochs=2, batch_size=32, device="cpu")  # e.g. another env, run meanwhile
+    _train(digits, other, store=run_folder.for_configuration("config-b"))
+    assert interrupted.load()["epoch"] == 1, "the other configuration did not discard this state"
+    resumed = _train(digits, config, store=interrupted, stop_after_epoch=2)
+    assert [r["epoch"] for r in resumed.history] == [1, 2], "it continued from epoch 1"
+
+
 def test_best_val_error_selection_keeps_the_best_epoch(digits):
     config = TrainConfig(epochs=3, batch_size=64, device="cpu", select="best_val_error")
     result = _train(digits, config)

@@ -36,6 +36,13 @@ class CheckpointStore:
     def path(self) -> Path:
         return self.directory / "latest.pt"
 
+    def for_configuration(self, fingerprint: str) -> CheckpointStore:
+        """The store of one configuration of this run: the subfolder named by its
+        fingerprint. Two runs of one configuration share it (the second waits on the lock,
+        then reuses or resumes the state); runs of different configurations never touch
+        each other's state, whatever order they run or stop in."""
+        return CheckpointStore(self.directory / fingerprint)
+
     def save(self, state: dict[str, Any]) -> None:
         save_tensors(state, self.path)
 

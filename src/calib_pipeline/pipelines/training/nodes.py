@@ -80,6 +80,7 @@ def train_method(
     model = model_from_config(data, run_config["model"])
     learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
     parts = {part: Split(*split_tensors(data, split, part)) for part in [*split, "test"]}
+    configuration = fingerprint(run_config)
     result = train_model(
         model,
         learner,
@@ -90,8 +91,10 @@ def train_method(
         seed=seed,
         test=parts["test"],
         meta_val=parts.get("meta_val"),  # plain objectives ignore it
-        store=store,
-        fingerprint=fingerprint(run_config),
+        # a folder per configuration: a run of other settings (another env, --params, code)
+        # never waits on this one's lock nor discards its state
+        store=store.for_configuration(configuration),
+        fingerprint=configuration,
         record_epoch_logits=method.record_epoch_logits,
         description=f"{method.key} seed {seed}",
     )
