@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 from kedro.framework.hooks import hook_impl
 
+from calib_pipeline.pipelines.protocol import PROTOCOL
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,8 @@ class MissingInputsError(RuntimeError):
 
 
 class RunInfoHook:
-    """Puts the session's run id (its save version) and environment into the catalog as the
-    ``run_info`` input before a pipeline runs.
+    """Puts the session's run id (its save version), environment and protocol into the
+    catalog as the ``run_info`` input before a pipeline runs.
 
     Training nodes record them in each run's provenance. They get them as an input, not
     from :data:`RUN_ENV`, so that a node run in another process (a Dask worker) or from a
@@ -115,7 +116,10 @@ class RunInfoHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
-        catalog[RUN_INFO] = run_info(run_params["run_id"], run_params.get("env") or DEFAULT_RUN_ENV)
+        env = run_params.get("env") or DEFAULT_RUN_ENV
+        # the registry checked the protocol of the session's globals when it built the pipelines
+        protocol = RUN_ENV["config_loader"]["globals"][PROTOCOL]
+        catalog[RUN_INFO] = run_info(run_params["run_id"], env, protocol)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:

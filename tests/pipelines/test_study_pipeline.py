@@ -43,7 +43,7 @@ def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
     # run_info is what hooks.RunInfoHook adds in a `kedro run`
     datasets = {
         "raw_data": MemoryDataset(data),
-        RUN_INFO: MemoryDataset(run_info("test-run", "test")),
+        RUN_INFO: MemoryDataset(run_info("test-run", "test", "test")),
     }
     for key, value in parameters.items():
         datasets[f"params:{key}"] = MemoryDataset(value)
@@ -100,6 +100,7 @@ def test_every_artifact_records_the_training_that_made_it(small_digits, tmp_path
     assert {k: v for k, v in record.items() if k != "config"} == {
         "run_id": "test-run",
         "env": "test",
+        "protocol": "test",
         "dataset": "digits",
         "split": "standard",
         "split_hash": split_fingerprint(split),
