@@ -99,6 +99,26 @@ class RunPreflightHook:
                 f"{', ...' if len(missing) > 3 else ''}): run the {' and '.join(stages)} stage(s) first, "
                 f"e.g. kedro run --pipelines={','.join(stages)}, or include them in --pipelines"
             )
+        _refuse_uncollected_runs(pipeline)
+
+
+# "<method>.runs_for_<study>": a method's runs, handed to a study in memory by the
+# <method>.collect_for_<study> node (pipelines/reporting/pipeline.py)
+COLLECTED_RUNS = ".runs_for_"
+
+
+def _refuse_uncollected_runs(pipeline) -> None:
+    """Refuse a run that reads a study's in-memory collections without the nodes that make
+    them (e.g. ``--namespaces=<study>``: they sit in the methods' namespaces)."""
+    held = sorted(name for name in pipeline.inputs() if COLLECTED_RUNS in name)
+    if held:
+        study = held[0].split(COLLECTED_RUNS, 1)[1]
+        raise MissingInputsError(
+            f"{len(held)} input(s) of this run are handed over in memory by nodes it leaves out "
+            f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): each method's "
+            f"collect_for_{study} node runs in the method's namespace, with the study's reporting "
+            f"stage. Run e.g. kedro run --pipelines={study}.reporting (without --namespaces={study})"
+        )
 
 
 class MissingInputsError(RuntimeError):
