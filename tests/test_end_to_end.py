@@ -168,28 +168,6 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs), "the reliability diagram is drawn"
 
 
-def test_kedro_viz_build_lists_pipelines_and_namespaces(tmp_path):
-    import json
-    import shutil
-
-    shutil.copy(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copytree(PROJECT / "conf", tmp_path / "conf")
-    # kedro requires the source folder inside the project; a copy keeps build/ out of the repo
-    shutil.copytree(PROJECT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    env = {**os.environ, "DO_NOT_TRACK": "1", "KEDRO_DISABLE_TELEMETRY": "true", "KEDRO_ENV": "test"}
-    result = subprocess.run(
-        [KEDRO, "viz", "build"], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    main = json.loads((tmp_path / "build" / "api" / "main").read_text())
-    pipelines = {p["id"] for p in main["pipelines"]}
-    assert {"__default__", "baseline", "training", "posthoc", "reporting", "shift"} <= pipelines
-    modular = set(main["modular_pipelines"])
-    assert {"ce", "focal_gamma_3", "baseline"} <= modular
-    names = {n["name"] for n in main["nodes"]}
-    assert any("train_seed_0" in name for name in names)
-
-
 def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     data_dir = tmp_path / "data"
     kedro("--pipeline=focal_meta", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")

@@ -1,6 +1,6 @@
-"""kedro-viz reads at a glance: the JSON that `kedro viz build` writes for conf/test has the
-datasets in layers, and every method's box holds its own per-run artifacts (none leaves the
-box to come back in)."""
+"""kedro-viz reads at a glance: the JSON that `kedro viz build` writes for conf/test lists
+the pipelines and namespaces, has the datasets in layers, and every method's box holds its
+own per-run artifacts (none leaves the box to come back in)."""
 
 import json
 import os
@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def viz(tmp_path_factory) -> Path:
-    """The ``build/api`` folder of ``kedro viz build`` on a copy of the project (conf/test)."""
+    """The ``build/api`` folder of ``kedro viz build`` on a copy of the project (conf/test):
+    kedro needs the source folder inside the project, and a copy keeps build/ out of the repo."""
     project = tmp_path_factory.mktemp("project")
     shutil.copy(PROJECT / "pyproject.toml", project / "pyproject.toml")
     shutil.copytree(PROJECT / "conf", project / "conf")
@@ -35,6 +36,14 @@ def viz(tmp_path_factory) -> Path:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return project / "build" / "api"
+
+
+def test_the_build_lists_pipelines_and_namespaces(viz):
+    main = graph(viz, "__default__")
+    pipelines = {p["id"] for p in main["pipelines"]}
+    assert {"__default__", "baseline", "training", "posthoc", "reporting", "shift"} <= pipelines
+    assert {"ce", "focal_gamma_3", "baseline"} <= set(main["modular_pipelines"])
+    assert any("train_seed_0" in node["name"] for node in main["nodes"])
 
 
 def graph(viz: Path, pipeline: str) -> dict:
