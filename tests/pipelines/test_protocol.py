@@ -150,10 +150,10 @@ def test_a_checkpoint_copied_from_another_protocols_folder_is_refused(tmp_path, 
     with pytest.raises(ProvenanceError) as error:
         compute_logits(digits, split, copied, {"device": "cpu"}, run_info("now", "local", "digits"))
     assert message(error).startswith(
-        "ce.seed_0.checkpoint (trained by run run-of-test) belongs to another protocol (protocol "
-        "'test', env 'test') than this session (protocol 'digits', env 'local'). Each protocol "
-        "keeps its artifacts in its own folders (data/06_models/<protocol>/...), so it was copied "
-        "or moved here from another protocol's folder"
+        "ce.seed_0.checkpoint, trained by run run-of-test: made under protocol 'test', env "
+        "'test', not under this session's protocol 'digits' (env 'local'). Each protocol keeps "
+        "its artifacts in its own folders (data/06_models/<protocol>/...), so it was copied or "
+        "moved here from another protocol's folder"
     )
     assert "kedro run --env=local --pipelines=<study>" in message(error)
     assert "kedro run --env=test)" in message(error)
@@ -170,9 +170,9 @@ def test_cached_artifacts_of_another_protocol_are_refused_by_posthoc_and_evaluat
     with pytest.raises(ProvenanceError) as error:
         check_run(CE, 0, artifacts, **session, run_info=run_info("r", "cifar10", "cifar10"))
     assert message(error).startswith(
-        "ce seed 0: ce.seed_0.logits, ce.seed_0.calibrators (trained by run run-of-cifar10_wrn) "
-        "belongs to another protocol (protocol 'cifar10_wrn', env 'cifar10_wrn') than this "
-        "session (protocol 'cifar10', env 'cifar10')"
+        "ce seed 0: ce.seed_0.logits, ce.seed_0.calibrators, trained by run run-of-cifar10_wrn: "
+        "made under protocol 'cifar10_wrn', env 'cifar10_wrn', not under this session's protocol "
+        "'cifar10' (env 'cifar10')"
     )
 
 
@@ -185,5 +185,5 @@ def test_a_record_written_before_protocols_were_recorded_is_compared_by_environm
     }
     artifacts = {"ce.seed_0.logits": {"provenance": record}}
     assert check_run(CE, 0, artifacts, **session, run_info=run_info("r", "test", "test")) == record
-    with pytest.raises(ProvenanceError, match=r"\(env 'test', written before protocols were recorded\)"):
+    with pytest.raises(ProvenanceError, match=r"made under env 'test' \(written before protocols were recorded\), not under"):
         check_run(CE, 0, artifacts, **session, run_info=run_info("r", "local", "digits"))

@@ -114,13 +114,13 @@ def check_protocol_of(subject: str, record: Mapping[str, Any], run_info: Mapping
     if recorded == run_info["protocol"] or (recorded is None and env == run_info["env"]):
         return
     made = (
-        f"env {env!r}, written before protocols were recorded"
+        f"env {env!r} (written before protocols were recorded)"
         if recorded is None
         else f"protocol {recorded!r}, env {env!r}"
     )
     raise ProvenanceError(
-        f"{subject} (trained by run {record['run_id']}) belongs to another protocol ({made}) than "
-        f"this session (protocol {run_info['protocol']!r}, env {run_info['env']!r}). Each "
+        f"{subject}, trained by run {record['run_id']}: made under {made}, not under this "
+        f"session's protocol {run_info['protocol']!r} (env {run_info['env']!r}). Each "
         "protocol keeps its artifacts in its own folders (data/06_models/<protocol>/...), so it "
         "was copied or moved here from another protocol's folder, and its results would mix "
         f"with this protocol's. Train it under this protocol (kedro run --env={run_info['env']} "
