@@ -58,7 +58,8 @@ def check_protocol(
     Args:
         env: the session's environment (``local`` when none was named).
         globals_: the session's merged globals (base, then ``env``).
-        conf_source: the configuration folder (``conf/``).
+        conf_source: the configuration folder (``conf/``); an archive's environments are
+            not read, only the protocol's name is checked.
         dataset_names: registered dataset names; a protocol named like one must use it.
 
     Returns:
@@ -84,14 +85,15 @@ def check_protocol(
             "and contain only letters, digits, '_' and '-' (it names a folder of every artifact path)"
         )
     keeps_dataset = (own.get("dataset") or {}).get("name") is None
-    if PROTOCOL not in own and not (env in INHERITING_ENVS and keeps_dataset):
+    readable = Path(conf_source).is_dir()  # not a packaged archive (--conf-source=conf.tar.gz)
+    if readable and PROTOCOL not in own and not (env in INHERITING_ENVS and keeps_dataset):
         raise ValueError(
             f"env {env!r} does not declare its own protocol: it would write its artifacts under "
             f"protocol {protocol!r}, into the folders of another environment, and mix with its "
             f"results (the same \"latest\" checkpoints, logits and tables). Add "
             f"`{PROTOCOL}: {env}` (or another name of its own) to {where}."
         )
-    if PROTOCOL in own:
+    if readable and PROTOCOL in own:
         _check_unique(env, str(protocol), conf_source)
     if protocol in set(dataset_names) and protocol != dataset:
         raise ValueError(
