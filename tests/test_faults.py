@@ -44,7 +44,7 @@ def start(data_dir: Path, tracking: str, *args: str) -> subprocess.Popen:
 
 
 def latest_table(data_dir: Path, study: str) -> pd.DataFrame:
-    folder = data_dir / "08_reporting" / "digits" / study / "metrics.parquet"
+    folder = data_dir / "08_reporting" / "test" / study / "metrics.parquet"
     table = pd.read_parquet(folder / versions(folder)[-1] / "metrics.parquet")
     return table.drop(columns=["run_id"], errors="ignore")  # the run id differs by design
 
@@ -55,7 +55,7 @@ def test_kill_9_during_training_then_rerun_equals_an_uninterrupted_run(tmp_path)
 
     data_dir = tmp_path / "killed"
     process = start(data_dir, f"sqlite:///{tmp_path}/killed.db", "--pipelines=baseline")
-    resume = data_dir / "06_models" / "digits" / "resume"
+    resume = data_dir / "06_models" / "test" / "resume"
     deadline = time.monotonic() + 300
     while not list(resume.glob("*/*/*/latest.pt")) and time.monotonic() < deadline:
         assert process.poll() is None, "the run ended before it could be killed"
@@ -63,7 +63,7 @@ def test_kill_9_during_training_then_rerun_equals_an_uninterrupted_run(tmp_path)
     os.killpg(process.pid, signal.SIGKILL)  # as kill -9: no handler, no cleanup
     process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL
-    assert not (data_dir / "08_reporting" / "digits" / "baseline" / "metrics.parquet").exists()
+    assert not (data_dir / "08_reporting" / "test" / "baseline" / "metrics.parquet").exists()
 
     kedro("--pipelines=baseline", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/killed.db")
     pd.testing.assert_frame_equal(latest_table(data_dir, "baseline"), latest_table(reference, "baseline"))
@@ -81,7 +81,7 @@ def test_two_runs_started_together_both_complete_with_distinct_versions(tmp_path
     outputs = [run.communicate(timeout=600)[0] for run in runs]
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-3000:]
-    metrics = data_dir / "08_reporting" / "digits" / "focal_meta" / "metrics.parquet"
+    metrics = data_dir / "08_reporting" / "test" / "focal_meta" / "metrics.parquet"
     assert len(versions(metrics)) == 2, "each run writes its own version"
     first, second = (pd.read_parquet(metrics / v / "metrics.parquet") for v in versions(metrics))
     pd.testing.assert_frame_equal(first.drop(columns=["run_id"], errors="ignore"),

@@ -208,7 +208,7 @@ def test_kedro_run_finishes_with_all_outputs_and_one_warning_when_tracking_is_br
     output = result.stdout + result.stderr
     assert output.count("WARNING") == 1 and "CALIB_MLFLOW=off" in " ".join(output.split())
     assert "s3cret" not in output
-    report = tmp_path / "data" / "08_reporting" / "digits" / "baseline"
+    report = tmp_path / "data" / "08_reporting" / "test" / "baseline"
     assert (report / "metrics.parquet").exists() and (report / "summary").exists()
 
 

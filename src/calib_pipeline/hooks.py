@@ -44,6 +44,7 @@ from typing import Any
 import pandas as pd
 from kedro.framework.hooks import hook_impl
 
+from calib_pipeline.pipelines.protocol import PROTOCOL
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,26 @@ class RunPreflightHook:
                 f"{', ...' if len(missing) > 3 else ''}): run the {' and '.join(stages)} stage(s) first, "
                 f"e.g. kedro run --pipelines={','.join(stages)}, or include them in --pipelines"
             )
+        _refuse_uncollected_runs(pipeline)
+
+
+# "<method>.runs_for_<study>": a method's runs, handed to a study in memory by the
+# <method>.collect_for_<study> node (pipelines/reporting/pipeline.py)
+COLLECTED_RUNS = ".runs_for_"
+
+
+def _refuse_uncollected_runs(pipeline) -> None:
+    """Refuse a run that reads a study's in-memory collections without the nodes that make
+    them (e.g. ``--namespaces=<study>``: they sit in the methods' namespaces)."""
+    held = sorted(name for name in pipeline.inputs() if COLLECTED_RUNS in name)
+    if held:
+        study = held[0].split(COLLECTED_RUNS, 1)[1]
+        raise MissingInputsError(
+            f"{len(held)} input(s) of this run are handed over in memory by nodes it leaves out "
+            f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): each method's "
+            f"collect_for_{study} node runs in the method's namespace, with the study's reporting "
+            f"stage. Run e.g. kedro run --pipelines={study}.reporting (without --namespaces={study})"
+        )
 
 
 class MissingInputsError(RuntimeError):
@@ -114,8 +135,8 @@ class MissingInputsError(RuntimeError):
 
 
 class RunInfoHook:
-    """Puts the session's run id (its save version) and environment into the catalog as the
-    ``run_info`` input before a pipeline runs.
+    """Puts the session's run id (its save version), environment and protocol into the
+    catalog as the ``run_info`` input before a pipeline runs.
 
     Training nodes record them in each run's provenance. They get them as an input, not
     from :data:`RUN_ENV`, so that a node run in another process (a Dask worker) or from a
@@ -124,7 +145,10 @@ class RunInfoHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
-        catalog[RUN_INFO] = run_info(run_params["run_id"], run_params.get("env") or DEFAULT_RUN_ENV)
+        env = run_params.get("env") or DEFAULT_RUN_ENV
+        # the registry checked the protocol of the session's globals when it built the pipelines
+        protocol = RUN_ENV["config_loader"]["globals"][PROTOCOL]
+        catalog[RUN_INFO] = run_info(run_params["run_id"], env, protocol)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:

@@ -32,10 +32,13 @@ from calib_pipeline.training.checkpoint import CheckpointStore, load_tensors, sa
 class ImageClassificationDataset(AbstractDataset[None, ImageData]):
     """Loads a registered image dataset (``calib_pipeline.data``); read-only."""
 
-    def __init__(self, *, name: str, root: str, download: bool = False) -> None:
+    def __init__(
+        self, *, name: str, root: str, download: bool = False, metadata: dict | None = None
+    ) -> None:
         self._name = name
         self._root = root
         self._download = bool(download)
+        self.metadata = metadata  # e.g. the kedro-viz layer
 
     def load(self) -> ImageData:
         return load_dataset(self._name, root=self._root, download=self._download)
@@ -58,8 +61,9 @@ class PredictionsDataset(AbstractDataset[None, PredictionsFile]):
     loading says how to give one.
     """
 
-    def __init__(self, *, filepath: str | None = None) -> None:
+    def __init__(self, *, filepath: str | None = None, metadata: dict | None = None) -> None:
         self._filepath = filepath
+        self.metadata = metadata
 
     def load(self) -> PredictionsFile:
         if not self._filepath:
@@ -147,8 +151,9 @@ class CheckpointStoreDataset(AbstractDataset[None, CheckpointStore]):
     while it trains, which is what lets an interrupted run resume.
     """
 
-    def __init__(self, *, path: str) -> None:
+    def __init__(self, *, path: str, metadata: dict | None = None) -> None:
         self._path = path
+        self.metadata = metadata
 
     def load(self) -> CheckpointStore:
         return CheckpointStore(self._path)
@@ -229,11 +234,19 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
     paths of the PNGs and JSON files.
     """
 
-    def __init__(self, *, filepath: str, version: Version | None = None, dpi: int = 120) -> None:
+    def __init__(
+        self,
+        *,
+        filepath: str,
+        version: Version | None = None,
+        dpi: int = 120,
+        metadata: dict | None = None,
+    ) -> None:
         super().__init__(
             filepath=PurePosixPath(filepath), version=version, exists_function=is_complete_report
         )
         self._dpi = dpi
+        self.metadata = metadata
         # the folder of the last save (the MLflow hook logs it as written)
         self.saved_folder: Path | None = None
 

@@ -9,8 +9,8 @@ scores a user's predictions file (``docs/predictions.md``) and runs only when na
 ``find_pipelines()`` is not used: since Kedro 1.5 ``--pipelines=X`` makes it import a
 module named X, and study names are not modules. Structural lists (methods, seeds,
 studies) are read from the parameters of the session's environment when the
-registry is built, and every name and hyperparameter is validated here -- before
-any node runs.
+registry is built, and every name and hyperparameter -- and the environment's protocol
+(``pipelines.protocol``) -- is validated here, before any node runs.
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from __future__ import annotations
 import os
 import warnings
 
+from kedro.config import OmegaConfigLoader
 from kedro.pipeline import Pipeline
 
-from calib_pipeline.hooks import RUN_ENV
+from calib_pipeline.data import dataset_names
+from calib_pipeline.hooks import DEFAULT_RUN_ENV, RUN_ENV
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, score, shift, training
 from calib_pipeline.pipelines.checks import check_parameters
 from calib_pipeline.pipelines.config import Structure, parse_structure, validate_buildable
-from calib_pipeline.settings import load_parameters, project_root
+from calib_pipeline.pipelines.protocol import check_protocol
+from calib_pipeline.settings import config_loader, project_root
 
 # Dotted dataset names ("<method>.seed_<k>.logits") are this project's convention: they
 # line up with the method namespaces and the catalog's dataset factories.
@@ -32,10 +35,16 @@ warnings.filterwarnings("ignore", message="One or more dataset names contain '.'
 
 
 def stage_pipelines(
-    structure: Structure, studies: list[str], dataset: str, shifted_val: bool = False
+    structure: Structure,
+    studies: list[str],
+    dataset: str,
+    shifted_val: bool = False,
+    *,
+    protocol: str = "",
 ) -> dict[str, Pipeline]:
     """The six stages restricted to the (method, seed) runs of ``studies``; with
-    ``shifted_val`` calibrators are also fitted on shifted validation sets."""
+    ``shifted_val`` calibrators are also fitted on shifted validation sets. Reports name
+    ``dataset`` and ``protocol``."""
     runs = structure.runs(studies)
     return {
         "data_split": data_split.create_pipeline(sorted({structure.methods[m].split for m, _ in runs})),
@@ -43,7 +52,7 @@ def stage_pipelines(
         "logits": logits.create_pipeline(structure, runs),
         "posthoc": posthoc.create_pipeline(structure, runs, shifted_val),
         "shift": shift.create_pipeline(structure.shift_runs(studies, shifted_val)),
-        "reporting": reporting.create_pipeline(structure, studies, dataset, shifted_val),
+        "reporting": reporting.create_pipeline(structure, studies, dataset, shifted_val, protocol=protocol),
     }
 
 
@@ -60,24 +69,33 @@ def check_catalog_dataset(parameters: dict, globals_: dict) -> None:
         )
 
 
-def register_pipelines() -> dict[str, Pipeline]:
+def session_config() -> tuple[OmegaConfigLoader, str]:
+    """The session's configuration loader and environment; outside a session (e.g. a plain
+    script) the files of ``KEDRO_ENV`` (default: local)."""
     loader = RUN_ENV.get("config_loader")
     if loader is not None:
-        parameters = loader["parameters"]
-    else:  # imported outside a session (e.g. a plain script): read the environment's files
-        parameters = load_parameters(os.environ.get("KEDRO_ENV"), project_root())
+        return loader, RUN_ENV.get("env") or DEFAULT_RUN_ENV
+    env = os.environ.get("KEDRO_ENV") or DEFAULT_RUN_ENV
+    return config_loader(env, project_root()), env
+
+
+def register_pipelines() -> dict[str, Pipeline]:
+    loader, env = session_config()
+    parameters = loader["parameters"]
     check_parameters(parameters)
     structure = parse_structure(parameters)
     validate_buildable(structure, parameters)
-    if loader is not None:
-        check_catalog_dataset(parameters, loader["globals"])
+    check_catalog_dataset(parameters, loader["globals"])
+    protocol = check_protocol(env, loader["globals"], loader.conf_source, dataset_names())
     dataset = parameters["dataset"]["name"]
     shifted_val = bool((parameters.get("shift") or {}).get("shifted_val"))
 
-    pipelines: dict[str, Pipeline] = stage_pipelines(structure, list(structure.studies), dataset, shifted_val)
+    pipelines: dict[str, Pipeline] = stage_pipelines(
+        structure, list(structure.studies), dataset, shifted_val, protocol=protocol
+    )
     pipelines["__default__"] = sum(pipelines.values(), Pipeline([]))
     for name in structure.studies:
-        study_stages = stage_pipelines(structure, [name], dataset, shifted_val)
+        study_stages = stage_pipelines(structure, [name], dataset, shifted_val, protocol=protocol)
         for stage, pipeline in study_stages.items():
             pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
         pipelines[name] = sum(study_stages.values(), Pipeline([]))

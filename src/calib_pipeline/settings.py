@@ -71,11 +71,15 @@ CONFIG_LOADER_ARGS = {
 }
 
 
-def load_parameters(env: str | None, project_path: str | Path | None = None) -> dict[str, Any]:
-    """Parameters of ``env`` merged over base, read the same way the Kedro session does."""
-    loader = CONFIG_LOADER_CLASS(
+def config_loader(env: str | None, project_path: str | Path | None = None) -> OmegaConfigLoader:
+    """The configuration of ``env`` (over base), read the same way the Kedro session does."""
+    return CONFIG_LOADER_CLASS(
         conf_source=str(Path(project_path or project_root()) / "conf"),
         env=env,
         **CONFIG_LOADER_ARGS,
     )
-    return loader["parameters"]
+
+
+def load_parameters(env: str | None, project_path: str | Path | None = None) -> dict[str, Any]:
+    """Parameters of ``env`` merged over base, read the same way the Kedro session does."""
+    return config_loader(env, project_path)["parameters"]

@@ -1,5 +1,5 @@
 """Nodes refuse inputs whose provenance disagrees with the session, with a clear message;
-the run id and environment reach the nodes as the ``run_info`` input."""
+the run id, environment and protocol reach the nodes as the ``run_info`` input."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import ImageData, load_dataset
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.hooks import RunInfoHook
+from calib_pipeline.hooks import RUN_ENV, RunInfoHook
 from calib_pipeline.pipelines.logits.nodes import compute_logits
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
 from calib_pipeline.pipelines.provenance import ProvenanceError, check_run
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study
-from calib_pipeline.pipelines.run_info import RUN_INFO
+from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.pipelines.training.nodes import train_method
 from calib_pipeline.training import CheckpointStore
 from calib_pipeline.training.provenance import run_configuration, training_provenance
@@ -30,13 +30,16 @@ SESSION = {
     "model": {"name": "small_cnn", "params": {"width": 8}},
     "training": {"epochs": 60, "lr": 0.05},
     "splits": {"standard": {"seed": 0, "fractions": {"train": 0.75, "val": 0.25}}},
+    "run_info": run_info("2026-03-03T00.00.00.000Z", "test", "test"),
 }
 TRAINED_BY = "2026-01-01T00.00.00.000Z"
 
 
-def provenance(method=CE, run_id=TRAINED_BY, split_hash="abc123", **changed) -> dict:
-    """The record of ``method`` seed 0 trained under the session's parameters, with the
-    parameter groups in ``changed`` replaced."""
+def provenance(
+    method=CE, run_id=TRAINED_BY, split_hash="abc123", env="test", protocol="test", **changed
+) -> dict:
+    """The record of ``method`` seed 0 trained under the session's parameters (in env
+    ``env`` of protocol ``protocol``), with the parameter groups in ``changed`` replaced."""
     session = {**SESSION, **changed}
     config = run_configuration(
         method,
@@ -47,7 +50,7 @@ def provenance(method=CE, run_id=TRAINED_BY, split_hash="abc123", **changed) -> 
         training_params=session["training"],
     )
     config = {**config, "split_hash": split_hash, "code": "c0de"}
-    return training_provenance(config, run_id=run_id, env="test")
+    return training_provenance(config, run_id=run_id, env=env, protocol=protocol)
 
 
 def message(error: pytest.ExceptionInfo) -> str:
@@ -150,7 +153,7 @@ def test_the_training_node_refuses_a_split_its_definition_does_not_make(digits, 
             CheckpointStore(tmp_path),
             SESSION["model"],
             SESSION["training"],
-            {"run_id": "r", "env": "test"},
+            SESSION["run_info"],
             method=CE,
             seed=0,
         )
@@ -174,7 +177,7 @@ def test_the_logits_node_refuses_a_checkpoint_of_another_split(digits):
         "provenance": provenance(split_hash="0123456789abcdef"),
     }
     with pytest.raises(ProvenanceError) as error:
-        compute_logits(digits, split, checkpoint, {"device": "cpu"})
+        compute_logits(digits, split, checkpoint, {"device": "cpu"}, SESSION["run_info"])
     text = message(error)
     assert text.startswith(
         f"ce.seed_0.checkpoint (trained by run {TRAINED_BY}) does not match the data it is given: "
@@ -191,7 +194,11 @@ def test_the_logits_node_refuses_a_checkpoint_of_another_dataset(digits):
         ProvenanceError, match="dataset 'fashion_mnist' when trained, 'digits' given"
     ):
         compute_logits(
-            digits, split, {"method": "ce", "seed": 0, "provenance": record}, {"device": "cpu"}
+            digits,
+            split,
+            {"method": "ce", "seed": 0, "provenance": record},
+            {"device": "cpu"},
+            SESSION["run_info"],
         )
 
 
@@ -213,12 +220,13 @@ def evaluate(run: dict, session: dict = SESSION):
         session["model"],
         session["training"],
         session["splits"],
+        session["run_info"],
         {"n_bins": 10},
         study="mini",
         run_keys={"r0": ("ce", 0)},
         methods={"ce": CE},
         calibrators=["ts"],
-        **{f"r0_{kind}": artifact for kind, artifact in run.items()},
+        runs_ce={f"r0_{kind}": artifact for kind, artifact in run.items()},
     )
 
 
@@ -266,12 +274,13 @@ def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits
 # ---------------------------------------------------------------------------------- hook
 
 
-def test_the_hook_gives_nodes_the_session_run_id_and_env():
+def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol(monkeypatch):
+    monkeypatch.setitem(RUN_ENV, "config_loader", {"globals": {"protocol": "cifar10_wrn"}})
     catalog = DataCatalog()
     RunInfoHook().before_pipeline_run(
-        {"run_id": TRAINED_BY, "env": "cifar10"}, pipeline=None, catalog=catalog
+        {"run_id": TRAINED_BY, "env": "cifar10_wrn"}, pipeline=None, catalog=catalog
     )
-    assert catalog.load(RUN_INFO) == {"run_id": TRAINED_BY, "env": "cifar10"}
+    assert catalog.load(RUN_INFO) == {"run_id": TRAINED_BY, "env": "cifar10_wrn", "protocol": "cifar10_wrn"}
     RunInfoHook().before_pipeline_run(
         {"run_id": TRAINED_BY, "env": None}, pipeline=None, catalog=catalog
     )

@@ -82,9 +82,14 @@ def test_the_predictions_dataset_reads_the_file_or_says_how_to_give_one(tmp_path
 
 
 def registered(monkeypatch, **changes):
-    parameters = {**PARAMETERS, **changes}
-    monkeypatch.setattr(pipeline_registry, "load_parameters", lambda env, root: parameters)
     monkeypatch.setitem(pipeline_registry.RUN_ENV, "config_loader", None)
+    real, env = pipeline_registry.session_config()  # the local env's files
+
+    class Loader(dict):
+        conf_source = real.conf_source
+
+    loader = Loader(parameters={**PARAMETERS, **changes}, globals=real["globals"])
+    monkeypatch.setattr(pipeline_registry, "session_config", lambda: (loader, env))
     return pipeline_registry.register_pipelines()
 
 

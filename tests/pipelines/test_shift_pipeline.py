@@ -17,6 +17,7 @@ from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
 from calib_pipeline.pipelines.provenance import ProvenanceError
+from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.settings import load_parameters
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.data.shift_suites import (
@@ -83,6 +84,8 @@ def checkpoint_for(data: ImageData, method: str = "ce", seed: int = 0) -> dict:
         "config": {"split": "standard"},
         "provenance": {
             "run_id": "train-run",
+            "env": "test",
+            "protocol": "test",
             "dataset": data.name,
             "split": "standard",
             "split_hash": split_fingerprint(split_dataset(data, SPLITS["standard"])),
@@ -99,6 +102,7 @@ def run_shift(
         "params:splits": MemoryDataset(splits),
         "params:shift": MemoryDataset(shift_params),
         "params:logits": MemoryDataset({"device": "cpu"}),
+        RUN_INFO: MemoryDataset(run_info("shift-run", "test", "test")),
     }
     for method, seed in runs:
         datasets[f"{method}.seed_{seed}.checkpoint"] = MemoryDataset(
@@ -146,6 +150,7 @@ def test_shift_logits_carry_the_checkpoint_provenance(digits):
         "params:splits": MemoryDataset(SPLITS),
         "params:shift": MemoryDataset({"corruptions": ["contrast"], "severities": [1]}),
         "params:logits": MemoryDataset({"device": "cpu"}),
+        RUN_INFO: MemoryDataset(run_info("shift-run", "test", "test")),
         "ce.seed_0.checkpoint": MemoryDataset(checkpoint_for(digits)),
         "ce.seed_0.shift_logits": MemoryDataset(copy_mode="assign"),
     }

@@ -43,7 +43,7 @@ def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
     # run_info is what hooks.RunInfoHook adds in a `kedro run`
     datasets = {
         "raw_data": MemoryDataset(data),
-        RUN_INFO: MemoryDataset(run_info("test-run", "test")),
+        RUN_INFO: MemoryDataset(run_info("test-run", "test", "test")),
     }
     for key, value in parameters.items():
         datasets[f"params:{key}"] = MemoryDataset(value)
@@ -63,7 +63,7 @@ def _pipeline(structure):
     return (
         data_split.create_pipeline(["standard"]) + training.create_pipeline(structure, runs)
         + logits.create_pipeline(structure, runs) + posthoc.create_pipeline(structure, runs)
-        + shift.create_pipeline(runs) + reporting.create_pipeline(structure, ["mini"])
+        + shift.create_pipeline(runs) + reporting.create_pipeline(structure, ["mini"], "digits", protocol="test")
     )
 
 
@@ -81,6 +81,7 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     assert test["ce", "none", "accuracy"] == test["ce", "ts", "accuracy"]
     summary = catalog.load("mini.report_summary")
     assert "| CE" in summary["summary"]
+    assert summary["summary"].startswith("# mini on digits (protocol test)"), "titles name dataset and protocol"
     assert list(summary["table"].columns) == ["label", "calibrator", "accuracy", "nll", "ece"]
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
@@ -102,6 +103,7 @@ def test_every_artifact_records_the_training_that_made_it(small_digits, tmp_path
     assert {k: v for k, v in record.items() if k != "config"} == {
         "run_id": "test-run",
         "env": "test",
+        "protocol": "test",
         "dataset": "digits",
         "split": "standard",
         "split_hash": split_fingerprint(split),
@@ -171,3 +173,22 @@ def test_the_shift_stage_runs_only_for_studies_whose_reports_read_shifted_sets()
     assert [d for d in shifted["reporting"].inputs() if d.endswith("shift_logits")] == ["ls.seed_0.shift_logits"]
     # calibrators fitted on shifted validation sets need every run's shifted sets
     assert len(stage_pipelines(structure, ["clean"], "digits", shifted_val=True)["shift"].nodes) == 2
+
+
+def test_the_study_reads_one_collection_per_method_made_in_the_method_namespace():
+    from calib_pipeline.hooks import MissingInputsError, RunPreflightHook
+
+    structure = parse_structure(PARAMETERS)
+    pipeline = reporting.create_pipeline(structure, ["mini"], "digits", protocol="test")
+    collect = {n.name: n for n in pipeline.nodes if n.name.endswith("collect_for_mini")}
+    assert sorted(collect) == ["ce.collect_for_mini", "ls.collect_for_mini"]
+    assert collect["ce.collect_for_mini"].outputs == ["ce.runs_for_mini"]
+    assert set(collect["ce.collect_for_mini"].inputs) == {
+        "ce.seed_0.logits", "ce.seed_0.calibrators", "ce.seed_0.shift_logits"
+    }
+    evaluate = next(n for n in pipeline.nodes if n.name == "mini.evaluate")
+    assert {i for i in evaluate.inputs if ".seed_" in i} == set(), "per-run artifacts stay in their method"
+    assert {"ce.runs_for_mini", "ls.runs_for_mini"} <= set(evaluate.inputs)
+    # the study's namespace alone leaves its collections out: refused before anything runs
+    with pytest.raises(MissingInputsError, match=r"each method's collect_for_mini node runs in the method's namespace"):
+        RunPreflightHook().before_pipeline_run({}, pipeline.only_nodes_with_namespaces(["mini"]), DataCatalog())

@@ -98,3 +98,17 @@ def test_method_colors_are_one_per_method_and_stable_across_figures():
     assert (
         len(set(method_colors([f"m{i}" for i in range(15)]).values())) == 15
     )  # tab20 past 10 methods
+
+
+def test_titles_name_the_dataset_and_its_protocol(focal_results):
+    import dataclasses
+
+    from calib_pipeline.reports.common import paper_header
+
+    assert focal_results.dataset_label == "toy", "the dataset alone when the protocol is unknown"
+    results = dataclasses.replace(focal_results, protocol="toy_long")
+    assert paper_header(results, "Table 1", "std", None).startswith(
+        "# Table 1\n\nStudy `study` on toy (protocol toy_long), mean ± std"
+    )
+    summary = build_report("summary", results, metrics=["ece"])["summary"]
+    assert summary.startswith("# study on toy (protocol toy_long)")

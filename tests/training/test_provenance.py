@@ -57,10 +57,13 @@ def test_the_split_definition_is_normalised():
 
 def test_the_provenance_record_names_the_run_and_hashes_the_configuration():
     config = {**configuration(), "split_hash": "abc123", "code": "c0de"}
-    record = training_provenance(config, run_id="2026-01-01T00.00.00.000Z", env="cifar10")
+    record = training_provenance(
+        config, run_id="2026-01-01T00.00.00.000Z", env="cifar10_wrn", protocol="cifar10_wrn"
+    )
     assert record == {
         "run_id": "2026-01-01T00.00.00.000Z",
-        "env": "cifar10",
+        "env": "cifar10_wrn",
+        "protocol": "cifar10_wrn",
         "dataset": "digits",
         "split": "standard",
         "split_hash": "abc123",

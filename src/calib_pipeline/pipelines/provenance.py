@@ -18,19 +18,22 @@ from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.training.provenance import (
     Difference,
     configuration_differences,
     run_configuration,
 )
 
-# The parameters a run's configuration is built from; every node that checks a run's
-# artifacts against the session takes them under these keyword names.
+# The parameters a run's configuration is built from, and the session's identity (its
+# protocol); every node that checks a run's artifacts against the session takes them under
+# these keyword names.
 SESSION_INPUTS = {
     "dataset": "params:dataset",
     "model": "params:model",
     "training": "params:training",
     "splits": "params:splits",
+    "run_info": RUN_INFO,
 }
 # A run's keyed collections hold their members under these keys, beside "provenance":
 # shifted-set logits (spec key -> logits) and fitted calibrators (key -> calibrator).
@@ -90,25 +93,68 @@ def check_split_definition(
         )
 
 
+def check_protocol_of(subject: str, record: Mapping[str, Any], run_info: Mapping[str, str]) -> None:
+    """Refuse an artifact made under another protocol than the session's.
+
+    Each protocol keeps its artifacts in its own folders, so such an artifact was copied or
+    moved in from another protocol's folder (or written before artifact paths carried the
+    protocol). A record written before protocols were recorded is compared by environment.
+
+    Args:
+        subject: what the message names (``ce.seed_0.checkpoint``).
+        record: the artifact's provenance record.
+        run_info: the session's ``run_info`` (``run_id``, ``env``, ``protocol``).
+
+    Raises:
+        ProvenanceError: naming the artifact, the run that trained it, both protocols (or
+            environments) and what to do.
+    """
+    recorded = record.get("protocol")
+    env = record.get("env")
+    if recorded == run_info["protocol"] or (recorded is None and env == run_info["env"]):
+        return
+    made = (
+        f"env {env!r} (written before protocols were recorded)"
+        if recorded is None
+        else f"protocol {recorded!r}, env {env!r}"
+    )
+    raise ProvenanceError(
+        f"{subject}, trained by run {record['run_id']}: made under {made}, not under this "
+        f"session's protocol {run_info['protocol']!r} (env {run_info['env']!r}). Each "
+        "protocol keeps its artifacts in its own folders (data/06_models/<protocol>/...), so it "
+        "was copied or moved here from another protocol's folder, and its results would mix "
+        f"with this protocol's. Train it under this protocol (kedro run --env={run_info['env']} "
+        f"--pipelines=<study>), or use it in a session of its own (kedro run --env={env})."
+    )
+
+
 def check_checkpoint_data(
-    checkpoint: Mapping[str, Any], *, dataset: str, split_hash: str | None
+    checkpoint: Mapping[str, Any],
+    *,
+    dataset: str,
+    split_hash: str | None,
+    run_info: Mapping[str, str],
 ) -> dict[str, Any]:
-    """Refuse a checkpoint trained on another dataset or split than the one a node is given.
+    """Refuse a checkpoint of another protocol than the session's, or trained on another
+    dataset or split than the one a node is given.
 
     Args:
         checkpoint: the trained run.
         dataset: name of the dataset the node is given.
         split_hash: :func:`split_fingerprint` of the split the node is given for the run's
             split name; None when the session defines no split of that name.
+        run_info: the session's ``run_info`` (its protocol).
 
     Returns:
         The checkpoint's provenance record.
 
     Raises:
-        ProvenanceError: naming the run, the recorded and given dataset or split hash.
+        ProvenanceError: naming the run, the recorded and the session's protocol, or the
+            recorded and given dataset or split hash.
     """
     name = f"{run_prefix(checkpoint['method'], checkpoint['seed'])}.checkpoint"
     record = provenance_of(name, checkpoint)
+    check_protocol_of(name, record, run_info)
     differences = []
     if record["dataset"] != dataset:
         differences.append(f"dataset {record['dataset']!r} when trained, {dataset!r} given")
@@ -138,26 +184,29 @@ def check_run(
     model: Mapping[str, Any],
     training: Mapping[str, Any],
     splits: Mapping[str, Any],
+    run_info: Mapping[str, str],
 ) -> dict[str, Any]:
-    """Refuse a run's artifacts unless they come from one training, trained as the session's
-    parameters say that (method, seed) is trained.
+    """Refuse a run's artifacts unless they come from one training, trained under the
+    session's protocol as the session's parameters say that (method, seed) is trained.
 
     Args:
         method: the run's method.
         seed: the run's seed.
         artifacts: catalog name -> loaded artifact (logits, calibrators, shift logits, ...).
         dataset, model, training, splits: the session's parameters of those names.
+        run_info: the session's ``run_info`` (its protocol).
 
     Returns:
         The artifacts' common provenance record.
 
     Raises:
         ProvenanceError: an artifact without provenance, artifacts of different trainings,
-            or a training configuration the session does not have.
+            of another protocol, or a training configuration the session does not have.
     """
     run = f"{method.key} seed {seed}"
     records = {name: provenance_of(name, artifact) for name, artifact in artifacts.items()}
     record = _one_training(run, records)
+    check_protocol_of(f"{run}: {', '.join(records)}", record, run_info)
     expected = run_configuration(
         method,
         seed=seed,

@@ -1,4 +1,4 @@
-"""The session's identity as a node input: ``run_info = {"run_id", "env"}``.
+"""The session's identity as a node input: ``run_info = {"run_id", "env", "protocol"}``.
 
 ``hooks.RunInfoHook`` puts it into the catalog before a pipeline runs; a test's in-memory
 catalog adds it itself. Nodes read it as an input, never from process globals, so they
@@ -11,14 +11,16 @@ from __future__ import annotations
 RUN_INFO = "run_info"
 
 
-def run_info(run_id: str, env: str) -> dict[str, str]:
+def run_info(run_id: str, env: str, protocol: str) -> dict[str, str]:
     """The ``run_info`` input.
 
     Args:
         run_id: the session's id (Kedro's save version of every artifact it writes).
-        env: the session's configuration environment (its protocol).
+        env: the session's configuration environment.
+        protocol: the environment's protocol (``protocol`` in its globals.yml), the folder
+            its artifacts live in.
 
     Returns:
-        ``{"run_id": run_id, "env": env}``.
+        ``{"run_id": run_id, "env": env, "protocol": protocol}``.
     """
-    return {"run_id": str(run_id), "env": str(env)}
+    return {"run_id": str(run_id), "env": str(env), "protocol": str(protocol)}

@@ -260,7 +260,7 @@ def paper_header(
     """The Markdown heading of a paper table: title, study, seeds, spread and, when sweep
     members were selected, by which rule (and a warning for test-set choices)."""
     text = (
-        f"# {title}\n\nStudy `{results.study}` on `{results.dataset}`, mean ± "
+        f"# {title}\n\nStudy `{results.study}` on {results.dataset_label}, mean ± "
         f"{'SEM' if spread == 'sem' else 'std'} over {len(results.seeds)} seed(s) "
         "(the mean alone with one seed).\n"
     )

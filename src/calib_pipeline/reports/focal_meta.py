@@ -98,7 +98,7 @@ def meta_tables(
     equal-mass), classwise ECE on the test split, mean ± std over seeds, % except NLL."""
     table1 = paper_table(results.metrics, results.methods, calibrated)
     out: dict[str, Any] = {"table1": table1}
-    text = [f"# {results.study} on {results.dataset}: Table 1\n", table1.to_markdown(index=False)]
+    text = [f"# {results.study} on {results.dataset_label}: Table 1\n", table1.to_markdown(index=False)]
     if ablation:
         table2 = paper_table(results.metrics, ablation)
         out["table2"] = table2

@@ -55,10 +55,17 @@ class StudyResults:
     groups: dict[str, str]
     metrics: pd.DataFrame
     bins: pd.DataFrame
+    protocol: str = ""  # the configuration environment's protocol; "" when unknown
     histories: dict[tuple[str, int], pd.DataFrame] = field(default_factory=dict)
     logits: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     calibrators: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     shift: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def dataset_label(self) -> str:
+        """The dataset and protocol, as report titles name them: ``digits (protocol test)``;
+        the dataset alone when the protocol is unknown (results assembled in a notebook)."""
+        return f"{self.dataset} (protocol {self.protocol})" if self.protocol else self.dataset
 
 
 # --- option declarations -----------------------------------------------------------------

@@ -257,7 +257,7 @@ def _empty_note(results: StudyResults, kind: str, sources: list[str] | None) -> 
     )
     scope = f" from sources {sources}" if sources else ""
     return (
-        f"# {results.study} on {results.dataset}\n\nNo {kind}-shift results{scope} in this study's "
+        f"# {results.study} on {results.dataset_label}\n\nNo {kind}-shift results{scope} in this study's "
         f"metrics table: {how} and re-run `kedro run --pipelines=shift,reporting`.\n"
     )
 
@@ -271,7 +271,7 @@ def _tables_markdown(
     tolerance: float,
 ) -> str:
     text = [
-        f"# {results.study} on {results.dataset}: corruptions\n",
+        f"# {results.study} on {results.dataset_label}: corruptions\n",
         (
             "Mean over corruption types per severity: mean ± SEM across types "
             f"({sem} SEM; seeds averaged first; clean = the unshifted test split). "
@@ -398,7 +398,7 @@ def natural_shift_table(
         return {"natural_shift_table": _empty_note(results, "natural", None)}
     table = natural_table(results.metrics, ([UNSHIFTED] if include_clean else []) + sets, metrics)
     text = (
-        f"# {results.study} on {results.dataset}: natural shift (Singh et al. Table 3 layout)\n\n"
+        f"# {results.study} on {results.dataset_label}: natural shift (Singh et al. Table 3 layout)\n\n"
         f"Mean ± std over {len(results.seeds)} seed(s), ×100 except nll; `none` = uncalibrated, "
         "other calibrators fitted on the clean validation split. Sets: "
         + ", ".join(f"`{s}`" for s in sets)
@@ -576,7 +576,7 @@ def shift_figures(
     for source, part in rows.groupby("source", sort=False):
         suffix = f"_{source}" if rows["source"].nunique() > 1 else ""
         summary = severity_summary(results.metrics, part[part["metric"] == metric], [metric], sem)
-        title = f"{results.study} on {results.dataset}, {source} corruptions"
+        title = f"{results.study} on {results.dataset_label}, {source} corruptions"
         if (summary["severity"] > 0).any():  # MNIST-C has no severities to plot against
             figures[f"{metric}_vs_severity{suffix}"] = severity_lines(
                 summary, metric, "calibrator", "label", title, sem, colors

@@ -56,7 +56,7 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     by every calibrator fit warning (a degenerate fit is reported, never hidden)."""
     wide = mean_std_table(results.metrics, metrics or DEFAULT_SUMMARY_METRICS)
     header = (
-        f"# {results.study} on {results.dataset}\n\n"
+        f"# {results.study} on {results.dataset_label}\n\n"
         f"Clean test split, mean ± std over {len(results.seeds)} seed(s); accuracy and "
         "calibration errors in %.\n`none` = uncalibrated; other calibrators were fitted on the "
         "validation split.\n\n"

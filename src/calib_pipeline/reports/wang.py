@@ -342,7 +342,7 @@ def _calibratability_markdown(
 ) -> str:
     seeds = len(results.seeds)
     lines = [
-        f"# Calibratability: {results.study} on {results.dataset}",
+        f"# Calibratability: {results.study} on {results.dataset_label}",
         "",
         (
             f"- Test ECE (%, {n_bins} equal-width bins), mean ± std over {seeds} seed(s), before and "
@@ -683,7 +683,7 @@ def validation_size_sweep(
         else ""
     )
     markdown = (
-        f"# Validation-size sweep: {results.study} on {results.dataset}\n\n"
+        f"# Validation-size sweep: {results.study} on {results.dataset_label}\n\n"
         "Test ECE (%, 15 equal-width bins) after each calibrator fitted on a "
         f"{'class-stratified' if stratified else 'uniform'} random subsample of the validation split "
         f"(Wang et al. Fig. 3); mean ± std over {len(results.seeds)} training seed(s) × "
@@ -850,7 +850,7 @@ def optimal_ece_per_epoch(
     """
     runs, recorded = optimal_ece_runs(results, grid, n_bins, epoch_stride)
     lines = [
-        f"# Optimal ECE per epoch: {results.study} on {results.dataset}",
+        f"# Optimal ECE per epoch: {results.study} on {results.dataset_label}",
         "",
         (
             f"{ORACLE_NOTE} Per epoch, test ECE (%, {n_bins} bins) with T searched on that epoch's "
@@ -1102,7 +1102,7 @@ def max_logit_histograms(
     title = f"{results.study}: maximum training logit by learned epoch"
     figure = histogram_figure(samples, names, logit_bins, results.labels, title)
     markdown = (
-        f"# Maximum training logit by learned epoch: {results.study} on {results.dataset}\n\n"
+        f"# Maximum training logit by learned epoch: {results.study} on {results.dataset_label}\n\n"
         "Wang et al. Fig. 5. Learned epoch: the epoch since which a training sample stayed correctly "
         "classified (0: never learned); seeds pooled. A wide, epoch-ordered spread (strongly negative "
         "Spearman correlation: later-learned, harder samples get smaller maximum logits) is the "

@@ -81,7 +81,9 @@ def run_configuration(
     }
 
 
-def training_provenance(config: Mapping[str, Any], *, run_id: str, env: str) -> dict[str, Any]:
+def training_provenance(
+    config: Mapping[str, Any], *, run_id: str, env: str, protocol: str
+) -> dict[str, Any]:
     """The provenance record of a trained run, copied into everything derived from it.
 
     Args:
@@ -89,15 +91,17 @@ def training_provenance(config: Mapping[str, Any], *, run_id: str, env: str) -> 
             ``code``).
         run_id: the id of the session that trained it (the version its checkpoint is saved
             under).
-        env: the configuration environment (protocol) of that session.
+        env: the configuration environment of that session.
+        protocol: that environment's protocol (the folder its artifacts are saved in).
 
     Returns:
-        ``{run_id, env, dataset, split, split_hash, fingerprint, config}``; ``fingerprint``
-        is the hash that decides whether the run's resume state may be reused.
+        ``{run_id, env, protocol, dataset, split, split_hash, fingerprint, config}``;
+        ``fingerprint`` is the hash that decides whether the run's resume state may be reused.
     """
     return {
         "run_id": run_id,
         "env": env,
+        "protocol": protocol,
         "dataset": config["dataset"],
         "split": config["split"],
         "split_hash": config["split_hash"],

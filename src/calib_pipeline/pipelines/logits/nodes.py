@@ -15,7 +15,11 @@ from calib_pipeline.training.predict import checkpoint_predictor
 
 
 def compute_logits(
-    data: ImageData, split: dict[str, list[int]], checkpoint: dict[str, Any], logits_params: dict[str, Any]
+    data: ImageData,
+    split: dict[str, list[int]],
+    checkpoint: dict[str, Any],
+    logits_params: dict[str, Any],
+    run_info: dict[str, str],
 ) -> dict[str, Any]:
     """Logits, labels and (optionally) penultimate features of every split part.
 
@@ -24,6 +28,7 @@ def compute_logits(
         split: the index split the run was trained with.
         checkpoint: the trained run.
         logits_params: ``{"device": "auto", "features": bool}``.
+        run_info: the session's identity; the checkpoint must be of its protocol.
 
     Returns:
         ``{part: {"logits", "labels"[, "features"]}}`` for train, val, [meta_val,] test, plus
@@ -33,10 +38,11 @@ def compute_logits(
         test (``gamma_val``, ``gamma_test``).
 
     Raises:
-        ProvenanceError: the checkpoint was trained on another dataset or split.
+        ProvenanceError: the checkpoint belongs to another protocol, or was trained on
+            another dataset or split.
     """
     provenance = check_checkpoint_data(
-        checkpoint, dataset=data.name, split_hash=split_fingerprint(split)
+        checkpoint, dataset=data.name, split_hash=split_fingerprint(split), run_info=run_info
     )
     predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
     learner = _meta_learner(checkpoint)

@@ -43,6 +43,7 @@ def fit_calibrators(
     model: dict[str, Any],
     training: dict[str, Any],
     splits: dict[str, Any],
+    run_info: dict[str, str],
     shift_logits: dict[str, Any] | None = None,
     *,
     method: MethodSpec,
@@ -55,6 +56,7 @@ def fit_calibrators(
         calibrators: key -> ``{"name": registry name, "params": {...}}``.
         dataset, model, training, splits: the session's parameters; the run's artifacts
             must have been trained as they say.
+        run_info: the session's identity; the run's artifacts must be of its protocol.
         shift_logits: the run's shifted-set logits; when they contain shifted validation
             sets (``shift.shifted_val``), every calibrator is fitted a second time on clean
             val pooled with them and stored as ``<key>@shifted_val``.
@@ -66,15 +68,22 @@ def fit_calibrators(
         (picklable; what a calibrator learned is in ``learned()``).
 
     Raises:
-        ProvenanceError: the logits and shift logits come from different trainings, or
-            from a training the session's parameters do not describe.
+        ProvenanceError: the logits and shift logits come from different trainings, from
+            another protocol, or from a training the session's parameters do not describe.
     """
     prefix = run_prefix(method.key, seed)
     artifacts = {f"{prefix}.logits": logits}
     if shift_logits is not None:
         artifacts[f"{prefix}.shift_logits"] = shift_logits
     provenance = check_run(
-        method, seed, artifacts, dataset=dataset, model=model, training=training, splits=splits
+        method,
+        seed,
+        artifacts,
+        dataset=dataset,
+        model=model,
+        training=training,
+        splits=splits,
+        run_info=run_info,
     )
     fitting_sets = {"": logits["val"]}
     pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_SETS))

@@ -1,5 +1,7 @@
 """Nodes of the reporting stage: unpack the catalog's inputs, call :mod:`calib_pipeline.reports`.
 
+``collect_runs`` hands a study one method's run artifacts in one value (a node in the
+method's namespace, so each method keeps its artifacts inside its own kedro-viz box);
 ``evaluate_study`` scores a study's cached logits into the tidy metrics table
 (:func:`~calib_pipeline.reports.evaluation.evaluate_runs`); ``run_report`` builds one
 registered report from that table, the per-bin reliability table and whatever per-run
@@ -21,10 +23,28 @@ from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.pipelines.provenance import FITTED_CALIBRATORS, SHIFT_SETS, check_run
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
-from calib_pipeline.reports.registry import RUN_ARTIFACTS, StudyResults, build_report
+from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 
 # Reports read a run's collections without the provenance stored beside their members.
 COLLECTION_MEMBERS = {"calibrators": FITTED_CALIBRATORS, "shift": SHIFT_SETS}
+
+
+def collect_runs(**artifacts: Any) -> dict[str, Any]:
+    """One method's run artifacts for a study, handed on as one value.
+
+    Args:
+        **artifacts: ``r<i>_<kind>`` -> the run's artifact (``r<i>`` is the study's key of
+            the run, ``<kind>`` one of ``logits``, ``calibrators``, ``shift``, ``histories``).
+
+    Returns:
+        The same mapping.
+    """
+    return artifacts
+
+
+def _runs(collections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``r<i>_<kind>`` -> artifact over every method's :func:`collect_runs` value."""
+    return {key: value for collection in collections.values() for key, value in collection.items()}
 
 
 def evaluate_study(
@@ -32,6 +52,7 @@ def evaluate_study(
     model: dict[str, Any],
     training: dict[str, Any],
     splits: dict[str, Any],
+    run_info: dict[str, str],
     evaluation: dict[str, Any],
     *,
     study: str,
@@ -39,7 +60,7 @@ def evaluate_study(
     methods: dict[str, MethodSpec],
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
-    **artifacts: Any,
+    **collections: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score a study's cached artifacts.
 
@@ -47,25 +68,35 @@ def evaluate_study(
         dataset: the ``dataset`` parameters (its ``name`` goes into every row).
         model, training, splits: the session's parameters; every run's artifacts must have
             been trained as they (with ``dataset``) say.
+        run_info: the session's identity; every run's artifacts must be of its protocol.
         evaluation: the ``evaluation`` parameters (``n_bins``, ``reliability_bins``,
             ``shift_metrics``).
         study: the study name.
-        run_keys: ``r<i>`` -> (method, seed) of the ``r<i>_<kind>`` keyword artifacts.
+        run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw; their reliability bins are kept
             besides the evaluation's.
-        **artifacts: ``r<i>_logits``, ``r<i>_calibrators`` and ``r<i>_shift`` of every run.
+        **collections: one :func:`collect_runs` value per method, holding ``r<i>_logits``,
+            ``r<i>_calibrators`` and ``r<i>_shift`` of its runs.
 
     Returns:
         The tidy metrics table (with the ``run_id`` that trained each row's model) and the
         per-bin reliability table.
 
     Raises:
-        ProvenanceError: a run's artifacts come from different trainings, or from a
-            training the session's parameters do not describe; nothing is scored.
+        ProvenanceError: a run's artifacts come from different trainings, from another
+            protocol, or from a training the session's parameters do not describe; nothing
+            is scored.
     """
-    session = {"dataset": dataset, "model": model, "training": training, "splits": splits}
+    artifacts = _runs(collections)
+    session = {
+        "dataset": dataset,
+        "model": model,
+        "training": training,
+        "splits": splits,
+        "run_info": run_info,
+    }
     runs = {
         f"{method}|{seed}": _checked_run(methods[method], seed, key, artifacts, session)
         for key, (method, seed) in run_keys.items()
@@ -114,7 +145,7 @@ def run_report(
     options: dict[str, Any],
     study: dict[str, Any],
     run_keys: dict[str, tuple[str, int]],
-    **artifacts: Any,
+    **collections: dict[str, Any],
 ) -> dict[str, Any]:
     """Build report ``report`` for a study.
 
@@ -123,16 +154,18 @@ def run_report(
         bins: the study's per-bin reliability table.
         report: registered report name.
         options: the report's options from the study's ``reports`` entry.
-        study: name, dataset, methods, seeds, labels and sweep groups of the study.
-        run_keys: ``r<i>`` -> (method, seed) for the ``r<i>_<kind>`` keyword artifacts.
-        **artifacts: per-run artifacts the report declared it needs.
+        study: name, dataset, protocol, methods, seeds, labels and sweep groups of the study.
+        run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
+        **collections: one :func:`collect_runs` value per method when the report declared
+            per-run artifacts it needs (only those are handed to it).
 
     Returns:
         artifact name -> DataFrame / Markdown string / Figure.
     """
+    artifacts = _runs(collections)
     results = StudyResults(metrics=metrics, bins=bins, **study)
     for key, (method, seed) in run_keys.items():
-        for kind in RUN_ARTIFACTS:
+        for kind in report_needs(report):
             value = artifacts.get(f"{key}_{kind}")
             if value is not None:
                 members = COLLECTION_MEMBERS.get(kind)

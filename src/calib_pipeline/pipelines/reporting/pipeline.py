@@ -1,13 +1,21 @@
-"""The reporting stage of a study: one evaluation node, then one node per report."""
+"""The reporting stage of a study: one node per method collecting its runs, one evaluation
+node, then one node per report.
+
+The collecting nodes sit in their method's namespace, with the training, logits, posthoc
+and shift nodes: every per-run artifact (checkpoint, logits, calibrators, shift logits,
+history) is then made and read inside its method's namespace, and the study's nodes read
+one ``<method>.runs_for_<study>`` value per method. kedro-viz draws each method as a box
+that holds its artifacts, with one output per study that reads it.
+"""
 
 from functools import partial, update_wrapper
 
-from kedro.pipeline import Pipeline, node
+from kedro.pipeline import Node, Pipeline, node
 
 from calib_pipeline.pipelines.config import Structure, StudySpec, run_prefix, study_uses_shift
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.pipelines.provenance import SESSION_INPUTS
-from calib_pipeline.pipelines.reporting.nodes import evaluate_study, run_report
+from calib_pipeline.pipelines.reporting.nodes import collect_runs, evaluate_study, run_report
 from calib_pipeline.reports.registry import report_needs
 
 ARTIFACT_SUFFIX = {
@@ -30,11 +38,41 @@ def _run_inputs(run_keys: dict[str, tuple[str, int]], kinds: tuple[str, ...]) ->
     }
 
 
+def collected_runs(method: str, study: str) -> str:
+    """Catalog name of ``method``'s runs collected for ``study`` (in memory)."""
+    return f"{method}.runs_for_{study}"
+
+
+def _collect_nodes(
+    study: str, run_keys: dict[str, tuple[str, int]], kinds: tuple[str, ...]
+) -> list[Node]:
+    """One node per method of the study, in the method's namespace, handing the study the
+    ``kinds`` of artifacts of the method's runs."""
+    methods = dict.fromkeys(method for method, _ in run_keys.values())
+    return [
+        node(
+            collect_runs,
+            inputs=_run_inputs({k: run for k, run in run_keys.items() if run[0] == method}, kinds),
+            outputs=collected_runs(method, study),
+            name=f"collect_for_{study}",
+            namespace=method,
+            tags=["reporting"],
+        )
+        for method in methods
+    ]
+
+
 def study_pipeline(
-    structure: Structure, study: StudySpec, dataset_name: str = "", shifted_val: bool = False
+    structure: Structure,
+    study: StudySpec,
+    dataset_name: str = "",
+    shifted_val: bool = False,
+    *,
+    protocol: str = "",
 ) -> Pipeline:
-    """Evaluation (tidy table + reliability bins) and one node per report of the study;
-    with ``shifted_val`` every calibrator also appears as ``<key>@shifted_val``."""
+    """Per-method collection, evaluation (tidy table + reliability bins) and one node per
+    report of the study; with ``shifted_val`` every calibrator also appears as
+    ``<key>@shifted_val``. Reports name ``dataset_name`` and ``protocol``."""
     runs = [(m, s) for m in study.methods for s in study.seeds]
     run_keys = {f"r{i}": run for i, run in enumerate(runs)}
     name = study.name
@@ -45,6 +83,9 @@ def study_pipeline(
     shift_kind = ("shift",) if shifted_val or study_uses_shift(study) else ()
     requested = (study.reports.get("reliability") or {}).get("n_bins", [])
     report_bins = tuple(int(b) for b in ([requested] if isinstance(requested, int) else requested))
+    report_kinds = tuple(kind for report in study.reports for kind in report_needs(report))
+    kinds = tuple(dict.fromkeys(("logits", "calibrators", *shift_kind, *report_kinds)))
+    collections = {f"runs_{m}": collected_runs(m, name) for m in study.methods}
     nodes = [
         node(
             _named(
@@ -60,7 +101,7 @@ def study_pipeline(
             inputs={
                 **SESSION_INPUTS,
                 "evaluation": "params:evaluation",
-                **_run_inputs(run_keys, ("logits", "calibrators", *shift_kind)),
+                **collections,
             },
             outputs=[f"{name}.metrics", f"{name}.reliability_bins"],
             name="evaluate",
@@ -70,6 +111,7 @@ def study_pipeline(
     study_info = {
         "study": name,
         "dataset": dataset_name,
+        "protocol": protocol,
         "methods": list(study.methods),
         "seeds": list(study.seeds),
         "labels": labels,
@@ -88,22 +130,29 @@ def study_pipeline(
                 inputs={
                     "metrics": f"{name}.metrics",
                     "bins": f"{name}.reliability_bins",
-                    **_run_inputs(run_keys, report_needs(report)),
+                    **(collections if report_needs(report) else {}),
                 },
                 outputs=f"{name}.report_{report}",
                 name=f"report_{report}",
                 tags=["reporting"],
             )
         )
-    return Pipeline(nodes, namespace=name, prefix_datasets_with_namespace=False)
+    return Pipeline(_collect_nodes(name, run_keys, kinds)) + Pipeline(
+        nodes, namespace=name, prefix_datasets_with_namespace=False
+    )
 
 
 def create_pipeline(
-    structure: Structure, studies: list[str], dataset_name: str = "", shifted_val: bool = False
+    structure: Structure,
+    studies: list[str],
+    dataset_name: str = "",
+    shifted_val: bool = False,
+    *,
+    protocol: str = "",
 ) -> Pipeline:
     return Pipeline(
         [
-            study_pipeline(structure, structure.studies[s], dataset_name, shifted_val)
+            study_pipeline(structure, structure.studies[s], dataset_name, shifted_val, protocol=protocol)
             for s in studies
         ]
     )

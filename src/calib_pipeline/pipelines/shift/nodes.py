@@ -31,7 +31,10 @@ def make_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
 
 
 def compute_shift_logits(
-    checkpoint: dict[str, Any], shift_sets: ShiftPlan, logits_params: dict[str, Any]
+    checkpoint: dict[str, Any],
+    shift_sets: ShiftPlan,
+    logits_params: dict[str, Any],
+    run_info: dict[str, str],
 ) -> dict[str, Any]:
     """Logits of one trained run on every shifted set of the plan.
 
@@ -39,18 +42,23 @@ def compute_shift_logits(
         checkpoint: the trained run.
         shift_sets: the plan of :func:`make_shift_sets`.
         logits_params: ``{"device": "auto", ...}``.
+        run_info: the session's identity; the checkpoint must be of its protocol.
 
     Returns:
         ``{"provenance": the checkpoint's, "sets": spec key -> logits, labels and the set's
         identity (see ``predict_shift_sets``)}``.
 
     Raises:
-        ProvenanceError: the checkpoint was trained on another dataset, or on another split
-            than the session's split parameters make (shifted val sets derive from it).
+        ProvenanceError: the checkpoint belongs to another protocol, or was trained on
+            another dataset, or on another split than the session's split parameters make
+            (shifted val sets derive from it).
     """
     split = checkpoint["config"]["split"]
     provenance = check_checkpoint_data(
-        checkpoint, dataset=shift_sets.dataset, split_hash=shift_sets.split_hashes.get(split)
+        checkpoint,
+        dataset=shift_sets.dataset,
+        split_hash=shift_sets.split_hashes.get(split),
+        run_info=run_info,
     )
     predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
     sets = predict_shift_sets(predict, shift_sets, split)

@@ -1,6 +1,7 @@
 from kedro.pipeline import Pipeline, node
 
 from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.pipelines.shift.nodes import compute_shift_logits, make_shift_sets
 
 
@@ -21,7 +22,7 @@ def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
     nodes += [
         node(
             compute_shift_logits,
-            inputs=[f"{run_prefix(m, s)}.checkpoint", "shift_sets", "params:logits"],
+            inputs=[f"{run_prefix(m, s)}.checkpoint", "shift_sets", "params:logits", RUN_INFO],
             outputs=f"{run_prefix(m, s)}.shift_logits",
             name=f"shift_logits_seed_{s}",
             namespace=m,

@@ -51,7 +51,8 @@ def train_method(
         store: resume store of this run (the catalog decides where it lives).
         model_params: ``{"name": ..., "params": {...}}``, overridden by the method's ``model``.
         training_params: ``TrainConfig`` fields, overridden by the method's ``training``.
-        run_info: the session's ``run_id`` and ``env``, recorded in the run's provenance.
+        run_info: the session's ``run_id``, ``env`` and ``protocol``, recorded in the run's
+            provenance.
         method: the method (objective or meta-learner, hyperparameters, split, overrides).
         seed: initialisation and data-order seed.
 
@@ -99,7 +100,9 @@ def train_method(
         description=f"{method.key} seed {seed}",
     )
     _log_outcome(method.key, seed, result)
-    provenance = training_provenance(run_config, run_id=run_info["run_id"], env=run_info["env"])
+    provenance = training_provenance(
+        run_config, run_id=run_info["run_id"], env=run_info["env"], protocol=run_info["protocol"]
+    )
     checkpoint = _checkpoint(method, seed, data, run_config, result, provenance)
     return checkpoint, _history(method.key, seed, result)
 
