@@ -133,3 +133,48 @@ def test_the_shift_stage_runs_only_for_studies_whose_reports_read_shifted_sets()
     assert [d for d in shifted["reporting"].inputs() if d.endswith("shift_logits")] == ["ls.seed_0.shift_logits"]
     # calibrators fitted on shifted validation sets need every run's shifted sets
     assert len(stage_pipelines(structure, ["clean"], "digits", shifted_val=True)["shift"].nodes) == 2
+
+
+def _claim(**fields):
+    return {"id": "ls_lower_auroc", "source": "test", "quote": "a claim", "expect": "lower",
+            "a": {"method": "ls"}, "b": {"method": "ce"}, "quantity": {"metric": "auroc"}, **fields}
+
+
+def test_a_claim_the_study_cannot_measure_fails_when_the_pipeline_is_built():
+    import copy
+
+    from calib_pipeline.pipeline_registry import stage_pipelines
+
+    parameters = copy.deepcopy(PARAMETERS)
+    parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [_claim()]}
+    assert stage_pipelines(parse_structure(parameters), ["mini"], "digits")["reporting"].nodes
+    for bad, message in (
+        (_claim(b={"method": "brier"}), r"study 'mini': report 'claims': claim mini:ls_lower_auroc side b: method 'brier' is not in study 'mini'"),
+        (_claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}), r"calibrator 'ts_grid' is not evaluated in study 'mini'"),
+    ):
+        parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [bad]}
+        with pytest.raises(ValueError, match=message):
+            stage_pipelines(parse_structure(parameters), ["mini"], "digits")
+    parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [_claim(quantity={"metric": "auroc", "shift": "corrupted"})]}
+    parameters["studies"]["mini"]["reports"] = {"claims": parameters["studies"]["mini"]["reports"]["claims"]}
+    stages = stage_pipelines(parse_structure(parameters), ["mini"], "digits")
+    assert stages["shift"].nodes, "a claim on corrupted sets gives its study the shift stage"
+
+
+def test_reports_know_the_architecture_of_each_method(monkeypatch):
+    from calib_pipeline.pipelines.reporting.nodes import run_report
+    from calib_pipeline.reports import registry
+
+    study = {"study": "mini", "dataset": "digits", "methods": ["ce", "ls"], "seeds": [0],
+             "labels": {"ce": "CE", "ls": "LS"}, "groups": {"ce": "ce", "ls": "ls"}}
+    metrics = evaluate_runs({}, dataset="digits", study="mini", labels={}, calibrators=[])[0]
+    seen = {}
+
+    def spy(results, **options):
+        seen.update(results.models)
+        return {"table": metrics}
+
+    monkeypatch.setitem(registry.REPORTS._factories, "summary", spy)
+    run_report(metrics, metrics, {"name": "resnet18"}, report="summary", options={}, study=study,
+               run_keys={}, model_overrides={"ce": None, "ls": "resnet110"})
+    assert seen == {"ce": "resnet18", "ls": "resnet110"}

@@ -8,7 +8,7 @@ from calib_pipeline.pipelines.config import Structure, StudySpec, study_uses_shi
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study, run_report
 from calib_pipeline.pipelines.training.pipeline import run_prefix
-from calib_pipeline.reports.registry import report_needs
+from calib_pipeline.reports.registry import StudyOutline, check_report, report_needs
 
 ARTIFACT_SUFFIX = {
     "logits": "logits",
@@ -73,7 +73,13 @@ def study_pipeline(
         "labels": labels,
         "groups": {m: structure.methods[m].group for m in study.methods},
     }
+    outline = StudyOutline(name, study.methods, study_info["groups"], tuple(calibrators))
+    models = {m: (structure.methods[m].model or {}).get("name") for m in study.methods}
     for report, options in study.reports.items():
+        try:  # what only the study can tell (e.g. a claim naming a method it lacks)
+            check_report(report, dict(options or {}), study=outline)
+        except ValueError as error:
+            raise ValueError(f"study {name!r}: {error}") from None
         nodes.append(
             node(
                 _named(
@@ -82,10 +88,12 @@ def study_pipeline(
                     options=dict(options or {}),
                     study=study_info,
                     run_keys=run_keys,
+                    model_overrides=models,
                 ),
                 inputs={
                     "metrics": f"{name}.metrics",
                     "bins": f"{name}.reliability_bins",
+                    "model": "params:model",
                     **_run_inputs(run_keys, report_needs(report)),
                 },
                 outputs=f"{name}.report_{report}",
