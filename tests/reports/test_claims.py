@@ -348,9 +348,9 @@ def test_missing_data_is_not_measured_and_other_datasets_not_applicable(study):
     assert (
         table.loc["column", "verdict"] == NOT_MEASURED and "test_nll" in table.loc["column", "note"]
     )
-    assert (
-        "0 of 2 claims hold, 0 contradicted, 0 inconclusive, 2 not measured" in artifacts["summary"]
-    )
+    line = "study on toy: 0 of 2 claims hold, 0 contradicted, 0 inconclusive, 2 not measured"
+    assert line in artifacts["summary"] and artifacts["verdicts"]["line"].startswith(line)
+    assert artifacts["verdicts"]["metrics"]["claims.not_measured"] == 2.0
     assert "(1 more apply to other datasets)" in artifacts["summary"]
 
 

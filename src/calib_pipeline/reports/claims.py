@@ -623,8 +623,9 @@ def claims_report(
 
     Returns:
         ``claims`` (one row per claim: effect, interval, p-value, verdict, seeds needed),
-        ``effects`` (per claim and seed) and ``summary`` (Markdown, its first line the
-        verdict count, which is also logged).
+        ``effects`` (per claim and seed), ``summary`` (Markdown, its first line the
+        verdict count, which is also logged) and ``verdicts`` (JSON: study, dataset, that
+        line, the counts and :func:`claims_metrics`, for a run summary or MLflow).
     """
     view = StudyOutline(
         results.study,
@@ -655,8 +656,16 @@ def claims_report(
         f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
         "See docs/claims.md."
     )
+    verdicts = {
+        "study": results.study,
+        "dataset": results.dataset,
+        "line": line,
+        "counts": verdict_counts(table),
+        "metrics": claims_metrics(table),
+    }
     return {
         "claims": table,
         "effects": pd.DataFrame(effects, columns=["paper", "id", "seed", "effect"]),
         "summary": _markdown(results, table, resolved, line, settings),
+        "verdicts": verdicts,
     }
