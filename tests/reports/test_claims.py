@@ -99,16 +99,17 @@ def study():
 
 
 def claim(claim_id, expect, a, b=None, **fields):
-    entry = {
-        "id": claim_id,
-        "source": "test",
-        "quote": "a planted effect",
-        "expect": expect,
-        "a": a,
-    }
-    if b is not None:
-        entry["b"] = b
+    """A claim entry; a side given as a string is that method."""
+    entry = {"id": claim_id, "source": "test", "quote": "a planted effect", "expect": expect}
+    for key, side in (("a", a), ("b", b)):
+        if side is not None:
+            entry[key] = {"method": side} if isinstance(side, str) else side
     return {**entry, **fields}
+
+
+ECE, AUROC = {"metric": "ece"}, {"metric": "auroc"}
+NLL_AFTER_DROP = {"history": "test_nll", "change": ["first_lr_drop", "last"]}
+NOISY = claim("noise", "lower", "focal_gamma_1", "ce", quantity=AUROC)
 
 
 def run(study, *claims, **options):
@@ -120,28 +121,9 @@ def run(study, *claims, **options):
 
 
 def test_a_planted_effect_holds_its_reverse_is_contradicted_and_noise_is_inconclusive(study):
-    planted = claim(
-        "planted",
-        "lower",
-        {"method": "focal_gamma_3"},
-        {"method": "ce"},
-        quantity={"metric": "ece"},
-    )
-    reverse = claim(
-        "reverse",
-        "higher",
-        {"method": "focal_gamma_3"},
-        {"method": "ce"},
-        quantity={"metric": "ece"},
-    )
-    noise = claim(
-        "noise",
-        "lower",
-        {"method": "focal_gamma_1"},
-        {"method": "ce"},
-        quantity={"metric": "auroc"},
-    )
-    artifacts, table = run(study, planted, reverse, noise)
+    planted = claim("planted", "lower", "focal_gamma_3", "ce", quantity=ECE)
+    reverse = claim("reverse", "higher", "focal_gamma_3", "ce", quantity=ECE)
+    artifacts, table = run(study, planted, reverse, NOISY)
     assert table.loc["planted", "verdict"] == HOLDS
     assert table.loc["reverse", "verdict"] == CONTRADICTED
     assert table.loc["noise", "verdict"] == INCONCLUSIVE
@@ -158,14 +140,7 @@ def test_a_planted_effect_holds_its_reverse_is_contradicted_and_noise_is_inconcl
 
 
 def test_an_inconclusive_claim_says_how_many_seeds_it_would_need(study):
-    noise = claim(
-        "noise",
-        "lower",
-        {"method": "focal_gamma_1"},
-        {"method": "ce"},
-        quantity={"metric": "auroc"},
-    )
-    _, table = run(study, noise)
+    _, table = run(study, NOISY)
     row = table.loc["noise"]
     effects = NOISE
     if effects.mean() < 0:  # the observed effect in the claimed direction: a number of seeds
@@ -177,17 +152,11 @@ def test_an_inconclusive_claim_says_how_many_seeds_it_would_need(study):
 
 def test_temperature_and_distance_from_a_value(study):
     # fitted_runs sharpens later runs, so their NLL temperatures grow with the run index
-    higher = claim(
-        "t", "higher", {"method": "focal_gamma_5"}, {"method": "ce"}, quantity={"temperature": "ts"}
-    )
-    above = claim("t1", "higher", {"method": "ce"}, threshold=0, quantity={"temperature": "ts"})
-    closer = claim(
-        "near",
-        "lower",
-        {"method": "ce"},
-        {"method": "focal_gamma_5"},
-        quantity={"temperature": "ts", "distance_from": 0},
-    )
+    temperature = {"temperature": "ts"}
+    higher = claim("t", "higher", "focal_gamma_5", "ce", quantity=temperature)
+    above = claim("t1", "higher", "ce", threshold=0, quantity=temperature)
+    near = {**temperature, "distance_from": 0}
+    closer = claim("near", "lower", "ce", "focal_gamma_5", quantity=near)
     _, table = run(study, higher, above, closer)
     assert table.loc["t", "verdict"] == HOLDS
     assert table.loc["t1", "verdict"] == HOLDS
@@ -198,40 +167,13 @@ def test_temperature_and_distance_from_a_value(study):
 def test_history_change_after_the_first_learning_rate_drop(study):
     history = _histories()[("ce", 0)]
     assert first_lr_drop(history) == 4
-    rises = claim(
-        "rises",
-        "higher",
-        {"method": "ce"},
-        threshold=0,
-        quantity={"history": "test_nll", "change": ["first_lr_drop", "last"]},
-    )
-    more = claim(
-        "more",
-        "higher",
-        {"method": "ce"},
-        {"method": "focal_gamma_3"},
-        quantity={"history": "test_nll", "change": ["first_lr_drop", "last"]},
-    )
-    flat = claim(
-        "flat",
-        "higher",
-        {"method": "focal_gamma_3"},
-        threshold=0,
-        quantity={"history": "test_nll", "change": ["first_lr_drop", "last"]},
-    )
-    spread = claim(
-        "spread",
-        "higher",
-        {"method": "focal_gamma_1"},
-        threshold=0,
-        quantity={"history": "test_gamma_std", "change": ["first", "last"]},
-    )
+    rises = claim("rises", "higher", "ce", threshold=0, quantity=NLL_AFTER_DROP)
+    more = claim("more", "higher", "ce", "focal_gamma_3", quantity=NLL_AFTER_DROP)
+    flat = claim("flat", "higher", "focal_gamma_3", threshold=0, quantity=NLL_AFTER_DROP)
+    gamma = {"history": "test_gamma_std", "change": ["first", "last"]}
+    spread = claim("spread", "higher", "focal_gamma_1", threshold=0, quantity=gamma)
     at_end = claim(
-        "end",
-        "lower",
-        {"method": "focal_gamma_3"},
-        {"method": "ce"},
-        quantity={"history": "test_nll", "at": "last"},
+        "end", "lower", "focal_gamma_3", "ce", quantity={"history": "test_nll", "at": "last"}
     )
     _, table = run(study, rises, more, flat, spread, at_end)
     assert table.loc["rises", "verdict"] == HOLDS
@@ -243,20 +185,9 @@ def test_history_change_after_the_first_learning_rate_drop(study):
 
 
 def test_trend_over_the_members_of_a_sweep_group(study):
-    grows = claim(
-        "grows",
-        "increasing",
-        {"method": "focal"},
-        over="members",
-        quantity={"metric": "ece", "calibrator": "ts"},
-    )
-    falls = claim(
-        "falls",
-        "decreasing",
-        {"method": "focal"},
-        over="members",
-        quantity={"metric": "ece", "calibrator": "ts"},
-    )
+    ts_ece = {**ECE, "calibrator": "ts"}
+    grows = claim("grows", "increasing", "focal", over="members", quantity=ts_ece)
+    falls = {**grows, "id": "falls", "expect": "decreasing"}
     _, table = run(study, grows, falls)
     assert table.loc["grows", "verdict"] == HOLDS and table.loc["falls", "verdict"] == CONTRADICTED
     assert table.loc["grows", "effect"] == pytest.approx(0.02)  # per member step
@@ -265,28 +196,13 @@ def test_trend_over_the_members_of_a_sweep_group(study):
 
 
 def test_trend_over_severity_and_shifted_comparisons(study):
-    raw = claim(
-        "raw",
-        "increasing",
-        {"method": "ce"},
-        over="severity",
-        quantity={"metric": "ece", "shift": "corrupted"},
-    )
-    gap = claim(
-        "gap",
-        "decreasing",
-        {"method": "ce", "calibrator": "ts"},
-        {"method": "ce"},
-        over="severity",
-        quantity={"metric": "ece", "shift": "corrupted"},
-    )
-    ts = claim(
-        "ts",
-        "lower",
-        {"method": "ce", "calibrator": "ts"},
-        {"method": "ce"},
-        quantity={"metric": "ece", "shift": "corrupted", "severity": 5},
-    )
+    corrupted = {**ECE, "shift": "corrupted"}
+    raw = claim("raw", "increasing", "ce", over="severity", quantity=corrupted)
+    # the gap TS - raw shrinks with severity, and TS is lower at severity 5
+    gap = {**raw, "id": "gap", "expect": "decreasing", "a": {"method": "ce", "calibrator": "ts"}}
+    gap["b"] = {"method": "ce"}
+    ts = {**gap, "id": "ts", "expect": "lower", "quantity": {**raw["quantity"], "severity": 5}}
+    del ts["over"]
     _, table = run(study, raw, gap, ts)
     assert table.loc["raw", "verdict"] == HOLDS
     assert table.loc["raw", "effect"] == pytest.approx(0.02)  # per severity unit
@@ -318,26 +234,13 @@ def test_within_a_tolerance_uses_two_one_sided_tests(study):
 
 def test_missing_data_is_not_measured_and_other_datasets_not_applicable(study):
     natural = claim(
-        "natural",
-        "lower",
-        {"method": "focal_gamma_3"},
-        {"method": "ce"},
-        quantity={"metric": "auroc", "shift": "cifar10_1"},
+        "natural", "lower", "focal_gamma_3", "ce", quantity={**AUROC, "shift": "cifar10_1"}
     )
     elsewhere = claim(
-        "elsewhere",
-        "lower",
-        {"method": "focal_gamma_3"},
-        {"method": "ce"},
-        quantity={"metric": "ece"},
-        datasets=["cifar10"],
+        "elsewhere", "lower", "focal_gamma_3", "ce", quantity=ECE, datasets=["cifar10"]
     )
     column = claim(
-        "column",
-        "higher",
-        {"method": "ce"},
-        threshold=0,
-        quantity={"history": "test_ece", "at": "last"},
+        "column", "higher", "ce", threshold=0, quantity={"history": "test_ece", "at": "last"}
     )
     artifacts, table = run(study, natural, elsewhere, column)
     assert (
@@ -409,21 +312,21 @@ def test_summary_line_and_mlflow_metrics():
     ("entry", "message"),
     [
         (
-            claim("x", "lower", {"method": "ce"}, {"method": "ls"}, quantity={"metric": "eec"}),
+            claim("x", "lower", "ce", "ls", quantity={"metric": "eec"}),
             r"unknown metric\(s\) \['eec'\]",
         ),
         (
-            claim("x", "lower", {"method": "ce"}, {"method": "ls"}, colour="red"),
+            claim("x", "lower", "ce", "ls", colour="red"),
             r"unknown key\(s\) \['colour'\]",
         ),
         (
-            claim("x", "lower", {"method": "ce"}, {"method": "ls"}, threshold=1),
+            claim("x", "lower", "ce", "ls", threshold=1),
             "exactly one of 'b'",
         ),
-        (claim("x", "increasing", {"method": "ls"}), "needs 'over'"),
-        (claim("x", "within", {"method": "ce"}, threshold=0), "needs a tolerance"),
+        (claim("x", "increasing", "ls"), "needs 'over'"),
+        (claim("x", "within", "ce", threshold=0), "needs a tolerance"),
         (
-            claim("x", "lower", {"method": "ce"}, threshold=0, quantity={"history": "test_nll"}),
+            claim("x", "lower", "ce", threshold=0, quantity={"history": "test_nll"}),
             "exactly one of 'at'",
         ),
         (
@@ -446,7 +349,7 @@ def test_summary_line_and_mlflow_metrics():
             ),
             r"\['split'\] do not apply",
         ),
-        (claim("x", "rises", {"method": "ce"}, threshold=0), "expect must be one of"),
+        (claim("x", "rises", "ce", threshold=0), "expect must be one of"),
         ({"id": "x", "expect": "lower", "a": {"method": "ce"}, "threshold": 0}, "source must be"),
     ],
 )
@@ -469,7 +372,7 @@ OUTLINE = StudyOutline(
     ("options", "message"),
     [
         (
-            {"claims": [claim("x", "lower", {"method": "brier"}, {"method": "ce"})]},
+            {"claims": [claim("x", "lower", "brier", "ce")]},
             r"method 'brier' is not in study 'toy'.*groups: focal",
         ),
         (
