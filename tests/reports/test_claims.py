@@ -245,7 +245,7 @@ def test_missing_data_is_not_measured_and_other_datasets_not_applicable(study):
     artifacts, table = run(study, natural, elsewhere, column)
     assert (
         table.loc["natural", "verdict"] == NOT_MEASURED
-        and "shifted sets" in table.loc["natural", "note"]
+        and "no such shifted set" in table.loc["natural", "note"]
     )
     assert table.loc["elsewhere", "verdict"] == NOT_APPLICABLE
     assert (

@@ -125,10 +125,17 @@ def metric_values(
     per_metric = rows.dropna(subset=["value"]).groupby([*keys, "metric"])["value"].mean()
     wide = per_metric.unstack("metric") if not per_metric.empty else pd.DataFrame()
     if wide.empty or any(n not in wide.columns for n in names):
+        why = ""
+        if quantity.shift != UNSHIFTED:
+            shifted = (table["shift"] != UNSHIFTED).any()
+            why = (
+                " (the run has no such shifted set)"
+                if shifted
+                else " (the study evaluates no shifted sets)"
+            )
         raise NotMeasured(
             f"no {'/'.join(names)} of {method} on split {quantity.split}, calibrator "
-            f"{quantity.calibrator}, shift {quantity.shift}"
-            + (" (the study evaluates no shifted sets)" if quantity.shift != UNSHIFTED else "")
+            f"{quantity.calibrator}, shift {quantity.shift}{why}"
         )
     wide = wide[names].dropna()
     return sum(wide[name] * weight for name, weight in quantity.metric)
