@@ -2,6 +2,7 @@
 is contradicted, noise is inconclusive), every kind of quantity and comparison, and the
 failure paths of the claim format."""
 
+import logging
 import math
 
 import numpy as np
@@ -255,6 +256,12 @@ def test_missing_data_is_not_measured_and_other_datasets_not_applicable(study):
     assert line in artifacts["summary"] and artifacts["verdicts"]["line"].startswith(line)
     assert artifacts["verdicts"]["metrics"]["claims.not_measured"] == 2.0
     assert "(1 more apply to other datasets)" in artifacts["summary"]
+
+
+def test_the_report_logs_its_line(study, caplog):
+    with caplog.at_level(logging.INFO, logger="calib_pipeline.reports.claims"):
+        run(study, NOISY)
+    assert "study on toy: 0 of 1 claims hold, 0 contradicted, 1 inconclusive" in caplog.text
 
 
 # --- the rules of judge ------------------------------------------------------------------

@@ -499,6 +499,24 @@ def evaluate_claim(
     return {**row, **verdict, "note": note}, effects
 
 
+def evaluate_claims(
+    claims: Sequence[Claim], results: StudyResults, alpha: float, power: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The claims table (``COLUMNS``, one row per claim) and the per-seed effects (paper,
+    id, seed, effect) of ``claims`` in ``results``."""
+    rows, effects = [], []
+    for claim in claims:
+        row, per_seed = evaluate_claim(claim, results, alpha, power)
+        rows.append(row)
+        effects.extend(
+            {"paper": claim.paper, "id": claim.id, "seed": s, "effect": e}
+            for s, e in per_seed.items()
+        )
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    table["seeds_needed"] = table["seeds_needed"].astype("Int64")
+    return table, pd.DataFrame(effects, columns=["paper", "id", "seed", "effect"])
+
+
 def verdict_counts(table: pd.DataFrame) -> dict[str, int]:
     """How many claims of a claims table got each verdict (every verdict present, 0 if none)."""
     counts = table["verdict"].value_counts()
@@ -642,24 +660,15 @@ def claims_report(
     )
     options = {"papers": papers, "claims": claims, "only": only, "rename": rename}
     resolved = study_claims(view, options)
-    rows, effects = [], []
-    for claim in resolved:
-        row, per_seed = evaluate_claim(claim, results, alpha, power)
-        rows.append(row)
-        effects.extend(
-            {"paper": claim.paper, "id": claim.id, "seed": s, "effect": e}
-            for s, e in per_seed.items()
-        )
-    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    table["seeds_needed"] = table["seeds_needed"].astype("Int64")
+    table, effects = evaluate_claims(resolved, results, alpha, power)
     line = summary_line(
         results.study, results.dataset, table, "claims" if claims else "paper claims"
     )
     logger.info(line)
     settings = (
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
-        "interval, "
-        f"a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and the verdict; "
+        f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
+        "the verdict; "
         f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
         "See docs/claims.md."
     )
@@ -672,7 +681,7 @@ def claims_report(
     }
     return {
         "claims": table,
-        "effects": pd.DataFrame(effects, columns=["paper", "id", "seed", "effect"]),
+        "effects": effects,
         "summary": _markdown(results, table, resolved, line, settings),
         "verdicts": verdicts,
     }
