@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -32,6 +32,7 @@ OVER = ("members", "severity")
 CORRUPTED = "corrupted"  # every corruption (severity >= 1), averaged per seed
 ALL_SEVERITIES = "all"
 EPOCH_ANCHORS = ("first", "last", "first_lr_drop")
+KINDS = ("metric", "temperature", "history")  # what a quantity measures
 QUANTITY_KEYS = (
     "metric",
     "split",
@@ -132,7 +133,7 @@ class Claim:
 # --- parsing one entry -------------------------------------------------------------------
 
 
-def _fail(where: str, message: str) -> None:
+def _fail(where: str, message: str) -> NoReturn:
     raise ValueError(f"{where}: {message}")
 
 
@@ -189,7 +190,7 @@ def _text(where: str, name: str, value: Any) -> str:
 
 def parse_quantity(where: str, spec: Mapping[str, Any]) -> Quantity:
     """A :class:`Quantity` from the quantity keys of a side (defaults: test ECE, raw)."""
-    kinds = [k for k in ("metric", "temperature", "history") if k in spec]
+    kinds = [k for k in KINDS if k in spec]
     if len(kinds) > 1:
         _fail(where, f"give one of metric, temperature or history, got {kinds}")
     fields: dict[str, Any] = {}
@@ -240,18 +241,12 @@ def _side(where: str, raw: Any, shared: Mapping[str, Any]) -> dict[str, Any]:
     side = _known(where, raw, SIDE_KEYS)
     if "method" not in side:
         _fail(where, "names no method")
-    spec = {**shared, **{k: v for k, v in side.items() if k != "method"}}
-    if any(
-        k in side for k in ("metric", "temperature", "history")
-    ):  # a side's kind replaces the shared one
-        spec = {
-            k: v
-            for k, v in spec.items()
-            if k in side or k not in ("metric", "temperature", "history")
-        }
+    own = {k: v for k, v in side.items() if k != "method"}
+    if set(KINDS) & set(own):  # a side naming its kind replaces the shared quantity's kind
+        shared = {k: v for k, v in shared.items() if k not in KINDS}
     return {
         "methods": _names(where, "method", side["method"]),
-        "quantity": parse_quantity(where, spec),
+        "quantity": parse_quantity(where, {**shared, **own}),
     }
 
 
