@@ -41,9 +41,9 @@ VALUES = {
     # noise: the AUROC of focal γ=1 and CE differ by small random amounts of both signs
     ("ce", "none", "test", "auroc"): [0.90] * 5,
     ("focal_gamma_1", "none", "test", "auroc"): list(0.90 + NOISE),
-    # a trend along the focal sweep after TS: 0.02, 0.04, 0.06 (+ seed jitter)
+    # a trend along the focal sweep after TS: (0.02 + 0.002 seed) per member
     **{
-        (m, "ts", "test", "ece"): [0.02 * (i + 1) + 0.001 * s for s in SEEDS]
+        (m, "ts", "test", "ece"): [(0.02 + 0.002 * s) * (i + 1) for s in SEEDS]
         for i, m in enumerate(["focal_gamma_1", "focal_gamma_3", "focal_gamma_5"])
     },
     ("ce", "none", "test", "decomp_alpha"): [0.95, 0.96, 0.94, 0.95, 0.95],
@@ -82,11 +82,12 @@ def _shifted_table():
     shifted = (table["shift"] != "none") & (table["metric"] == "ece") & (table["method"] == "ce")
     raw = shifted & (table["calibrator"] == "none")
     ts = shifted & (table["calibrator"] == "ts")
+    # slopes per severity: raw 0.02 + 0.001 seed, after TS 0.005 + 0.0005 seed
     table.loc[raw, "value"] = (
-        0.1 + 0.02 * table.loc[raw, "severity"] + 0.001 * table.loc[raw, "seed"]
+        0.1 + (0.02 + 0.001 * table.loc[raw, "seed"]) * table.loc[raw, "severity"]
     )
     table.loc[ts, "value"] = (
-        0.05 + 0.005 * table.loc[ts, "severity"] + 0.002 * table.loc[ts, "seed"]
+        0.05 + (0.005 + 0.0005 * table.loc[ts, "seed"]) * table.loc[ts, "severity"]
     )
     return table
 
@@ -191,7 +192,9 @@ def test_trend_over_the_members_of_a_sweep_group(study):
     falls = {**grows, "id": "falls", "expect": "decreasing"}
     _, table = run(study, grows, falls)
     assert table.loc["grows", "verdict"] == HOLDS and table.loc["falls", "verdict"] == CONTRADICTED
-    assert table.loc["grows", "effect"] == pytest.approx(0.02)  # per member step
+    assert table.loc["grows", "effect"] == pytest.approx(
+        0.024
+    )  # per member step, mean of 0.02 + 0.002 seed
     assert table.loc["grows", "effect_is"] == "slope per member step"
     assert "Focal (γ=1) → Focal (γ=3) → Focal (γ=5)" in table.loc["grows", "claim"]
 
@@ -206,8 +209,8 @@ def test_trend_over_severity_and_shifted_comparisons(study):
     del ts["over"]
     _, table = run(study, raw, gap, ts)
     assert table.loc["raw", "verdict"] == HOLDS
-    assert table.loc["raw", "effect"] == pytest.approx(0.02)  # per severity unit
-    assert table.loc["gap", "effect"] == pytest.approx(0.005 - 0.02)
+    assert table.loc["raw", "effect"] == pytest.approx(0.022)  # per severity unit
+    assert table.loc["gap", "effect"] == pytest.approx(0.006 - 0.022)
     assert table.loc["gap", "verdict"] == HOLDS and table.loc["ts", "verdict"] == HOLDS
 
 
@@ -274,9 +277,16 @@ def test_one_seed_is_inconclusive_without_a_spread():
     assert "one seed" in result["note"]
 
 
-def test_zero_spread_is_exact():
-    assert judge([-0.1, -0.1, -0.1], expect="lower")["verdict"] == HOLDS
-    assert judge([-0.1, -0.1, -0.1], expect="higher")["verdict"] == CONTRADICTED
+def test_zero_spread_falls_back_to_the_exact_sign_test():
+    # the same effect on every seed: p = 2^(1-n) two-sided; 3 seeds are not enough
+    three = judge([-0.1] * 3, expect="lower")
+    assert three["verdict"] == INCONCLUSIVE and three["p_value"] == 0.25
+    assert three["seeds_needed"] == 6 and "exact sign test" in three["note"]
+    assert judge([-0.1] * 6, expect="lower")["verdict"] == HOLDS
+    assert judge([-0.1] * 6, expect="higher")["verdict"] == CONTRADICTED
+    assert judge([-0.1] * 5, expect="lower", test="one-sided")["p_value"] == 0.5**5
+    assert judge([0.001] * 5, expect="within", tolerance=0.01)["verdict"] == HOLDS
+    assert judge([0.1] * 5, expect="within", tolerance=0.01)["verdict"] == CONTRADICTED
     none = judge([0.0, 0.0, 0.0], expect="lower")
     assert none["verdict"] == INCONCLUSIVE and "exactly no effect" in none["note"]
 

@@ -20,10 +20,13 @@ plus the study's own), measures each claim's effect per seed, and judges it:
   datasets is ``not applicable``.
 
 With one seed there is no spread: the verdict is ``inconclusive`` and the report says so.
-When every seed has the same non-zero effect (zero spread), the t statistic is infinite
-and p = 0, as in SciPy; the same zero effect on every seed is inconclusive. Claims are
-judged one by one, without a multiple-comparison correction: among many true-null
-claims, about ``alpha`` of them "hold" by chance. See ``docs/claims.md``.
+When every seed has the same effect (zero spread -- common for discrete metrics on small
+test sets, e.g. an error one test image apart on every seed), the t statistic is undefined
+and the exact sign test decides instead: p = 2^(1-n) two-sided (2^-n one-sided), so it
+takes 6 seeds (5 one-sided) at alpha = 0.05; the same zero effect on every seed is
+inconclusive. Claims are judged one by one, without a multiple-comparison correction:
+among many true-null claims, about ``alpha`` of them "hold" by chance. See
+``docs/claims.md``.
 """
 
 from __future__ import annotations
@@ -326,8 +329,6 @@ def _directional(
     out = {**stats, "p_value": p_value}
     if holds or contradicted:
         return {**out, "verdict": HOLDS if holds else CONTRADICTED}
-    if mean == 0.0 and stats["effect_std"] == 0.0:
-        return {**out, "verdict": INCONCLUSIVE, "note": "every seed shows exactly no effect"}
     if sign * mean <= 0:
         return {
             **out,
@@ -338,6 +339,31 @@ def _directional(
     needed = seeds_needed(
         mean, stats["effect_std"], alpha=alpha, power=power, alternative=alternative
     )
+    return {**out, "verdict": INCONCLUSIVE, "seeds_needed": needed}
+
+
+def _identical(
+    expect: str, test: str, alpha: float, tolerance: float | None, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """Every seed gave the same effect: the t statistic is undefined (0 / 0 or ±inf), so
+    the exact sign test decides -- all n seeds on one side has p = 2^(1-n) two-sided,
+    2^-n one-sided (and for each of the two tests of ``within``)."""
+    n, mean = stats["n_seeds"], stats["effect"]
+    one_sided = test == "one-sided" or expect == "within"
+    p_of = (lambda k: 0.5**k) if one_sided else (lambda k: 2 * 0.5**k)
+    needed = next(k for k in range(2, 64) if p_of(k) < alpha)
+    note = f"every seed gave the same effect: exact sign test, p = {p_of(n):.3g}"
+    if expect == "within":
+        claimed = abs(mean) < float(tolerance)
+    elif mean == 0.0:
+        return {**stats, "verdict": INCONCLUSIVE, "note": "every seed shows exactly no effect"}
+    else:
+        claimed = (mean < 0) == (expect in ("lower", "decreasing"))
+    out = {**stats, "p_value": p_of(n), "note": note}
+    if p_of(n) < alpha:
+        return {**out, "verdict": HOLDS if claimed else CONTRADICTED}
+    if not claimed:
+        return {**out, "verdict": INCONCLUSIVE, "note": note + "; it points against the claim"}
     return {**out, "verdict": INCONCLUSIVE, "seeds_needed": needed}
 
 
@@ -387,6 +413,8 @@ def judge(
     stats["ci_low"], stats["ci_high"] = mean_interval(
         values, 1 - 2 * alpha if one_sided else 1 - alpha
     )
+    if np.allclose(values, values[0], rtol=1e-9, atol=1e-12):  # the same up to rounding
+        return _identical(expect, test, alpha, tolerance, stats)
     if expect == "within":
         return _within(values, float(tolerance), alpha, power, stats)
     sign = -1 if expect in ("lower", "decreasing") else 1
