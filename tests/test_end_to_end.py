@@ -61,6 +61,9 @@ def test_outputs_are_written_and_versioned(project_run):
     assert set(table["method"]) == {"ce", "ls_epsilon_0p05", "focal_gamma_3"}
     assert (report / "summary" / latest / "summary" / "summary.md").read_text().startswith("# baseline on digits (protocol test)")
     assert (report / "reliability" / latest / "reliability" / "reliability_15_bins.png").stat().st_size > 10_000
+    claims = (report / "claims" / latest / "claims" / "summary.md").read_text()
+    # one seed: every measurable claim is inconclusive, and 2 epochs without milestones have no LR drop
+    assert "**baseline on digits: 0 of 6 claims hold, 0 contradicted, 5 inconclusive, 1 not measured**" in claims
     for method in ("ce", "ls_epsilon_0p05", "focal_gamma_3"):
         assert len(versions(data_dir / "06_models" / "test" / method / "seed_0" / "checkpoint.pt")) == 2
 
@@ -86,6 +89,8 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
         assert "baseline/report_summary/summary.md" in summary
         reliability = client.list_artifacts(parent.info.run_id, "baseline/report_reliability")
         assert any(a.path.endswith(".png") for a in reliability)
+        claims = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline/report_claims")]
+        assert {"baseline/report_claims/summary.md", "baseline/report_claims/verdicts.json"} <= set(claims)
 
 
 def test_one_namespace_trains_one_method(project_run):

@@ -8,7 +8,9 @@ from scipy import stats as scipy_stats
 
 from calib_pipeline.calibration.stats import (
     cohens_d,
+    mean_interval,
     pooled_std,
+    seeds_needed,
     significance_direction,
     summarize,
     t_test,
@@ -127,3 +129,53 @@ def test_significance_direction():
     assert significance_direction(t_test([1.0, 1.0], [1.0, 1.0])) == 0  # NaN p
     with pytest.raises(ValueError, match="alpha"):
         significance_direction(t_test(A, B), alpha=1.5)
+
+
+def test_mean_interval_matches_scipy_and_its_edge_cases():
+    low, high = mean_interval(A, 0.9)
+    expected = scipy_stats.t.interval(0.9, 2, loc=np.mean(A), scale=scipy_stats.sem(A))
+    assert (low, high) == pytest.approx(expected)
+    assert all(math.isnan(v) for v in mean_interval([1.0]))
+    assert mean_interval([2.0, 2.0, 2.0]) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="confidence must be in"):
+        mean_interval(A, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("effect", "std", "alternative", "expected"),
+    [
+        # Cohen's one-sample / paired tables (alpha 0.05, power 0.8): d = 1 -> 10, d = 0.5 -> 34
+        (1.0, 1.0, "two-sided", 10),
+        (-0.5, 1.0, "two-sided", 34),
+        (0.5, 1.0, "greater", 27),
+        (0.3, 0.0, "two-sided", 2),  # no spread: any two seeds show it
+        (0.0, 1.0, "two-sided", None),  # no effect: no number of seeds shows it
+    ],
+)
+def test_seeds_needed_for_80_percent_power(effect, std, alternative, expected):
+    assert seeds_needed(effect, std, alternative=alternative) == expected
+
+
+def test_seeds_needed_is_the_first_n_with_enough_power():
+    n = seeds_needed(0.8, 1.0, alpha=0.05, power=0.9)
+    def power(k):
+        critical = scipy_stats.t.ppf(0.975, k - 1)
+        shift = 0.8 * math.sqrt(k)
+        return scipy_stats.nct.sf(critical, k - 1, shift) + scipy_stats.nct.cdf(-critical, k - 1, shift)
+    assert power(n) >= 0.9 > power(n - 1)
+    assert seeds_needed(1e-4, 1.0, most=1000) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"alpha": 1.5}, "alpha must be in"),
+        ({"power": 0.0}, "power must be in"),
+        ({"alternative": "both"}, "alternative must be one of"),
+    ],
+)
+def test_seeds_needed_failure_paths(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        seeds_needed(0.5, 1.0, **kwargs)
+    with pytest.raises(ValueError, match="std >= 0"):
+        seeds_needed(0.5, -1.0)

@@ -192,3 +192,48 @@ def test_the_study_reads_one_collection_per_method_made_in_the_method_namespace(
     # the study's namespace alone leaves its collections out: refused before anything runs
     with pytest.raises(MissingInputsError, match=r"each method's collect_for_mini node runs in the method's namespace"):
         RunPreflightHook().before_pipeline_run({}, pipeline.only_nodes_with_namespaces(["mini"]), DataCatalog())
+
+
+def _claim(**fields):
+    return {"id": "ls_lower_auroc", "source": "test", "quote": "a claim", "expect": "lower",
+            "a": {"method": "ls"}, "b": {"method": "ce"}, "quantity": {"metric": "auroc"}, **fields}
+
+
+def test_a_claim_the_study_cannot_measure_fails_when_the_pipeline_is_built():
+    import copy
+
+    from calib_pipeline.pipeline_registry import stage_pipelines
+
+    parameters = copy.deepcopy(PARAMETERS)
+    parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [_claim()]}
+    assert stage_pipelines(parse_structure(parameters), ["mini"], "digits")["reporting"].nodes
+    for bad, message in (
+        (_claim(b={"method": "brier"}), r"study 'mini': report 'claims': claim mini:ls_lower_auroc side b: method 'brier' is not in study 'mini'"),
+        (_claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}), r"calibrator 'ts_grid' is not evaluated in study 'mini'"),
+    ):
+        parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [bad]}
+        with pytest.raises(ValueError, match=message):
+            stage_pipelines(parse_structure(parameters), ["mini"], "digits")
+    parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [_claim(quantity={"metric": "auroc", "shift": "corrupted"})]}
+    parameters["studies"]["mini"]["reports"] = {"claims": parameters["studies"]["mini"]["reports"]["claims"]}
+    stages = stage_pipelines(parse_structure(parameters), ["mini"], "digits")
+    assert stages["shift"].nodes, "a claim on corrupted sets gives its study the shift stage"
+
+
+def test_reports_know_the_architecture_of_each_method(monkeypatch):
+    from calib_pipeline.pipelines.reporting.nodes import run_report
+    from calib_pipeline.reports import registry
+
+    study = {"study": "mini", "dataset": "digits", "methods": ["ce", "ls"], "seeds": [0],
+             "labels": {"ce": "CE", "ls": "LS"}, "groups": {"ce": "ce", "ls": "ls"}}
+    metrics = evaluate_runs({}, dataset="digits", study="mini", labels={}, calibrators=[])[0]
+    seen = {}
+
+    def spy(results, **options):
+        seen.update(results.models)
+        return {"table": metrics}
+
+    monkeypatch.setitem(registry.REPORTS._factories, "summary", spy)
+    run_report(metrics, metrics, {"name": "resnet18"}, report="summary", options={}, study=study,
+               run_keys={}, model_overrides={"ce": None, "ls": "resnet110"})
+    assert seen == {"ce": "resnet18", "ls": "resnet110"}

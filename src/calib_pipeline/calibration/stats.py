@@ -231,3 +231,91 @@ def significance_direction(result: TTestResult, alpha: float = 0.05) -> int:
     if not result.p_value < alpha:  # NaN p-values are never significant
         return 0
     return int(np.sign(result.mean_difference))
+
+
+def mean_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t confidence interval of the mean of one sample (e.g. per-seed effects).
+
+    ``mean ± t_{(1+confidence)/2, n-1} · std / sqrt(n)`` (``scipy.stats.t.interval``); the
+    point ``(mean, mean)`` when every value is the same, ``(NaN, NaN)`` for one value.
+
+    Args:
+        values: n >= 1 finite numbers.
+        confidence: the coverage, in (0, 1).
+
+    Raises:
+        ValueError: no values, NaN/inf among them, or ``confidence`` outside (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    summary = summarize(values)
+    if summary.n < 2:
+        return math.nan, math.nan
+    if summary.sem == 0.0:
+        return summary.mean, summary.mean
+    low, high = scipy_stats.t.interval(
+        confidence, summary.n - 1, loc=summary.mean, scale=summary.sem
+    )
+    return float(low), float(high)
+
+
+def seeds_needed(
+    effect: float,
+    std: float,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    alternative: str = "two-sided",
+    most: int = 100_000,
+) -> int | None:
+    """Smallest number of seeds n >= 2 at which a one-sample (or paired) t-test of the
+    mean effect reaches ``power`` at level ``alpha``, if the true effect were ``effect``
+    with per-seed standard deviation ``std``.
+
+    The power is that of the noncentral t: with ``d = |effect| / std``, ``df = n - 1``,
+    ``δ = d sqrt(n)`` and ``c`` the critical value ``t_{1-α, df}`` (one-sided) or
+    ``t_{1-α/2, df}`` (two-sided), ``power(n) = P(T'_{df,δ} > c)`` (one-sided) or
+    ``P(T'_{df,δ} > c) + P(T'_{df,δ} < -c)`` (two-sided).
+
+    Args:
+        effect: the assumed mean effect (its sign does not matter: the test is run in its
+            direction).
+        std: the per-seed standard deviation of the effect.
+        alpha: significance level in (0, 1).
+        power: wanted power in (0, 1), e.g. 0.8.
+        alternative: ``"two-sided"``, or ``"less"`` / ``"greater"`` (one-sided).
+        most: the search stops here.
+
+    Returns:
+        The number of seeds, or ``None`` when no n <= ``most`` reaches the power (no effect,
+        or an effect tiny against its spread). A zero ``std`` with a non-zero effect needs
+        2 seeds.
+
+    Raises:
+        ValueError: ``alpha`` or ``power`` outside (0, 1), a negative or non-finite
+            ``std``, a non-finite ``effect`` or an unknown ``alternative``.
+    """
+    check_choice("alternative", alternative, ALTERNATIVES)
+    for name, value in (("alpha", alpha), ("power", power)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    if not (math.isfinite(effect) and math.isfinite(std)) or std < 0:
+        raise ValueError(f"effect and std must be finite and std >= 0, got {effect!r}, {std!r}")
+    if effect == 0.0:
+        return None
+    if std == 0.0:
+        return 2
+    tail = alpha if alternative != "two-sided" else alpha / 2
+    low = 2
+    while low <= most:  # blocks of growing size: small effects need many seeds, most need few
+        n = np.arange(low, min(4 * low, most) + 1)
+        df, shift = n - 1, abs(effect) / std * np.sqrt(n)
+        critical = scipy_stats.t.ppf(1.0 - tail, df)
+        reached = scipy_stats.nct.sf(critical, df, shift)
+        if alternative == "two-sided":
+            reached = reached + scipy_stats.nct.cdf(-critical, df, shift)
+        enough = np.flatnonzero(reached >= power)
+        if enough.size:
+            return int(n[enough[0]])
+        low = int(n[-1]) + 1
+    return None

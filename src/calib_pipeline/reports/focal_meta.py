@@ -12,6 +12,7 @@ import torch
 
 from calib_pipeline.calibration.metrics import calibration_metrics_batched
 from calib_pipeline.reports.common import UNCALIBRATED, mean_std_table, method_colors
+from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     TEXT,
     StudyResults,
@@ -95,7 +96,9 @@ def meta_tables(
 ) -> dict[str, Any]:
     """Table 1 (every method; ``calibrated`` adds e.g. {fm_ce: ts} as "CE (TS)") and Table 2
     (the ``ablation`` pair, FL_γ vs FL_γ-SECE): Error, NLL, ECE, MCE, ACE (adaptive,
-    equal-mass), classwise ECE on the test split, mean ± std over seeds, % except NLL."""
+    equal-mass), classwise ECE on the test split, mean ± std over seeds, % except NLL; and
+    ``published`` (the paper's Tables 1-2 beside ours) when the study's dataset and
+    architecture are the paper's (ResNet-18 on CIFAR-10 / 100, Tiny-ImageNet)."""
     table1 = paper_table(results.metrics, results.methods, calibrated)
     out: dict[str, Any] = {"table1": table1}
     text = [f"# {results.study} on {results.dataset_label}: Table 1\n", table1.to_markdown(index=False)]
@@ -106,8 +109,12 @@ def meta_tables(
             "\n\n## Table 2: calibration gain of the meta loss\n",
             table2.to_markdown(index=False),
         ]
-    out["tables"] = "\n".join(text) + "\n"
-    return out
+    ts_key = next(iter((calibrated or {}).values()), None)
+    published, section = published_artifacts(
+        results, "focal_meta", {"ts": ts_key} if ts_key else {}
+    )
+    out["tables"] = "\n".join(text) + "\n" + section
+    return {**out, **published}
 
 
 def epoch_curves(

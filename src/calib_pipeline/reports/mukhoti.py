@@ -39,6 +39,7 @@ from calib_pipeline.reports.common import (
     seed_stats,
     with_selection,
 )
+from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     TEXT,
     StudyResults,
@@ -246,8 +247,9 @@ def mukhoti_table(
     Returns:
         ``table`` (a row per method: Error, then ``<metric> Pre T`` / ``Post T``),
         ``paper_<metric>`` (the paper's orientation: one row, a column pair per method),
-        ``temperatures`` (per run), ``mukhoti_table`` (Markdown) and ``selection`` when
-        a rule was applied.
+        ``temperatures`` (per run), ``mukhoti_table`` (Markdown), ``selection`` when
+        a rule was applied, and ``published`` (the paper's Table 1 / C.1-C.3 numbers
+        beside ours) when the study's dataset and architecture are the paper's.
     """
     metrics = list(metrics or DEFAULT_METRICS)
     selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
@@ -273,11 +275,13 @@ def mukhoti_table(
         + wide.to_markdown(index=False)
         + "\n"
     )
+    published, section = published_artifacts(results, "mukhoti", {"ts": key}, temperatures)
     artifacts = {
         "table": wide,
         "temperatures": temperatures,
         **paper_orientation(wide, metrics, results.dataset),
-        "mukhoti_table": text,
+        **published,
+        "mukhoti_table": text + section,
     }
     return with_selection(artifacts, record)
 

@@ -14,11 +14,15 @@ Register one with ``@report("name", needs=(...), options={...})``:
   :data:`BOOLEAN`, :data:`TEXT`, :data:`METRIC`, :data:`SIGNIFICANCE`, :func:`optional`,
   :func:`either`, :func:`list_of` and :func:`mapping`, e.g. ``{"spread": choice("std", "sem"), "digits": integer(low=0)}``.
   Registration fails if the declaration and the function's signature disagree, or if a
-  default value breaks its own declaration.
+  default value breaks its own declaration;
+- ``shifted`` says whether it reads the tidy table's shifted rows: a bool, or a function
+  of the study's options (e.g. the claims report reads them only for claims on shifted sets);
+- ``study_check(study, options)``, when given, validates the options against the study
+  itself (its methods, sweep groups, calibrators: a :class:`StudyOutline`).
 
 :func:`check_report` validates a study's options against the declaration without running
-anything (the pipelines call it when they are built); :func:`build_report` checks, then
-runs.
+anything (the pipelines call it when they are built; given the study's outline it also
+runs the report's ``study_check``); :func:`build_report` checks, then runs.
 """
 
 from __future__ import annotations
@@ -60,12 +64,26 @@ class StudyResults:
     logits: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     calibrators: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     shift: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    """Method -> the architecture (model registry name) it was trained with; empty when
+    unknown (e.g. results assembled in a notebook)."""
 
     @property
     def dataset_label(self) -> str:
         """The dataset and protocol, as report titles name them: ``digits (protocol test)``;
         the dataset alone when the protocol is unknown (results assembled in a notebook)."""
         return f"{self.dataset} (protocol {self.protocol})" if self.protocol else self.dataset
+
+
+@dataclass(frozen=True)
+class StudyOutline:
+    """What is known of a study when the pipelines are built: its name, its methods (in
+    order), each method's sweep group and the calibrator keys it evaluates."""
+
+    name: str
+    methods: tuple[str, ...]
+    groups: Mapping[str, str]
+    calibrators: tuple[str, ...]
 
 
 # --- option declarations -----------------------------------------------------------------
@@ -210,7 +228,8 @@ class Declaration:
 
     needs: tuple[str, ...]
     options: dict[str, Option]
-    shifted: bool = False
+    shifted: bool | Callable[[Mapping[str, Any]], bool] = False
+    study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None
 
 
 _DECLARATIONS: dict[str, Declaration] = {}
@@ -220,11 +239,13 @@ def report(
     name: str,
     needs: tuple[str, ...] = (),
     options: dict[str, Option] | None = None,
-    shifted: bool = False,
+    shifted: bool | Callable[[Mapping[str, Any]], bool] = False,
+    study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None,
 ) -> Callable[[ReportFunction], ReportFunction]:
     """Register ``func`` as report ``name`` reading ``needs`` and taking ``options``;
     ``shifted`` says it reads the tidy table's shifted rows (the studies that list it get
-    the shift stage; the others skip it).
+    the shift stage; the others skip it) -- a bool, or a function of the study's options;
+    ``study_check(study, options)`` validates the options against a :class:`StudyOutline`.
 
     Raises:
         ValueError: an unknown kind in ``needs``, declared options that are not the
@@ -246,7 +267,7 @@ def report(
         for option, parameter in parameters.items():
             declared[option].validate(f"default of {name}.{option}", parameter.default)
         REPORTS.register(name)(func)
-        _DECLARATIONS[name] = Declaration(tuple(needs), declared, shifted)
+        _DECLARATIONS[name] = Declaration(tuple(needs), declared, shifted, study_check)
         return func
 
     return decorator
@@ -268,7 +289,10 @@ def uses_shift(name: str, options: Mapping[str, Any] | None = None) -> bool:
     needs the per-run shift logits, or is asked for some through a ``shifts`` option."""
     REPORTS.factory(name)
     declaration = _DECLARATIONS[name]
-    return declaration.shifted or "shift" in declaration.needs or bool((options or {}).get("shifts"))
+    shifted = declaration.shifted
+    if callable(shifted):
+        shifted = shifted(dict(options or {}))
+    return shifted or "shift" in declaration.needs or bool((options or {}).get("shifts"))
 
 
 def report_options(name: str) -> dict[str, Option]:
@@ -277,18 +301,24 @@ def report_options(name: str) -> dict[str, Option]:
     return dict(_DECLARATIONS[name].options)
 
 
-def check_report(name: str, options: Mapping[str, Any] | None = None) -> None:
+def check_report(
+    name: str, options: Mapping[str, Any] | None = None, study: StudyOutline | None = None
+) -> None:
     """Validate a study's ``options`` for report ``name`` without running it.
 
     Args:
         name: a registered report name.
         options: option name -> value, as the study's ``reports`` entry gives them
             (``None`` for none).
+        study: the study's outline; when given, the report's ``study_check`` (if it
+            declared one) also validates the options against the study.
 
     Raises:
         ValueError: an unknown report (the message lists the valid names), an unknown
             option (lists the report's options), or a value of the wrong type or out of
-            range (names the option, quotes the value and says what it accepts).
+            range (names the option, quotes the value and says what it accepts); with
+            ``study``, whatever the report's ``study_check`` refuses (e.g. a claim naming
+            a method the study lacks).
     """
     declared = report_options(name)
     given = dict(options or {})
@@ -303,6 +333,9 @@ def check_report(name: str, options: Mapping[str, Any] | None = None) -> None:
             declared[option].validate(option, value)
         except ValueError as error:
             raise ValueError(f"report {name!r}: {error}") from None
+    study_check = _DECLARATIONS[name].study_check
+    if study is not None and study_check is not None:
+        study_check(study, given)
 
 
 def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, Any]:

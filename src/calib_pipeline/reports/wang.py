@@ -40,6 +40,7 @@ from calib_pipeline.reports.common import (
     method_order,
     seed_stats,
 )
+from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     BOOLEAN,
     SIGNIFICANCE,
@@ -379,6 +380,25 @@ def _calibratability_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _published(
+    results: StudyResults, keys: list[str], runs: pd.DataFrame
+) -> tuple[dict[str, Any], str]:
+    """Wang et al.'s own numbers beside ours: their TS is the first shown temperature
+    calibrator, their HB the first histogram binning."""
+    fitted = next(iter(results.calibrators.values()), {})
+    names = {key: getattr(fitted.get(key), "name", "") for key in keys}
+    calibrators = {}
+    for paper_name, prefix in (("ts", "temperature"), ("hb", "histogram_binning")):
+        first = next((k for k in keys if names[k].startswith(prefix)), None)
+        if first is not None:
+            calibrators[paper_name] = first
+    temperatures = runs.loc[
+        (runs["calibrator"] == calibrators.get("ts")) & (runs["quantity"] == "temperature"),
+        ["method", "seed", "value"],
+    ].rename(columns={"value": "temperature"})
+    return published_artifacts(results, "wang", calibrators, temperatures)
+
+
 @report(
     "calibratability_table",
     needs=("logits", "calibrators"),
@@ -424,7 +444,9 @@ def calibratability_table(
         ``calibratability`` (formatted table), ``oracle`` (formatted oracle table),
         ``calibratability_stats`` (numeric mean/std/n/p/mark per cell),
         ``calibratability_runs`` (per-seed values), ``selection`` (the selection record),
-        ``fit_warnings`` (when any) and the Markdown ``calibratability_table``.
+        ``fit_warnings`` (when any), the Markdown ``calibratability_table`` and
+        ``published`` (Wang et al.'s Tables 1-2 beside ours) when the study's dataset and
+        architecture are the paper's (ResNet-32 on SVHN, CIFAR-10 / 100).
 
     Raises:
         ValueError: unknown calibrator key (lists the valid ones), baseline not in the
@@ -442,13 +464,15 @@ def calibratability_table(
     markdown = _calibratability_markdown(
         results, table, oracle, notes, **settings, select_by=select_by, grid=oracle_grid
     )
+    published, section = _published(results, keys, runs)
     artifacts: dict[str, Any] = {
         "calibratability": table,
         "oracle": oracle,
         "calibratability_stats": stats,
         "calibratability_runs": runs,
         "selection": record,
-        "calibratability_table": markdown,
+        "calibratability_table": markdown + section,
+        **published,
     }
     if not notes.empty:
         artifacts["fit_warnings"] = notes

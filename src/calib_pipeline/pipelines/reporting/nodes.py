@@ -140,11 +140,13 @@ def _checked_run(
 def run_report(
     metrics: pd.DataFrame,
     bins: pd.DataFrame,
+    model: dict[str, Any] | None = None,
     *,
     report: str,
     options: dict[str, Any],
     study: dict[str, Any],
     run_keys: dict[str, tuple[str, int]],
+    model_overrides: dict[str, str | None] | None = None,
     **collections: dict[str, Any],
 ) -> dict[str, Any]:
     """Build report ``report`` for a study.
@@ -152,10 +154,13 @@ def run_report(
     Args:
         metrics: the study's tidy metrics table.
         bins: the study's per-bin reliability table.
+        model: the ``model`` parameters (its ``name`` is the architecture of every run
+            whose method does not override it).
         report: registered report name.
         options: the report's options from the study's ``reports`` entry.
         study: name, dataset, protocol, methods, seeds, labels and sweep groups of the study.
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
+        model_overrides: method -> the model name its own ``model`` sets (``None``: none).
         **collections: one :func:`collect_runs` value per method when the report declared
             per-run artifacts it needs (only those are handed to it).
 
@@ -163,7 +168,11 @@ def run_report(
         artifact name -> DataFrame / Markdown string / Figure.
     """
     artifacts = _runs(collections)
-    results = StudyResults(metrics=metrics, bins=bins, **study)
+    base = (model or {}).get("name")
+    models = {m: name for m, name in (model_overrides or {}).items() if name} | {
+        m: base for m in study["methods"] if base and not (model_overrides or {}).get(m)
+    }
+    results = StudyResults(metrics=metrics, bins=bins, models=models, **study)
     for key, (method, seed) in run_keys.items():
         for kind in report_needs(report):
             value = artifacts.get(f"{key}_{kind}")

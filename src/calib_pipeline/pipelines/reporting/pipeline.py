@@ -16,7 +16,7 @@ from calib_pipeline.pipelines.config import Structure, StudySpec, run_prefix, st
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.pipelines.provenance import SESSION_INPUTS
 from calib_pipeline.pipelines.reporting.nodes import collect_runs, evaluate_study, run_report
-from calib_pipeline.reports.registry import report_needs
+from calib_pipeline.reports.registry import StudyOutline, check_report, report_needs
 
 ARTIFACT_SUFFIX = {
     "logits": "logits",
@@ -60,6 +60,49 @@ def _collect_nodes(
         )
         for method in methods
     ]
+
+
+def _report_nodes(
+    structure: Structure,
+    study: StudySpec,
+    study_info: dict,
+    run_keys: dict[str, tuple[str, int]],
+    collections: dict[str, str],
+    calibrators: tuple[str, ...],
+) -> list[Node]:
+    """One node per report of the study; each report's options are checked against what
+    only the study can tell (e.g. a claim naming a method the study lacks)."""
+    name = study.name
+    outline = StudyOutline(name, study.methods, study_info["groups"], calibrators)
+    models = {m: (structure.methods[m].model or {}).get("name") for m in study.methods}
+    nodes = []
+    for report, options in study.reports.items():
+        try:
+            check_report(report, dict(options or {}), study=outline)
+        except ValueError as error:
+            raise ValueError(f"study {name!r}: {error}") from None
+        nodes.append(
+            node(
+                _named(
+                    run_report,
+                    report=report,
+                    options=dict(options or {}),
+                    study=study_info,
+                    run_keys=run_keys,
+                    model_overrides=models,
+                ),
+                inputs={
+                    "metrics": f"{name}.metrics",
+                    "bins": f"{name}.reliability_bins",
+                    "model": "params:model",
+                    **(collections if report_needs(report) else {}),
+                },
+                outputs=f"{name}.report_{report}",
+                name=f"report_{report}",
+                tags=["reporting"],
+            )
+        )
+    return nodes
 
 
 def study_pipeline(
@@ -117,26 +160,7 @@ def study_pipeline(
         "labels": labels,
         "groups": {m: structure.methods[m].group for m in study.methods},
     }
-    for report, options in study.reports.items():
-        nodes.append(
-            node(
-                _named(
-                    run_report,
-                    report=report,
-                    options=dict(options or {}),
-                    study=study_info,
-                    run_keys=run_keys,
-                ),
-                inputs={
-                    "metrics": f"{name}.metrics",
-                    "bins": f"{name}.reliability_bins",
-                    **(collections if report_needs(report) else {}),
-                },
-                outputs=f"{name}.report_{report}",
-                name=f"report_{report}",
-                tags=["reporting"],
-            )
-        )
+    nodes += _report_nodes(structure, study, study_info, run_keys, collections, tuple(calibrators))
     return Pipeline(_collect_nodes(name, run_keys, kinds)) + Pipeline(
         nodes, namespace=name, prefix_datasets_with_namespace=False
     )

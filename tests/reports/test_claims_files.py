@@ -1,0 +1,164 @@
+"""The shipped claims and published numbers: every claim parses and resolves in its study
+in every environment, every quote is the paper's own words, and the published numbers
+match the papers' text."""
+
+import os
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from calib_pipeline.pipelines.config import expand_methods, parse_structure
+from calib_pipeline.reports.claim_specs import load_paper, paper_names
+from calib_pipeline.reports.published import load_published, published_papers
+from calib_pipeline.reports.registry import StudyOutline, check_report
+from calib_pipeline.settings import load_parameters
+
+PROJECT = Path(__file__).resolve().parents[2]
+SEEDS_DIR = Path(os.environ.get("CALIB_SEEDS_DIR", PROJECT.parent / "shared" / "seeds"))
+SEED_FILES = {
+    "singh": "000_fb53ad33c692ea43.txt",
+    "wang": "001_8b531a0ca4ba51de.txt",
+    "karandikar": "002_3fc91ba440b090bc.txt",
+    "mukhoti": "003_d8134c79ec0efa15.txt",
+    "focal_meta": "004_bbe93ebd1c6a7a12.txt",
+}
+ENVS = [None, "test", "cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"]
+
+
+def normalised(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@cache
+def seed_text(paper: str) -> str:
+    path = SEEDS_DIR / SEED_FILES[paper]
+    if not path.exists():
+        pytest.skip(f"the papers' text is not here ({SEEDS_DIR}; set CALIB_SEEDS_DIR)")
+    return path.read_text(encoding="utf-8")
+
+
+def test_every_paper_has_claims_and_every_base_study_checks_them():
+    assert paper_names() == sorted(SEED_FILES)
+    studies = yaml.safe_load((PROJECT / "conf/base/parameters_studies.yml").read_text())["studies"]
+    assert {name: spec["reports"]["claims"]["papers"] for name, spec in studies.items()} == {
+        "focal_meta": ["focal_meta"],
+        "focal": ["mukhoti"],
+        "soft_calibration": ["karandikar"],
+        "calibratability": ["wang"],
+        "dark_side": ["singh"],
+    }
+    for paper in paper_names():
+        claims = load_paper(paper)
+        assert len(claims) >= 5, paper
+        assert (
+            yaml.safe_load(
+                (PROJECT / "src/calib_pipeline/reports/claims" / f"{paper}.yml").read_text()
+            )["seed_file"]
+            == SEED_FILES[paper]
+        )
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_claim_refers_to_methods_metrics_and_calibrators_of_its_study(env):
+    structure = parse_structure(load_parameters(env, PROJECT))
+    checked = 0
+    for study in structure.studies.values():
+        outline = StudyOutline(
+            study.name,
+            study.methods,
+            {m: structure.methods[m].group for m in study.methods},
+            study.calibrators,
+        )
+        assert "claims" in study.reports, f"study {study.name} has no claims report"
+        check_report("claims", study.reports["claims"], study=outline)  # raises on a bad claim
+        checked += 1
+    assert checked >= 5
+
+
+@pytest.mark.parametrize("paper", sorted(SEED_FILES))
+def test_every_quote_is_the_papers_own_words(paper):
+    for claim in load_paper(paper):
+        text = normalised(seed_text(claim["quote_from"]))
+        assert normalised(claim["quote"]) in text, f"{paper}:{claim['id']}"
+
+
+# --- published numbers -------------------------------------------------------------------
+
+# (paper, table, dataset, architecture, method, calibrator, metric) -> (value, std), and the
+# line of the paper's text that prints it.
+CITED = [
+    (
+        ("mukhoti", "Table 1 (ECE), C.3 (error)", "cifar10", "resnet50", "ce", "none", "ece"),
+        (4.35, None),
+        "CIFAR-10\tResNet 50\t4.35\t1.35(2.5)\t1.82\t1.08(1.1)",
+    ),
+    (
+        ("mukhoti", "Table 1 (ECE), C.3 (error)", "cifar10", "resnet50", "ce", "ts", "temperature"),
+        (2.5, None),
+        "CIFAR-10\tResNet 50\t4.35\t1.35(2.5)",
+    ),
+    (
+        ("focal_meta", "Table 1 (CIFAR 10)", "cifar10", "resnet18", "fm_ce", "none", "ece"),
+        (4.056, 0.092),
+        "CE\t4.812 \\pm 0.122\t0.335 \\pm 0.01\t4.056 \\pm 0.092",
+    ),
+    (
+        (
+            "focal_meta",
+            "Table 1 (CIFAR 100)",
+            "cifar100",
+            "resnet18",
+            "fm_fl_gamma_sece",
+            "none",
+            "ece",
+        ),
+        (1.940, 0.365),
+        "FL $_{\\gamma}$ -SECE\t23.686 \\pm 0.377\t0.877 \\pm 0.004\t1.940 \\pm 0.365",
+    ),
+    (
+        ("wang", "Table 2", "cifar10", "resnet32", "ce", "ts", "temperature"),
+        (2.51, None),
+        "CIFAR-10\twith TS Temperature\t0.95 $\\pm$ 0.19 2.51",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cell", "expected", "line"), CITED)
+def test_cited_published_cells_match_the_papers_text(cell, expected, line):
+    paper, table, dataset, architecture, method, calibrator, metric = cell
+    frame = load_published(paper)
+    row = frame[
+        (frame["table"] == table)
+        & (frame["dataset"] == dataset)
+        & (frame["architecture"] == architecture)
+        & (frame["method"] == method)
+        & (frame["calibrator"] == calibrator)
+        & (frame["metric"] == metric)
+    ]
+    assert len(row) == 1
+    value, std = expected
+    assert row["value"].iloc[0] == value
+    assert (std is None and row["std"].isna().iloc[0]) or row["std"].iloc[0] == std
+    assert line in seed_text(paper)
+    assert f"{value:g}" in line
+
+
+@pytest.mark.parametrize("paper", published_papers())
+def test_every_published_value_is_printed_in_the_paper(paper):
+    text = seed_text(paper)
+    frame = load_published(paper)
+    missing = sorted(
+        {f"{v:g}" for v in [*frame["value"], *frame["std"].dropna()] if f"{v:g}" not in text}
+    )
+    assert not missing, f"{paper}: values not in the paper's text: {missing}"
+
+
+def test_published_methods_are_defined_methods():
+    methods = yaml.safe_load((PROJECT / "conf/base/parameters_methods.yml").read_text())["methods"]
+    keys = set(expand_methods(methods))
+    for paper in published_papers():
+        unknown = sorted(set(load_published(paper)["method"]) - keys)
+        assert not unknown, f"{paper}: {unknown}"
