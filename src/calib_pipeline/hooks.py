@@ -44,7 +44,7 @@ from typing import Any
 import pandas as pd
 from kedro.framework.hooks import hook_impl
 
-from calib_pipeline.pipelines.protocol import PROTOCOL
+from calib_pipeline.protocols import PROTOCOL
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ scores a user's predictions file (``docs/predictions.md``) and runs only when na
 module named X, and study names are not modules. Structural lists (methods, seeds,
 studies) are read from the parameters of the session's environment when the
 registry is built, and every name and hyperparameter -- and the environment's protocol
-(``pipelines.protocol``) -- is validated here, before any node runs.
+(``protocols``) -- is validated here, before any node runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from calib_pipeline.hooks import DEFAULT_RUN_ENV, RUN_ENV
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, score, shift, training
 from calib_pipeline.pipelines.checks import check_parameters
 from calib_pipeline.pipelines.config import Structure, parse_structure, validate_buildable
-from calib_pipeline.pipelines.protocol import check_protocol
+from calib_pipeline.protocols import check_protocol
 from calib_pipeline.settings import config_loader, project_root
 
 # Dotted dataset names ("<method>.seed_<k>.logits") are this project's convention: they

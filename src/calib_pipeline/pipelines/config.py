@@ -20,6 +20,7 @@ from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import MODELS
 from calib_pipeline.reports.registry import check_report, uses_shift
 from calib_pipeline.training.config import TrainConfig
+from calib_pipeline.training.provenance import run_name as run_prefix  # the catalog prefix of a run
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
@@ -65,11 +66,6 @@ class Structure:
 def study_uses_shift(study: StudySpec) -> bool:
     """Whether any report of ``study`` reads shifted sets."""
     return any(uses_shift(name, options) for name, options in study.reports.items())
-
-
-def run_prefix(method: str, seed: int) -> str:
-    """Catalog prefix of a run's artifacts: ``<method>.seed_<k>``."""
-    return f"{method}.seed_{seed}"
 
 
 def _check_key(kind: str, key: str) -> None:

@@ -24,3 +24,15 @@ def run_info(run_id: str, env: str, protocol: str) -> dict[str, str]:
         ``{"run_id": run_id, "env": env, "protocol": protocol}``.
     """
     return {"run_id": str(run_id), "env": str(env), "protocol": str(protocol)}
+
+
+# The parameters a run's configuration is built from, and the session's identity (its
+# protocol); every node that checks a run's artifacts against the session takes them under
+# these keyword names.
+SESSION_INPUTS = {
+    "dataset": "params:dataset",
+    "model": "params:model",
+    "training": "params:training",
+    "splits": "params:splits",
+    "run_info": RUN_INFO,
+}

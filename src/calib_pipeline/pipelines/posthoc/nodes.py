@@ -10,7 +10,7 @@ import torch
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.pipelines.provenance import FITTED_CALIBRATORS, SHIFT_SETS, check_run
+from calib_pipeline.training.provenance_checks import FITTED_CALIBRATORS, SHIFT_SETS, check_run
 
 logger = logging.getLogger(__name__)
 

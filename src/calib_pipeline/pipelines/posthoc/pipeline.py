@@ -4,7 +4,7 @@ from kedro.pipeline import Pipeline, node
 
 from calib_pipeline.pipelines.config import Structure, run_prefix
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
-from calib_pipeline.pipelines.provenance import SESSION_INPUTS
+from calib_pipeline.pipelines.run_info import SESSION_INPUTS
 
 
 def create_pipeline(

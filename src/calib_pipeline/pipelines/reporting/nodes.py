@@ -21,7 +21,7 @@ import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.pipelines.provenance import FITTED_CALIBRATORS, SHIFT_SETS, check_run
+from calib_pipeline.training.provenance_checks import FITTED_CALIBRATORS, SHIFT_SETS, check_run
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 

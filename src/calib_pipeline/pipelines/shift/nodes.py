@@ -10,7 +10,7 @@ from typing import Any
 
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.shift_suites import ShiftPlan, plan_shift_sets, predict_shift_sets
-from calib_pipeline.pipelines.provenance import SHIFT_SETS, check_checkpoint_data
+from calib_pipeline.training.provenance_checks import SHIFT_SETS, check_checkpoint_data
 from calib_pipeline.training.predict import checkpoint_predictor
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,6 @@
-"""A node refuses inputs whose provenance disagrees with the session (docs/reliability.md).
+"""Checks that refuse artifacts whose provenance disagrees with the session (docs/reliability.md).
+
+The pipelines' nodes call them; they are plain functions, usable from a notebook too.
 
 The training node records a provenance record (:func:`~calib_pipeline.training.provenance.
 training_provenance`) in its checkpoint; logits, shifted-set logits and fitted calibrators
@@ -17,24 +19,13 @@ from typing import Any
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.training.provenance import (
     Difference,
     configuration_differences,
     run_configuration,
+    run_name,
 )
 
-# The parameters a run's configuration is built from, and the session's identity (its
-# protocol); every node that checks a run's artifacts against the session takes them under
-# these keyword names.
-SESSION_INPUTS = {
-    "dataset": "params:dataset",
-    "model": "params:model",
-    "training": "params:training",
-    "splits": "params:splits",
-    "run_info": RUN_INFO,
-}
 # A run's keyed collections hold their members under these keys, beside "provenance":
 # shifted-set logits (spec key -> logits) and fitted calibrators (key -> calibrator).
 SHIFT_SETS = "sets"
@@ -152,7 +143,7 @@ def check_checkpoint_data(
         ProvenanceError: naming the run, the recorded and the session's protocol, or the
             recorded and given dataset or split hash.
     """
-    name = f"{run_prefix(checkpoint['method'], checkpoint['seed'])}.checkpoint"
+    name = f"{run_name(checkpoint['method'], checkpoint['seed'])}.checkpoint"
     record = provenance_of(name, checkpoint)
     check_protocol_of(name, record, run_info)
     differences = []
