@@ -372,7 +372,7 @@ def mlflow_server(tmp_path):
 def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback(tmp_path, mlflow_server):
     from tests.test_end_to_end import kedro
 
-    blocked = tmp_path / "data" / "06_models" / "digits" / "resume" / "ce" / "seed_0"
+    blocked = tmp_path / "data" / "06_models" / "test" / "resume" / "ce" / "seed_0"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where ce's resume folder must go")  # its training cannot start
     result = kedro("--pipelines=baseline", *DASK, data_dir=tmp_path / "data", tracking=mlflow_server, check=False)
