@@ -82,6 +82,12 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
         assert child.data.params["run.training.epochs"] == "2"
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
         assert [m.step for m in history] == [1, 2]
+        # the comparison view: per-calibrator clean test metrics on each nested run, means and
+        # claims on the parent, tagged with what the run was
+        assert {"test.ece.none", "test.nll.none", "final_val_accuracy"} <= set(child.data.metrics)
+        assert any(k.startswith("test.ece.") and k != "test.ece.none" for k in child.data.metrics)
+        assert "baseline.ce.test.ece.none" in parent.data.metrics and "baseline.claims.holds" in parent.data.metrics
+        assert (parent.data.tags["dataset"], parent.data.tags["studies"]) == ("digits", "baseline")
         artifacts = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline")]
         assert "baseline/metrics.csv" in artifacts
         assert "baseline/report_summary" in artifacts  # the report folder as the catalog wrote it

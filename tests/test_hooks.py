@@ -23,12 +23,14 @@ class RecordingClient:
 
     def __init__(self, fail_on: str | None = None) -> None:
         self.calls: list[tuple[str, tuple]] = []
+        self.keywords: list[tuple[str, dict]] = []  # the keyword arguments of each call
         self.fail_on = fail_on
         self.runs = 0
 
     def __getattr__(self, name):
         def call(*args, **kwargs):
             self.calls.append((name, args))
+            self.keywords.append((name, kwargs))
             if name == self.fail_on:
                 raise ConnectionError("http://bob:hunter2@tracking:5000 refused")
             if name == "create_run":
@@ -249,3 +251,105 @@ def test_each_cached_artifact_names_the_stage_that_makes_it(dataset, stage):
     from calib_pipeline.hooks import producing_stage
 
     assert producing_stage(dataset) == stage
+
+
+# --- MLflow as a comparison tool: selected epoch, per-calibrator metrics, parent summary --
+
+
+def test_final_metrics_are_those_of_the_selected_epoch_not_the_last():
+    client = RecordingClient()
+    hook, node = started_hook(client), training_node()
+    outputs = {
+        "ce.seed_0.checkpoint": {"method": "ce", "seed": 0, "selected_epoch": 2, "config": {}},
+        "ce.seed_0.history": pd.DataFrame({"epoch": [1, 2, 3], "val_accuracy": [0.5, 0.9, 0.7]}),
+    }
+    hook.before_node_run(node=node, catalog=None, inputs={})
+    hook.after_node_run(node=node, catalog=None, inputs={}, outputs=outputs)
+    for name in outputs:
+        hook.after_dataset_saved(dataset_name=name, data=None, node=node)
+    logged = {m.key: (m.value, m.step) for name, kwargs in client.keywords if name == "log_batch"
+              for m in kwargs.get("metrics", [])}
+    assert logged["final_val_accuracy"] == (0.9, 2) and logged["selected_epoch"][0] == 2
+
+
+def tidy_table() -> pd.DataFrame:
+    """Two seeds of ce: clean val/test rows for two calibrators, and one shifted row."""
+    rows = []
+    for seed, ece in ((0, 0.10), (1, 0.20)):
+        for calibrator, factor in (("none", 1.0), ("ts", 0.5), ("ts@shifted_val", 0.4)):
+            for split in ("val", "test"):
+                for metric, value in (("ece", ece * factor), ("nll", 1.0 + seed), ("accuracy", 0.9)):
+                    rows.append(("ce", seed, f"train{seed}", calibrator, split, "none", 0, metric, value))
+        rows.append(("ce", seed, f"train{seed}", "ts", "test", "gaussian_noise", 3, "ece", 0.99))
+    return pd.DataFrame(rows, columns=["method", "seed", "run_id", "calibrator", "split", "shift",
+                                       "severity", "metric", "value"])
+
+
+def sqlite_driver(tmp_path, pipeline=None) -> tuple[MlflowTrackingHook, mlflow.MlflowClient]:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    driver = MlflowTrackingHook()
+    driver._project_path, driver._config, driver._env = tmp_path, {}, "test"
+    driver._globals = {"dataset": "digits", "protocol": "test"}
+    driver._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri, pipeline=pipeline)
+    return driver, mlflow.MlflowClient(tracking_uri=uri)
+
+
+EVALUATE = SimpleNamespace(name="baseline.evaluate", namespace="baseline", tags={"reporting", "evaluation"})
+CLAIMS = SimpleNamespace(name="baseline.report_claims", namespace="baseline", tags={"reporting"})
+
+
+def test_per_calibrator_test_metrics_land_on_the_nested_runs_and_means_on_the_parent(tmp_path):
+    driver, client = sqlite_driver(tmp_path)
+    node = training_node()
+    driver.before_node_run(node=node, catalog=None, inputs={})  # ce seed 0 trains in this run
+    driver.after_node_run(node=node, catalog=None, inputs={}, outputs=OUTPUTS)
+    for name in OUTPUTS:
+        driver.after_dataset_saved(dataset_name=name, data=None, node=node)
+    driver.after_dataset_saved(dataset_name="baseline.metrics", data=tidy_table(), node=EVALUATE)
+    children = {r.data.tags["seed"]: r for r in client.search_runs(
+        [driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")}
+    assert sorted(children) == ["0", "1"]
+    trained = children["0"].data
+    assert trained.metrics["test.ece.ts"] == pytest.approx(0.05), "the clean test split, not the shifted row"
+    assert trained.metrics["test.ece.none"] == pytest.approx(0.10) and trained.metrics["test.nll.none"] == 1.0
+    assert trained.metrics["val.ece.ts"] == pytest.approx(0.05)
+    assert trained.metrics["test.ece.ts_shifted_val"] == pytest.approx(0.04), "@ is not allowed in a metric name"
+    assert trained.metrics["final_val_accuracy"] == 0.9, "the training run itself, not a second one"
+    reused = children["1"]
+    assert reused.data.tags["calib.training"] == "reused" and reused.data.tags["kedro.training_run_id"] == "train1"
+    assert reused.info.status == "FINISHED" and reused.data.metrics["test.ece.none"] == pytest.approx(0.20)
+    parent = client.get_run(driver._parent).data.metrics
+    assert parent["baseline.ce.test.ece.ts"] == pytest.approx(0.075), "mean over seeds"
+    assert parent["baseline.ce.test.nll.none"] == pytest.approx(1.5)
+    assert not any(".val." in k or ".brier." in k for k in parent), "the summary stays small"
+
+
+def test_claims_verdict_counts_and_line_go_on_the_parent(tmp_path):
+    driver, client = sqlite_driver(tmp_path)
+    report = {"summary": "# ...", "verdicts": {"line": "baseline on digits: 3 of 6 claims hold",
+                                              "metrics": {"claims.holds": 3.0, "claims.total": 6.0}}}
+    driver.after_dataset_saved(dataset_name="baseline.report_claims", data=report, node=CLAIMS)
+    parent = client.get_run(driver._parent).data
+    assert parent.metrics["baseline.claims.holds"] == 3.0 and parent.metrics["baseline.claims.total"] == 6.0
+    assert parent.tags["baseline.claims"] == "baseline on digits: 3 of 6 claims hold"
+
+
+def test_the_parent_run_is_tagged_with_dataset_protocol_studies_and_commit(tmp_path):
+    pipeline = SimpleNamespace(nodes=[EVALUATE, training_node()])
+    driver, client = sqlite_driver(tmp_path, pipeline)
+    tags = client.get_run(driver._parent).data.tags
+    assert (tags["kedro.env"], tags["dataset"], tags["protocol"], tags["studies"]) == ("test", "digits", "test", "baseline")
+    assert tags["git.commit"] == "unknown", "tmp_path is no git repository: a tag, never an error"
+    experiment = client.get_experiment(driver._experiment_id)
+    assert experiment.artifact_location == (tmp_path / "mlruns").resolve().as_uri(), "artifacts beside the test's db"
+
+
+def test_the_git_commit_is_the_projects_head():
+    from pathlib import Path
+
+    from calib_pipeline.hooks import _git_tags
+
+    project = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+    tags = _git_tags(project)
+    assert tags["git.commit"] == head == tags["mlflow.source.git.commit"] and tags["git.dirty"] in ("true", "false")

@@ -1,13 +1,26 @@
 """Project hooks: remember the run environment, give nodes the session's run id, and
 track runs in MLflow.
 
-MLflow layout: one parent run per ``kedro run``; one nested run per
-(method, seed) training node with its parameters, per-epoch history and final
-metrics; reporting outputs (tables, figures) as artifacts of the parent run: a report
-folder is logged as the catalog wrote it (``<namespace>/<report>/``), the evaluation
-tables (tidy metrics, reliability bins) as CSV.
+MLflow layout, made for the UI's compare and sort views:
+
+- one parent run per ``kedro run``, tagged with the environment, dataset, protocol, the
+  studies it evaluates and the git commit; it holds each study's summary metrics
+  (``<study>.<method>.test.<metric>.<calibrator>``: clean test accuracy / ECE / NLL, mean
+  over seeds), the claims report's verdict counts (``<study>.claims.holds``, ...) and the
+  reporting outputs as artifacts: a report folder as the catalog wrote it
+  (``<namespace>/<report>/``), the evaluation tables (tidy metrics, reliability bins) as CSV;
+- one nested run per (method, seed), opened when its training node starts (per-epoch
+  history as it is logged), with its parameters as readable strings, ``final_<metric>``
+  = the metrics of the epoch training selected (``selected_epoch``) and, once the study is
+  evaluated, the clean per-calibrator metrics ``<split>.<metric>.<calibrator>``
+  (``test.ece.ts``, ``test.nll.none``, ``val.ece.ts``). A run whose training this ``kedro run``
+  reused (cached checkpoints) gets a nested run of its own for these metrics, tagged
+  ``calib.training = reused`` and ``kedro.training_run_id``; a nested run made by a Dask
+  worker is found by its tags.
+
 The tracking URI is ``MLFLOW_TRACKING_URI`` when set, else a SQLite file at the
-project root. ``CALIB_MLFLOW=off`` disables tracking.
+project root; a new experiment keeps its artifacts at ``artifact_location`` (mlflow.yml),
+else beside a SQLite file (``mlruns/``). ``CALIB_MLFLOW=off`` disables tracking.
 
 Tracking never costs a result: every hook body is guarded (a failure is one warning and
 tracking stops for the run), HTTP backends get a short timeout and one retry, a training
@@ -29,10 +42,12 @@ import atexit
 import contextlib
 import fcntl
 import functools
+import json
 import logging
 import os
 import re
 import socket
+import subprocess
 import tempfile
 import time
 import uuid
@@ -207,6 +222,8 @@ class MlflowTrackingHook:
         self._open_children: dict[str, str] = {}  # node name -> nested run id
         self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
         self._uri: str | None = None
+        self._runs: dict[tuple[str, str], str] = {}  # (method, seed) -> nested run id of this run
+        self._globals: dict[str, str] = {}  # dataset and protocol of the session's environment
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
@@ -221,6 +238,7 @@ class MlflowTrackingHook:
             self._config = context.config_loader.get("mlflow") or {}
         except MissingConfigException:  # no mlflow.yml in this environment
             self._config = {}
+        self._globals = _session_globals(context.config_loader)
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
@@ -230,7 +248,7 @@ class MlflowTrackingHook:
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
         try:
-            self._start(run_params, catalog, uri)
+            self._start(run_params, catalog, uri, pipeline)
         except Exception as error:  # noqa: BLE001 -- an unreachable or broken backend
             logger.warning(
                 "MLflow tracking is off for this run: %s could not be used (%s): %s",
@@ -238,7 +256,8 @@ class MlflowTrackingHook:
             )
             self._client = self._parent = None
 
-    def _start(self, run_params: dict[str, Any], catalog, uri: str) -> None:
+    def _start(self, run_params: dict[str, Any], catalog, uri: str, pipeline=None) -> None:
+        """Open the parent run (tags: :meth:`_parent_tags`) after ending abandoned runs."""
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -249,14 +268,14 @@ class MlflowTrackingHook:
             self._client = MlflowClient(tracking_uri=uri)
             experiment = self._client.get_experiment_by_name(name)
             self._experiment_id = (
-                experiment.experiment_id if experiment else self._client.create_experiment(name)
+                experiment.experiment_id if experiment
+                else self._client.create_experiment(name, artifact_location=self._artifact_location(uri))
             )
             self._end_abandoned_runs()
         pipelines = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         run_name = f"{'+'.join(str(p) for p in pipelines)} [{self._env}]"
         self._parent = self._client.create_run(
-            self._experiment_id, run_name=run_name, tags={"kedro.run_id": str(run_params.get("run_id")),
-                                                          "kedro.env": self._env, **_owner_tags()},
+            self._experiment_id, run_name=run_name, tags=self._parent_tags(run_params, pipeline),
         ).info.run_id
         atexit.register(self._end_at_exit)
         params: dict[str, str] = {"kedro.env": self._env}
@@ -266,6 +285,25 @@ class MlflowTrackingHook:
                 params[f"kedro.{key}"] = _describe(value)[:500]
         self._log_params(self._parent, params)
         logger.info("MLflow: parent run %s at %s", self._parent, mask_credentials(uri))
+
+    def _artifact_location(self, uri: str) -> str | None:
+        """Where a new experiment keeps its artifacts: ``artifact_location`` of mlflow.yml,
+        else ``mlruns/`` beside a SQLite file (never the working directory), else the server's."""
+        if self._config.get("artifact_location"):
+            return str(self._config["artifact_location"])
+        if uri.startswith("sqlite:///"):
+            return (Path(uri[len("sqlite:///") :]).parent / "mlruns").resolve().as_uri()
+        return None
+
+    def _parent_tags(self, run_params: dict[str, Any], pipeline) -> dict[str, str]:
+        """The parent run's tags: what the UI filters and groups runs by."""
+        studies = sorted({n.namespace for n in (pipeline.nodes if pipeline else []) if "evaluation" in n.tags})
+        return {
+            "kedro.run_id": str(run_params.get("run_id")), "kedro.env": self._env,
+            "dataset": self._globals.get("dataset", "unknown"), "protocol": self._globals.get("protocol", "unknown"),
+            "studies": ",".join(str(s) for s in studies) or "none",
+            **_git_tags(getattr(self, "_project_path", None)), **_owner_tags(),
+        }
 
     def _end_abandoned_runs(self) -> None:
         """Runs left ``RUNNING`` by a process of this host that no longer exists (kill -9,
@@ -316,6 +354,7 @@ class MlflowTrackingHook:
             self._experiment_id, run_name=f"{method} seed {seed}",
             tags={"mlflow.parentRunId": self._parent, "method": str(method), "seed": str(seed), **_owner_tags()},
         ).info.run_id
+        self._runs[(str(method), str(seed))] = self._open_children[node.name]
 
     @hook_impl
     @_tracked
@@ -343,8 +382,9 @@ class MlflowTrackingHook:
             numeric = history.select_dtypes("number").drop(columns=["epoch", "seed"], errors="ignore")
             for record_epoch, record in zip(history["epoch"], numeric.to_dict("records")):
                 rows.extend((k, v, int(record_epoch)) for k, v in record.items())
-            final = numeric.iloc[-1].to_dict()
-            rows.extend((f"final_{k}", v, int(history["epoch"].iloc[-1])) for k, v in final.items())
+            position = _selected_row(history, checkpoint.get("selected_epoch"))
+            final = numeric.iloc[position].to_dict()
+            rows.extend((f"final_{k}", v, int(history["epoch"].iloc[position])) for k, v in final.items())
         rows.append(("selected_epoch", float(checkpoint.get("selected_epoch", 0)), 0))
         self._log_metrics(run_id, rows)
         self._client.set_terminated(run_id, "FINISHED")
@@ -378,13 +418,66 @@ class MlflowTrackingHook:
             if not pending["unsaved"]:
                 del self._pending[node.name]
                 self._log_training(node.name, pending["inputs"], pending["outputs"])
-        if "reporting" not in node.tags or self._catalog is None:
+        if "reporting" not in node.tags:
+            return
+        study = dataset_name.split(".", 1)[0]
+        if dataset_name.endswith(".metrics") and "evaluation" in node.tags and isinstance(data, pd.DataFrame):
+            self._log_evaluation(study, data)
+        elif dataset_name.endswith(".report_claims") and isinstance(data, dict):
+            self._log_claims(study, data)
+        if self._catalog is None:
             return
         folder = getattr(self._catalog[dataset_name], "saved_folder", None)
         if folder is not None:
             stem = dataset_name.split(".", 1)[-1]
             path = f"{node.namespace}/{stem}" if node.namespace else stem
             self._client.log_artifacts(self._parent, str(folder), artifact_path=path)
+
+    def _log_evaluation(self, study: str, table: pd.DataFrame) -> None:
+        """A study's tidy metrics: each (method, seed)'s clean per-calibrator metrics on its
+        nested run, the study's means over seeds on the parent run."""
+        for (method, seed), metrics in comparison_metrics(table).items():
+            runs = table[(table["method"] == method) & (table["seed"].astype(str) == seed)]
+            training_run = str(runs["run_id"].iloc[0]) if "run_id" in runs and len(runs) else "unknown"
+            run_id, made_here = self._nested_run(method, seed, training_run)
+            self._log_metrics(run_id, [(name, value, 0) for name, value in metrics.items()])
+            if made_here:
+                self._client.set_terminated(run_id, "FINISHED")
+        self._log_metrics(self._parent, [(k, v, 0) for k, v in study_summary(study, table).items()])
+
+    def _nested_run(self, method: str, seed: str, training_run: str) -> tuple[str, bool]:
+        """The nested run of (method, seed) under this parent run, and whether it was made
+        now: the one this process opened, else one a Dask worker opened (found by its tags),
+        else -- training reused from an earlier ``kedro run`` -- a new one, so that every
+        evaluated (method, seed) of a ``kedro run`` is a row of the comparison."""
+        if (method, seed) in self._runs:
+            return self._runs[(method, seed)], False
+        found = self._client.search_runs(
+            [self._experiment_id], max_results=1, filter_string=(
+                f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and tags.seed = '{seed}'"),
+        ) or []
+        if found:
+            self._runs[(method, seed)] = found[0].info.run_id
+            return self._runs[(method, seed)], False
+        self._runs[(method, seed)] = self._client.create_run(
+            self._experiment_id, run_name=f"{method} seed {seed}", tags={
+                "mlflow.parentRunId": self._parent, "method": method, "seed": seed, "calib.training": "reused",
+                "kedro.training_run_id": training_run, **_owner_tags()},
+        ).info.run_id
+        return self._runs[(method, seed)], True
+
+    def _log_claims(self, study: str, report: dict[str, Any]) -> None:
+        """The claims report's verdict counts (``<study>.claims.holds``, ...) and its summary
+        line (tag ``<study>.claims``) on the parent run."""
+        verdicts = report.get("verdicts")
+        if isinstance(verdicts, str):
+            verdicts = json.loads(verdicts)
+        if not isinstance(verdicts, dict):
+            return
+        metrics = verdicts.get("metrics") or {}
+        self._log_metrics(self._parent, [(f"{study}.{k}", v, 0) for k, v in metrics.items()])
+        if verdicts.get("line"):
+            self._client.set_tag(self._parent, f"{study}.claims", str(verdicts["line"])[:5000])
 
     @hook_impl
     @_tracked
@@ -440,6 +533,84 @@ class MlflowTrackingHook:
         """Replay a worker's recorded calls on this process's client (driver side)."""
         if report:
             _RecordedCalls.replay(report, self._client)
+
+
+# the parent run's summary: few metrics, so that the UI's columns stay readable
+SUMMARY_METRICS = ("accuracy", "ece", "nll")
+COMPARED_SPLITS = ("test", "val")
+NOT_IN_METRIC_NAMES = re.compile(r"[^/\w.\- :]")
+
+
+def metric_name(*parts: Any) -> str:
+    """``parts`` joined by dots, each character MLflow refuses in a metric name (``@``, ...)
+    replaced by ``_``: ``("test", "ece", "ts@shifted_val")`` -> ``test.ece.ts_shifted_val``."""
+    return NOT_IN_METRIC_NAMES.sub("_", ".".join(str(p) for p in parts))
+
+
+def _clean(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the clean (unshifted) splits of a tidy metrics table."""
+    from calib_pipeline.reports.common import UNSHIFTED
+
+    rows = table[(table["shift"] == UNSHIFTED) & table["split"].isin(COMPARED_SPLITS)]
+    return rows[rows["severity"] == 0] if "severity" in rows else rows
+
+
+def comparison_metrics(table: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
+    """(method, seed) -> its clean per-calibrator metrics, named ``<split>.<metric>.<calibrator>``
+    (``test.ece.ts``, ``test.nll.none``, ``val.accuracy.ts``), from a tidy metrics table."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for row in _clean(table).itertuples(index=False):
+        name = metric_name(row.split, row.metric, row.calibrator)
+        out.setdefault((str(row.method), str(row.seed)), {})[name] = float(row.value)
+    return out
+
+
+def study_summary(study: str, table: pd.DataFrame) -> dict[str, float]:
+    """A study's clean test accuracy, ECE and NLL per (method, calibrator), means over seeds:
+    ``<study>.<method>.test.<metric>.<calibrator>``."""
+    rows = _clean(table)
+    rows = rows[(rows["split"] == "test") & rows["metric"].isin(SUMMARY_METRICS)]
+    means = rows.groupby(["method", "metric", "calibrator"], sort=True)["value"].mean()
+    return {metric_name(study, m, "test", k, c): float(v) for (m, k, c), v in means.items()}
+
+
+def _selected_row(history: pd.DataFrame, selected_epoch: Any) -> int:
+    """Position of the ``selected_epoch`` row of a training history (the last row when the
+    checkpoint names no epoch of the history)."""
+    if selected_epoch is not None and "epoch" in history:
+        matches = [i for i, epoch in enumerate(history["epoch"]) if int(epoch) == int(selected_epoch)]
+        if matches:
+            return matches[-1]
+    return len(history) - 1
+
+
+def _session_globals(config_loader) -> dict[str, str]:
+    """Dataset name and protocol from the environment's globals.yml; what is missing is left out."""
+    try:
+        values = config_loader["globals"] or {}
+    except Exception:  # noqa: BLE001 -- no globals: the tags say "unknown"
+        return {}
+    dataset = values.get("dataset")
+    found = {"dataset": dataset.get("name") if isinstance(dataset, dict) else dataset, "protocol": values.get(PROTOCOL)}
+    return {key: str(value) for key, value in found.items() if value}
+
+
+def _git_tags(project_path: Path | None) -> dict[str, str]:
+    """``git.commit`` (``git rev-parse HEAD`` of the project, also as MLflow's own
+    ``mlflow.source.git.commit``) and ``git.dirty`` (uncommitted changes to tracked files);
+    ``unknown`` without git or outside a repository -- never an error."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=project_path, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+
+    try:
+        if project_path is None:
+            raise OSError("no project path")
+        commit = git("rev-parse", "HEAD")
+        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+    except (OSError, subprocess.SubprocessError):
+        commit = dirty = "unknown"
+    return {"git.commit": commit, "mlflow.source.git.commit": commit, "git.dirty": dirty}
 
 
 def _single_writer(uri: str | None) -> bool:
