@@ -353,3 +353,21 @@ def test_the_git_commit_is_the_projects_head():
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
     tags = _git_tags(project)
     assert tags["git.commit"] == head == tags["mlflow.source.git.commit"] and tags["git.dirty"] in ("true", "false")
+
+
+def test_a_run_reads_back_the_version_it_saved_not_a_newer_one_of_another_run(tmp_path):
+    from kedro.io import DataCatalog, Version
+
+    from calib_pipeline.hooks import OwnVersionsHook
+    from calib_pipeline.kedro_datasets import TorchDataset
+
+    ours, theirs = "2026-11-26T07.44.08.077Z", "2026-11-26T07.44.08.140Z"
+    path = str(tmp_path / "logits.pt")
+    catalog = DataCatalog({"ce.seed_0.logits": TorchDataset(filepath=path, version=Version(None, ours))})
+    hook = OwnVersionsHook()
+    hook.before_pipeline_run({}, None, catalog)
+    catalog.save("ce.seed_0.logits", {"run": "ours"})
+    TorchDataset(filepath=path, version=Version(None, theirs)).save({"run": "theirs"})  # a concurrent run
+    hook.after_dataset_saved("ce.seed_0.logits", None, None)
+    assert catalog.load("ce.seed_0.logits") == {"run": "ours"}
+    assert TorchDataset(filepath=path, version=Version(None, None)).load() == {"run": "theirs"}, "others see the latest"

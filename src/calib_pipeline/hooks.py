@@ -103,6 +103,34 @@ def producing_stage(dataset: str) -> str | None:
     return None
 
 
+class OwnVersionsHook:
+    """Once a run has saved a versioned artifact, it reads that version back, never a newer
+    one another run saved in the meantime.
+
+    Kedro resolves "latest" per load: with two runs in one project, a run's posthoc node could
+    otherwise load the other run's logits (the provenance checks then refuse the mix). After
+    each save this pins the dataset's load version to the run's own save version. It sets
+    Kedro's per-dataset version cache (``_cached_load_version``), which Kedro itself fills on
+    the first load and clears before the next save -- there is no public setter.
+    """
+
+    def __init__(self) -> None:
+        self._catalog = None
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        self._catalog = catalog
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
+        from kedro.io import AbstractVersionedDataset
+
+        dataset = self._catalog[dataset_name] if self._catalog is not None else None
+        version = dataset.resolve_save_version() if isinstance(dataset, AbstractVersionedDataset) else None
+        if version is not None:  # a --load-versions pin still wins: Kedro reads it first
+            dataset._cached_load_version = version
+
+
 class RunPreflightHook:
     """Before a run: log the compute it will use, and refuse -- in one line -- a pipeline
     whose cached inputs have not been made (e.g. ``--pipelines=training`` before the split

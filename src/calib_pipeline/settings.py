@@ -13,6 +13,7 @@ from omegaconf.resolvers import oc
 from calib_pipeline.hooks import (
     DEFAULT_RUN_ENV,
     MlflowTrackingHook,
+    OwnVersionsHook,
     RunEnvironmentHook,
     RunInfoHook,
     RunPreflightHook,
@@ -59,7 +60,7 @@ def claim_save_version() -> str:
 # from this module-level name; settings are imported before any session is created.
 kedro_session.generate_timestamp = claim_save_version
 
-HOOKS = (RunEnvironmentHook(), RunInfoHook(), RunPreflightHook(), MlflowTrackingHook())
+HOOKS = (RunEnvironmentHook(), RunInfoHook(), RunPreflightHook(), OwnVersionsHook(), MlflowTrackingHook())
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
