@@ -217,3 +217,40 @@ def dark_study():
     logits, calibrators = fitted_runs(DARK, seeds, keys=("ts_fixed",))
     table = tidy(DARK, seeds, ["ts_fixed"], DARK_VALUES, shifts=[("cifar10_1", 0)])
     return study(DARK, seeds, table, logits=logits, calibrators=calibrators)
+
+
+def reliability_bins(labels, seeds, calibrators=("none", "ts"), n_bins=15, n=400):
+    """A per-bin reliability table as the evaluation writes it: per (method, seed,
+    calibrator), ``n`` random predictions binned by confidence (empty bins have NaN
+    accuracy and confidence, as in the real table)."""
+    rng = np.random.default_rng(1)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    frames = []
+    for method, label in labels.items():
+        for seed in seeds:
+            for cal in calibrators:
+                conf = rng.beta(5, 1.5, n)
+                correct = rng.random(n) < conf ** (1.3 if cal == "none" else 1.0)
+                index = np.clip(np.digitize(conf, edges[1:-1]), 0, n_bins - 1)
+                count = np.bincount(index, minlength=n_bins)
+                with np.errstate(invalid="ignore"):
+                    confidence = np.bincount(index, conf, n_bins) / count
+                    accuracy = np.bincount(index, correct, n_bins) / count
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "method": method,
+                            "label": label,
+                            "seed": seed,
+                            "run_id": f"run-{method}-{seed}",
+                            "calibrator": cal,
+                            "n_bins": n_bins,
+                            "lower": edges[:-1],
+                            "upper": edges[1:],
+                            "count": count,
+                            "confidence": confidence,
+                            "accuracy": accuracy,
+                        }
+                    )
+                )
+    return pd.concat(frames, ignore_index=True)

@@ -31,7 +31,7 @@ from calib_pipeline.reports.registry import build_report
 def test_every_artifact_is_written(name, fixture, options, request, tmp_path):
     out = build_report(name, request.getfixturevalue(fixture), **options)
     write_artifacts(tmp_path, out)
-    expected = sum(2 if isinstance(v, pd.DataFrame) else 1 for v in out.values())
+    expected = sum(3 if isinstance(v, pd.DataFrame) else 1 for v in out.values())  # csv, md, tex
     assert len(list(tmp_path.iterdir())) == expected  # no two artifacts share a file
 
 
@@ -39,8 +39,17 @@ def test_long_tables_are_written_as_csv_only(tmp_path):
     short = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS)})
     long = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS + 1)})
     write_artifacts(tmp_path, {"short": short, "long": long})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.csv", "short.csv", "short.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.csv", "short.csv", "short.md", "short.tex"]
     assert len(pd.read_csv(tmp_path / "long.csv")) == MARKDOWN_MAX_ROWS + 1
+
+
+def test_each_table_gets_a_latex_tabular_with_special_characters_escaped(tmp_path):
+    table = pd.DataFrame({"label": ["LS_0.1", "FL-53 %"], "ece": ["2.08 ± 0.59", "1.10"]})
+    write_artifacts(tmp_path, {"table": table})
+    tex = (tmp_path / "table.tex").read_text(encoding="utf-8")
+    assert tex.startswith("\\begin{tabular}{ll}") and tex.rstrip().endswith("\\end{tabular}")
+    assert "label & ece \\\\" in tex
+    assert "LS\\_0.1 & 2.08 ± 0.59 \\\\" in tex and "FL-53 \\% & 1.10 \\\\" in tex
 
 
 def test_an_unsupported_artifact_type_is_refused_with_its_name(tmp_path):

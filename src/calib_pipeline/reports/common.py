@@ -285,7 +285,9 @@ def with_selection(artifacts: dict[str, Any], record: pd.DataFrame | None) -> di
 def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
     """Write a report's artifacts into ``folder``, each by its type.
 
-    A DataFrame becomes ``<name>.csv`` and, up to ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``;
+    A DataFrame becomes ``<name>.csv`` and, up to ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``
+    and a LaTeX ``tabular`` ``<name>.tex`` (``DataFrame.to_latex``, special characters
+    escaped; jinja2, which it needs, comes with torch and Flask);
     a string ``<name>.md``; a matplotlib figure ``<name>.png`` (then closed); a dict or
     list ``<name>.json``.
 
@@ -304,6 +306,9 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
             if len(value) <= MARKDOWN_MAX_ROWS:
                 (folder / f"{name}.md").write_text(
                     value.to_markdown(index=False) + "\n", encoding="utf-8"
+                )
+                (folder / f"{name}.tex").write_text(
+                    value.to_latex(index=False, escape=True), encoding="utf-8"
                 )
         elif isinstance(value, str):
             (folder / f"{name}.md").write_text(value, encoding="utf-8")

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calib_pipeline.reports.common import mean_std_table
+from calib_pipeline.reports.common import mean_std_table, method_colors
 from calib_pipeline.reports.registry import (
     METRIC,
     StudyResults,
@@ -109,70 +109,119 @@ def bins_with_count(bins: pd.DataFrame, n_bins: int) -> pd.DataFrame:
     return frame
 
 
-def reliability_axes(ax: plt.Axes, pooled: pd.DataFrame) -> None:
-    """One reliability diagram: filled bars = accuracy, hatched = mean confidence per bin."""
-    width = pooled["upper"] - pooled["lower"]
-    ax.bar(
-        pooled["lower"],
-        pooled["accuracy"],
-        width=width,
-        align="edge",
-        color="#4C72B0",
-        edgecolor="white",
-    )
-    ax.bar(
-        pooled["lower"],
-        pooled["confidence"],
-        width=width,
-        align="edge",
-        fill=False,
-        edgecolor="#C44E52",
-        hatch="//",
-        linewidth=0.6,
-    )
-    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
+MAX_COLUMNS = 4  # panels per row: 4 panels of PANEL_WIDTH inches fit a page's width
+PANEL_WIDTH = 2.4  # inches; a panel is a reliability diagram over its count histogram
+PANEL_HEIGHT = 2.7
+GAP_COLOR = "#D62728"
 
 
-def reliability_figure(bins: pd.DataFrame, title: str) -> plt.Figure:
-    """Reliability diagrams of one bin count: a row per method label, a column per
-    calibrator, seeds pooled (:func:`pooled_bins`)."""
-    labels = list(dict.fromkeys(bins["label"]))
-    calibrators = list(dict.fromkeys(bins["calibrator"]))
-    fig, axes = plt.subplots(
-        len(labels),
-        len(calibrators),
-        figsize=(2.6 * len(calibrators), 2.6 * len(labels)),
-        squeeze=False,
-        sharex=True,
-        sharey=True,
-    )
-    for i, label in enumerate(labels):
-        for j, cal in enumerate(calibrators):
-            ax = axes[i, j]
-            reliability_axes(
-                ax, pooled_bins(bins[(bins["label"] == label) & (bins["calibrator"] == cal)])
-            )
-            if i == 0:
-                ax.set_title(cal, fontsize=9)
-            if j == 0:
-                ax.set_ylabel(f"{label}\naccuracy", fontsize=8)
-            if i == len(labels) - 1:
-                ax.set_xlabel("confidence", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+def pooled_ece(pooled: pd.DataFrame) -> float:
+    """The ECE of count-weighted bins, ``Σ count·|accuracy − confidence| / N`` (empty bins
+    contribute nothing); NaN without samples."""
+    count = pooled["count"].to_numpy(dtype=float)
+    accuracy = pooled["accuracy"].to_numpy(dtype=float)
+    gap = np.abs(accuracy - pooled["confidence"].to_numpy(dtype=float))
+    total = count.sum()
+    return float(np.nansum(count * gap) / total) if total > 0 else float("nan")
+
+
+def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: Any) -> None:
+    """One reliability diagram as the papers draw it: accuracy bars per bin (the method's
+    colour), the gap to the bin's mean confidence shaded, the diagonal, the ECE in the
+    panel; below it (``hist``) the share of samples per bin, so a bin of one sample reads
+    as light as it is."""
+    left = pooled["lower"].to_numpy(dtype=float)
+    width = (pooled["upper"] - pooled["lower"]).to_numpy(dtype=float)
+    accuracy = pooled["accuracy"].to_numpy(dtype=float)
+    confidence = pooled["confidence"].to_numpy(dtype=float)
+    ax.bar(left, accuracy, width=width, align="edge", color=color, edgecolor="white",
+           linewidth=0.5, label="accuracy")
+    ax.bar(left, np.abs(confidence - accuracy), bottom=np.fmin(accuracy, confidence),
+           width=width, align="edge", color=GAP_COLOR, alpha=0.25, edgecolor=GAP_COLOR,
+           hatch="//", linewidth=0.5, label="gap to confidence")
+    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="perfect calibration")
+    ax.text(0.04, 0.95, f"ECE {100 * pooled_ece(pooled):.2f}%", transform=ax.transAxes,
+            va="top", fontsize=8, bbox={"facecolor": "white", "edgecolor": "0.7", "pad": 2})
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.tick_params(labelbottom=False, labelsize=7)
+    total = pooled["count"].sum()
+    hist.bar(left, pooled["count"] / total if total else 0, width=width, align="edge",
+             color=color, alpha=0.6, edgecolor="white", linewidth=0.5)
+    peak = float(pooled["count"].max() / total) if total else 1.0
+    hist.set_ylim(0, 1.15 * peak)
+    hist.set_yticks([0, round(peak, 2)])
+    hist.tick_params(labelsize=7)
+
+
+def seeds_note(bins: pd.DataFrame, seed: int | None) -> str:
+    """What a reliability figure pools: one seed, or every seed of the table (count-weighted)."""
+    if seed is not None:
+        return f"seed {seed} only"
+    seeds = sorted(bins["seed"].unique().tolist())
+    listed = ", ".join(map(str, seeds))
+    return f"seeds pooled (count-weighted bins of {len(seeds)} seed(s): {listed})"
+
+
+def reliability_figure(
+    bins: pd.DataFrame, title: str, colors: dict[str, Any] | None = None, note: str = ""
+) -> plt.Figure:
+    """Reliability diagrams of one bin count, a panel per (method label, calibrator) in
+    rows of at most ``MAX_COLUMNS``, the bins of each panel pooled (:func:`pooled_bins`).
+
+    Args:
+        bins: the per-bin rows to draw (one bin count; the seeds to pool).
+        title: the figure's title; ``note`` (e.g. :func:`seeds_note`) goes below it.
+        colors: method label -> colour (:func:`method_colors`); default one colour.
+    """
+    panels = list(dict.fromkeys(zip(bins["label"], bins["calibrator"])))
+    columns = min(MAX_COLUMNS, len(panels))
+    rows = -(-len(panels) // columns)
+    size = (PANEL_WIDTH * columns, PANEL_HEIGHT * rows + 0.6)
+    fig = plt.figure(figsize=size, layout="constrained")
+    grid = fig.add_gridspec(rows, columns)
+    for index, (label, cal) in enumerate(panels):
+        cell = grid[divmod(index, columns)].subgridspec(2, 1, height_ratios=[3, 1], hspace=0)
+        ax = fig.add_subplot(cell[0])
+        hist = fig.add_subplot(cell[1], sharex=ax)
+        rows_of = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
+        reliability_axes(ax, hist, pooled_bins(rows_of), (colors or {}).get(label, "#4C72B0"))
+        ax.set_title(f"{label} · {cal}", fontsize=9)
+        if index % columns == 0:
+            ax.set_ylabel("accuracy", fontsize=8)
+            hist.set_ylabel("share", fontsize=8)
+        hist.set_xlabel("confidence", fontsize=8)
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=3, fontsize=8)
+    fig.suptitle(f"{title}\n{note}" if note else title, fontsize=10)
     return fig
 
 
-@report("reliability", options={"n_bins": either(BIN_COUNT, list_of(BIN_COUNT))})
-def reliability(results: StudyResults, n_bins: list[int] | int = 15) -> dict[str, Any]:
-    """Reliability diagrams on the clean test split, one figure per bin count: a row per
-    method, a column per calibrator, seeds pooled (count-weighted)."""
+@report(
+    "reliability",
+    options={"n_bins": either(BIN_COUNT, list_of(BIN_COUNT)), "seed": optional(integer())},
+)
+def reliability(
+    results: StudyResults, n_bins: list[int] | int = 15, seed: int | None = None
+) -> dict[str, Any]:
+    """Reliability diagrams on the clean test split, one figure per bin count: a panel per
+    (method, calibrator), every seed pooled (count-weighted) or only ``seed``; ECE of the
+    drawn bins in each panel, the share of samples per bin below it."""
+    bins = results.bins
+    if seed is not None:
+        if seed not in set(bins["seed"]):
+            raise ValueError(
+                f"reliability: seed {seed} is not in the study's bins; "
+                f"seeds: {sorted(set(bins['seed']))}"
+            )
+        bins = bins[bins["seed"] == seed]
+    colors = method_colors(results.methods, results.labels)
+    suffix = "" if seed is None else f"_seed_{seed}"
     return {
-        f"reliability_{count}_bins": reliability_figure(
-            bins_with_count(results.bins, count),
+        f"reliability_{count}_bins{suffix}": reliability_figure(
+            bins_with_count(bins, count),
             f"{results.study}: reliability on the test split, {count} bins",
+            colors,
+            seeds_note(bins, seed),
         )
         for count in ([n_bins] if isinstance(n_bins, int) else n_bins)
     }

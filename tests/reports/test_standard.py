@@ -1,0 +1,102 @@
+"""The standard reports: reliability diagrams as the papers draw them."""
+
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from calib_pipeline.reports.common import method_colors
+from calib_pipeline.reports.registry import build_report, check_report
+from calib_pipeline.reports.standard import MAX_COLUMNS, PANEL_HEIGHT, PANEL_WIDTH
+
+from .synthetic import reliability_bins, study, tidy
+
+LABELS = {f"m{i}": f"Method {i}" for i in range(12)}
+SEEDS = [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def results():
+    res = study(LABELS, SEEDS, tidy({"m0": "M"}, [0], ["ts"]))
+    res.bins = reliability_bins(LABELS, SEEDS, n_bins=15)
+    return res
+
+
+def expected_ece(bins):
+    """ECE of the bins pooled over the given rows, straight from the table."""
+    pooled = bins.assign(
+        a=bins["accuracy"].fillna(0) * bins["count"], c=bins["confidence"].fillna(0) * bins["count"]
+    ).groupby("lower")[["count", "a", "c"]].sum()
+    return float((pooled["a"] - pooled["c"]).abs().sum() / pooled["count"].sum())
+
+
+def panels(fig):
+    """(title, ECE text, colour of the first bar) of every reliability panel."""
+    out = []
+    for ax in fig.axes:
+        texts = [t.get_text() for t in ax.texts if t.get_text().startswith("ECE")]
+        if texts:
+            out.append((ax.get_title(), texts[0], ax.patches[0].get_facecolor()))
+    return out
+
+
+def ece_of(text):
+    return float(re.fullmatch(r"ECE (\d+\.\d+)%", text).group(1)) / 100
+
+
+def test_grid_fits_a_page_and_each_panel_prints_its_pooled_ece(results):
+    fig = build_report("reliability", results, n_bins=15)["reliability_15_bins"]
+    drawn = panels(fig)
+    assert len(drawn) == 24  # 12 methods x 2 calibrators
+    assert len(fig.axes) == 48  # each with a count histogram below
+    width, height = fig.get_size_inches()
+    assert width == pytest.approx(MAX_COLUMNS * PANEL_WIDTH) and width * 120 <= 1800
+    assert height == pytest.approx(6 * PANEL_HEIGHT + 0.6)
+    colors = method_colors(results.methods, results.labels)
+    bins = results.bins
+    for title, text, color in drawn:
+        label, cal = title.split(" · ")
+        cell = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
+        assert ece_of(text) == pytest.approx(expected_ece(cell), abs=5e-5), title
+        assert np.allclose(color[:3], colors[label][:3])
+    title = fig._suptitle.get_text()
+    assert "15 bins" in title and "seeds pooled" in title and "3 seed(s): 0, 1, 2" in title
+    assert fig.legends and [t.get_text() for t in fig.legends[0].texts] == [
+        "perfect calibration",
+        "accuracy",
+        "gap to confidence",
+    ]
+    plt.close(fig)
+
+
+def test_one_seed_is_drawn_alone_and_said_so(results):
+    fig = build_report("reliability", results, n_bins=15, seed=1)["reliability_15_bins_seed_1"]
+    bins = results.bins[results.bins["seed"] == 1]
+    for title, text, _ in panels(fig):
+        label, cal = title.split(" · ")
+        cell = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
+        assert ece_of(text) == pytest.approx(expected_ece(cell), abs=5e-5), title
+    assert "seed 1 only" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_seed_option_is_validated(results):
+    check_report("reliability", {"n_bins": [10, 15], "seed": 3})
+    with pytest.raises(ValueError, match="seed"):
+        check_report("reliability", {"seed": "one"})
+    with pytest.raises(ValueError, match=r"seed 7 is not in the study's bins; seeds: \[0, 1, 2\]"):
+        build_report("reliability", results, seed=7)
+
+
+def test_few_panels_use_few_columns(results):
+    bins = results.bins[results.bins["method"].isin(["m0"])]
+    res = study({"m0": "Method 0"}, SEEDS, results.metrics)
+    res.bins = bins
+    fig = build_report("reliability", res, n_bins=15)["reliability_15_bins"]
+    assert len(panels(fig)) == 2
+    assert fig.get_size_inches()[0] == pytest.approx(2 * PANEL_WIDTH)
+    plt.close(fig)
