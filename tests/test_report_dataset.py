@@ -49,7 +49,7 @@ def test_a_save_writes_each_artifact_by_type_and_a_load_reads_them_back(tmp_path
     folder = dataset.saved_folder
     assert folder == tmp_path / "report" / "2026-11-26T01.00.00.000Z" / "report"
     assert sorted(p.name for p in folder.iterdir()) == [
-        ".manifest.json", "figure.png", "meta.json", "note.md", "table.csv", "table.md"
+        ".manifest.json", "figure.png", "meta.json", "note.md", "table.csv", "table.md", "table.tex"
     ]
     assert sorted(p.name for p in folder.parent.iterdir()) == ["report"]  # no temporary left
     assert not plt.fignum_exists(figure.number)  # closed once written
