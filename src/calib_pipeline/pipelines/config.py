@@ -212,8 +212,7 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
             MODELS.check(model.get("name"), in_channels=1, num_classes=2, image_size=8, **(model.get("params") or {}))
         except ValueError as error:
             raise ValueError(f"method {method.key!r}: {error}") from None
-        TrainConfig.from_params({**parameters.get("training", {}), **method.training})
-        check_method(method)
+        check_method(method, TrainConfig.from_params({**parameters.get("training", {}), **method.training}))
     for study in structure.studies.values():
         for report, options in study.reports.items():
             try:
