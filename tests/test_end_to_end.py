@@ -68,6 +68,24 @@ def test_outputs_are_written_and_versioned(project_run):
         assert len(versions(data_dir / "06_models" / "test" / method / "seed_0" / "checkpoint.pt")) == 2
 
 
+def test_each_run_stores_only_the_calibrators_its_studies_read(project_run):
+    from kedro.io import Version
+
+    from calib_pipeline.kedro_datasets import CalibratorsDataset
+    from calib_pipeline.pipelines.config import parse_structure
+    from calib_pipeline.settings import load_parameters
+
+    data_dir, _ = project_run
+    structure = parse_structure(load_parameters("test", PROJECT))
+    for method in ("ce", "ls_epsilon_0p05", "focal_gamma_3"):
+        path = data_dir / "06_models" / "test" / method / "seed_0" / "calibrators.pt"
+        stored = CalibratorsDataset(filepath=str(path), version=Version(None, None)).load()
+        assert tuple(stored["fitted"]) == structure.run_calibrators(method, 0)
+    # LS-0.05 is in baseline (ts), focal (its Mukhoti table's ts_grid_mukhoti) and dark_side
+    # (Singh's ts_fixed); no study of it reads the other three configured calibrators
+    assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == {"ts", "ts_grid_mukhoti", "ts_fixed"}
+
+
 def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project_run):
     _, tracking = project_run
     client = mlflow.MlflowClient(tracking_uri=tracking)

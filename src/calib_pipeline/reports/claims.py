@@ -47,6 +47,7 @@ from calib_pipeline.reports.claim_specs import (
     Quantity,
     Side,
     check_study_claims,
+    claim_calibrators,
     gather,
     paper_names,
     parse_claim,
@@ -645,6 +646,7 @@ POWER = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
     needs=("histories", "calibrators"),
     shifted=_reads_shift,
     study_check=check_study_claims,
+    calibrators=claim_calibrators,
     options={
         "papers": optional(list_of(choice(*paper_names()))),
         "claims": optional(list_of(CLAIM)),

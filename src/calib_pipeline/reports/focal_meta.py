@@ -16,6 +16,7 @@ from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     TEXT,
     StudyResults,
+    calibrators_in,
     integer,
     list_of,
     mapping,
@@ -87,6 +88,7 @@ def paper_table(
 
 @report(
     "meta_tables",
+    calibrators=calibrators_in("calibrated"),
     options={"calibrated": optional(mapping(TEXT, TEXT)), "ablation": optional(list_of(TEXT))},
 )
 def meta_tables(

@@ -42,6 +42,7 @@ from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
     StudyResults,
+    calibrators_in,
     choice,
     integer,
     list_of,
@@ -233,6 +234,7 @@ def bold_lowest(wide: pd.DataFrame, means: pd.DataFrame) -> pd.DataFrame:
 
 @report(
     "karandikar_table",
+    calibrators=calibrators_in("ts", "ts_sb_ece"),
     options={
         "metric": TEXT,
         "ts": optional(TEXT),
@@ -447,6 +449,7 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
 
 @report(
     "karandikar_effects",
+    calibrators=calibrators_in("calibrators"),
     options={
         "metric": TEXT,
         "calibrators": optional(list_of(TEXT)),

@@ -43,11 +43,13 @@ from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     TEXT,
     StudyResults,
+    calibrators_in,
     choice,
     integer,
     list_of,
     optional,
     report,
+    study_needs_calibrator,
 )
 from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
@@ -210,6 +212,8 @@ def paper_orientation(
 @report(
     "mukhoti_table",
     needs=("calibrators",),
+    calibrators=calibrators_in("calibrator"),
+    study_check=study_needs_calibrator("calibrator"),
     options={
         "calibrator": optional(TEXT),
         "metrics": optional(list_of(TEXT)),

@@ -40,11 +40,13 @@ from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
     StudyResults,
+    calibrators_in,
     choice,
     integer,
     list_of,
     optional,
     report,
+    study_needs_calibrator,
 )
 from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
@@ -219,7 +221,12 @@ def _legend(calibrator: str, baseline: str, test: str, alpha: float) -> str:
     )
 
 
-@report("singh_table", options=TABLE_OPTIONS)
+@report(
+    "singh_table",
+    options=TABLE_OPTIONS,
+    calibrators=calibrators_in("calibrator"),
+    study_check=study_needs_calibrator("calibrator"),
+)
 def singh_table(
     results: StudyResults,
     calibrator: str | None = None,
@@ -420,6 +427,8 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
 @report(
     "singh_density",
     needs=("logits", "calibrators"),
+    calibrators=calibrators_in("calibrator"),
+    study_check=study_needs_calibrator("calibrator"),
     options={
         "calibrator": optional(TEXT),
         "bins": integer(low=2),

@@ -33,8 +33,11 @@ BIN_COUNT = integer(low=1)
 
 
 def fit_warnings(results: StudyResults) -> pd.DataFrame:
-    """Every warning a calibrator raised while fitting (degenerate validation sets, T at a
-    search bound, non-convergence), one row per (method, seed, calibrator, warning)."""
+    """Every warning a calibrator of the study raised while fitting (degenerate validation
+    sets, T at a search bound, non-convergence), one row per (method, seed, calibrator,
+    warning). A run shared with other studies also holds their calibrators: only those in
+    the study's metrics table count."""
+    evaluated = set(results.metrics["calibrator"])
     rows = [
         {
             "method": results.labels.get(method, method),
@@ -45,6 +48,7 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
         }
         for (method, seed), fitted in sorted(results.calibrators.items())
         for key, calibrator in fitted.items()
+        if key in evaluated
         for warning in getattr(calibrator, "warnings", [])
     ]
     return pd.DataFrame(rows, columns=["method", "seed", "calibrator", "converged", "warning"])

@@ -47,6 +47,7 @@ from calib_pipeline.reports.registry import (
     TEXT,
     Option,
     StudyResults,
+    calibrators_in,
     choice,
     either,
     integer,
@@ -402,6 +403,7 @@ def _published(
 @report(
     "calibratability_table",
     needs=("logits", "calibrators"),
+    calibrators=calibrators_in("calibrators"),
     options={
         "calibrators": list_of(TEXT),
         "baseline": TEXT,
