@@ -84,7 +84,11 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     summary = catalog.load("mini.report_summary")
     assert "| CE" in summary["summary"]
     assert summary["summary"].startswith("# mini on digits (protocol test)"), "titles name dataset and protocol"
-    assert list(summary["table"].columns) == ["label", "calibrator", "accuracy", "nll", "ece"]
+    assert list(summary["table"].columns) == [
+        "label", "calibrator", "accuracy", "nll", "ece",  # the cells, as the Markdown shows them
+        "accuracy_pct_mean", "accuracy_pct_std", "nll_mean", "nll_std", "ece_pct_mean", "ece_pct_std", "n_seeds",
+    ]
+    assert "Units: accuracy, ece in %; nll as computed." in summary["summary"]
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
@@ -211,7 +215,7 @@ def test_a_claim_the_study_cannot_measure_fails_when_the_pipeline_is_built():
     assert stage_pipelines(parse_structure(parameters), ["mini"], "digits")["reporting"].nodes
     for bad, message in (
         (_claim(b={"method": "brier"}), r"study 'mini': report 'claims': claim mini:ls_lower_auroc side b: method 'brier' is not in study 'mini'"),
-        (_claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}), r"study 'mini': report 'claims' names unknown calibrator 'ts_grid'; defined calibrators \(`calibrators` in parameters.yml\): \['ts'\]"),
+        (_claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}), r"study 'mini': report 'claims' names unknown calibrator 'ts_grid'; defined calibrators \(`calibrators` in parameters.yml\): \['ts', 'ts_fixed'\]"),
     ):
         parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [bad]}
         with pytest.raises(ValueError, match=message):

@@ -700,7 +700,8 @@ def claims_report(
         f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
         "the verdict; "
         f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
-        "See docs/claims.md."
+        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
+        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
     )
     verdicts = {
         "study": results.study,
