@@ -1,6 +1,8 @@
 """`kedro run` on conf/test, as a user runs it: outputs, versions, MLflow, failure paths."""
 
+import base64
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -81,9 +83,10 @@ def test_each_run_stores_only_the_calibrators_its_studies_read(project_run):
         path = data_dir / "06_models" / "test" / method / "seed_0" / "calibrators.pt"
         stored = CalibratorsDataset(filepath=str(path), version=Version(None, None)).load()
         assert tuple(stored["fitted"]) == structure.run_calibrators(method, 0)
-    # LS-0.05 is in baseline (ts), focal (its Mukhoti table's ts_grid_mukhoti) and dark_side
-    # (Singh's ts_fixed); no study of it reads the other three configured calibrators
-    assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == {"ts", "ts_grid_mukhoti", "ts_fixed"}
+    # LS-0.05 is in baseline (ts), focal (its Mukhoti table's ts_grid_mukhoti), calibratability
+    # (the ls sweep: Wang's ts_grid_wang, hist_binning) and dark_side (Singh's ts_fixed); not
+    # in soft_calibration, the only study reading ts_sb_ece
+    assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == set(structure.calibrators) - {"ts_sb_ece"}
 
 
 def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project_run):
@@ -194,7 +197,15 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)
     assert "version(s); loaded" in text and "architecture: small_cnn" in text
-    assert any("image/png" in o.get("data", {}) for o in outputs), "the reliability diagram is drawn"
+    assert "Units: accuracy, ece, ece_em, classwise_ece in %; nll as computed." in text
+    shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
+    # no warning of any kind (tqdm's "IProgress not found" without ipywidgets, a deprecation...)
+    assert not [o for o in outputs if o.get("name") == "stderr"], "nothing on stderr"
+    assert "warning" not in shown.lower(), shown[shown.lower().find("warning") - 200:][:600]
+    images = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 1, "one reliability diagram"
+    width, height = struct.unpack(">II", base64.b64decode(images[0])[16:24])  # the PNG's IHDR
+    assert width <= 800 and height <= 600, "two panels (uncalibrated, one calibrator), not one per calibrator"
 
 
 def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
