@@ -64,7 +64,7 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
         f"# {results.study} on {results.dataset_label}\n\n"
         f"Clean test split, mean ± std over {len(results.seeds)} seed(s). {units_note(metrics)}\n"
         "`none` = uncalibrated; other calibrators were fitted on the validation split. "
-        "table.csv also holds each cell's numbers (`<metric>_<unit>_mean`, `..._std`, "
+        "table.csv also holds each cell's numbers (`<metric>[_pct|_x100]_mean`, `..._std`, "
         "`n_seeds`).\n\n"
     )
     warnings = fit_warnings(results)
