@@ -55,6 +55,6 @@ KEEP ?= 3
 prune: $(STAMP)  ## keep the newest KEEP versions of every artifact and their MLflow runs; dry run unless APPLY=1
 	$(BIN)/python -m calib_pipeline.retention --keep $(KEEP) $(if $(APPLY),--apply)
 
-clean-outputs:  ## delete generated data and the local MLflow store (keeps raw data); irreversible
+clean-outputs:  ## delete generated data, run logs and the local MLflow store (keeps raw data); irreversible
 	find data/02_intermediate data/06_models data/07_model_output data/08_reporting -mindepth 1 ! -name .gitkeep -delete
-	rm -rf data/.save_versions mlflow.db mlflow.lock mlruns mlartifacts
+	rm -rf data/.save_versions data/logs mlflow.db mlflow.lock mlruns mlartifacts

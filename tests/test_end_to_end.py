@@ -2,6 +2,7 @@
 
 import base64
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -178,6 +179,10 @@ def test_bad_input_fails_before_training(tmp_path, override, message):
     output = " ".join((result.stdout + result.stderr).split())
     assert message in output
     assert not (tmp_path / "06_models").exists(), "nothing may be trained or written"
+    # the cause first, in a few lines; the traceback in the log file
+    assert result.stderr.startswith("FAILED ") and len(result.stderr.splitlines()) <= 5, result.stderr
+    assert "before any node ran" in result.stderr and not result.stdout.strip(), result.stdout
+    assert "Traceback (most recent call last)" in next((tmp_path / "logs").glob("*.log")).read_text()
 
 
 def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
@@ -210,7 +215,11 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
 
 def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     data_dir = tmp_path / "data"
-    kedro("--pipeline=focal_meta", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")
+    result = kedro("--pipeline=focal_meta", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")
+    lines = (result.stdout + result.stderr).splitlines()
+    # `make run`'s study: a header, one line per node, each warning once, a summary
+    nodes = int(re.match(r"\[\s*\d+/(\d+)\]", next(line for line in lines if line.startswith("["))).group(1))
+    assert len(lines) <= nodes + 20 and not [line for line in lines if "Loading data from" in line], "\n".join(lines)
     report = data_dir / "08_reporting" / "test" / "focal_meta"
     version = versions(report / "meta_tables")[-1]
     table1 = pd.read_csv(report / "meta_tables" / version / "meta_tables" / "table1.csv")

@@ -336,7 +336,12 @@ def test_mlflow_shows_a_dask_run_as_the_sequential_run_with_training_in_worker_p
         assert metrics == {k: v for k, v in reference[method].data.metrics.items() if k not in TIMINGS}
         assert child.data.tags["calib.pid"] != parent.data.tags["calib.pid"], "trained in a worker process"
     assert reference[method].data.tags["calib.pid"] == reference_parent.data.tags["calib.pid"]
-    assert "ce seed 0: val acc" in " ".join(baseline_runs["dask"].output.split()), "worker logs reach the driver"
+    run_log = next((baseline_runs["dask"].data / "logs").glob("*.log")).read_text()
+    assert "ce seed 0: val acc" in run_log, "worker logs reach the driver (and its run log)"
+    node_lines = [line for line in baseline_runs["dask"].output.splitlines() if re.match(r"\[\s*\d+/\d+\] ", line)]
+    assert any("ce.train_seed_0" in line and "(process " in line for line in node_lines), "a worker's node line"
+    names = [re.match(r"\[\s*\d+/\d+\] (\S+)", line).group(1) for line in node_lines]
+    assert len(names) == len(set(names)) == int(node_lines[-1].split("]")[0].split("/")[1]), "one line per node"
 
 
 @pytest.fixture
@@ -378,8 +383,10 @@ def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback
     result = kedro("--pipelines=baseline", *DASK, data_dir=tmp_path / "data", tracking=mlflow_server, check=False)
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0
-    assert "NotADirectoryError" in output and "resume/ce/seed_0" in output
-    assert "checkpoint.py" in output and "in lock" in output, "the worker's traceback, down to the failing call"
+    assert result.stderr.startswith("FAILED NotADirectoryError") and "resume/ce/seed_0" in output
+    assert "where: node ce.train_seed_0 on " in output, "the failure report names the node and its worker"
+    run_log = next((tmp_path / "data" / "logs").glob("*.log")).read_text()
+    assert "checkpoint.py" in run_log and "in lock" in run_log, "the worker's traceback, down to the failing call"
     assert not (tmp_path / "data" / "08_reporting").exists(), "nothing downstream ran"
     # with a tracking server the worker wrote its nested run itself, under the driver's parent run
     parent, children = nested_runs(mlflow_server)

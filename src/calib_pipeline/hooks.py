@@ -63,6 +63,8 @@ from calib_pipeline.protocols import PROTOCOL
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 
 logger = logging.getLogger(__name__)
+# the run's console lines (calib_pipeline.console, conf/logging.yml)
+console = logging.getLogger("calib_pipeline.console")
 
 RUN_ENV: dict[str, Any] = {"env": None}
 # The environment Kedro runs when none is named (settings.CONFIG_LOADER_ARGS).
@@ -142,7 +144,7 @@ class RunPreflightHook:
 
         device = f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} visible)" if (
             torch.cuda.is_available()) else "cpu"
-        logger.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
+        console.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
         missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
         if missing:
             stages = sorted({producing_stage(name) for name in missing})
@@ -252,6 +254,7 @@ class MlflowTrackingHook:
         self._uri: str | None = None
         self._runs: dict[tuple[str, str], str] = {}  # (method, seed) -> nested run id of this run
         self._globals: dict[str, str] = {}  # dataset and protocol of the session's environment
+        self.run_location: str | None = None  # "parent run <id> at <uri>" of the last run started
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
@@ -270,6 +273,7 @@ class MlflowTrackingHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        self.run_location = None
         if not self._enabled():
             return
         uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
@@ -312,7 +316,8 @@ class MlflowTrackingHook:
             if value:
                 params[f"kedro.{key}"] = _describe(value)[:500]
         self._log_params(self._parent, params)
-        logger.info("MLflow: parent run %s at %s", self._parent, mask_credentials(uri))
+        self.run_location = f"parent run {self._parent} at {mask_credentials(uri)}"
+        console.info("MLflow: %s", self.run_location)
 
     def _artifact_location(self, uri: str) -> str | None:
         """Where a new experiment keeps its artifacts: ``artifact_location`` of mlflow.yml,

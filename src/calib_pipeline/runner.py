@@ -422,7 +422,8 @@ class _DistributedRun:
             if hasattr(plugin, "merge_worker_report"):
                 plugin.merge_worker_report(report)
         if outcome.error is not None:
-            logger.error("Node %s failed on %s (process %d)", node.name, outcome.host, outcome.pid)
+            # the log file's record; the console's failure report names the node and worker
+            logger.info("Node %s failed on %s (process %d)", node.name, outcome.host, outcome.pid)
             raise outcome.error
         for name in node.outputs:
             if name not in self._memory:

@@ -10,6 +10,7 @@ from kedro.framework.session import session as kedro_session
 from kedro.io.core import generate_timestamp
 from omegaconf.resolvers import oc
 
+from calib_pipeline.console import ConsoleHook
 from calib_pipeline.hooks import (
     DEFAULT_RUN_ENV,
     MlflowTrackingHook,
@@ -60,7 +61,16 @@ def claim_save_version() -> str:
 # from this module-level name; settings are imported before any session is created.
 kedro_session.generate_timestamp = claim_save_version
 
-HOOKS = (RunEnvironmentHook(), RunInfoHook(), RunPreflightHook(), OwnVersionsHook(), MlflowTrackingHook())
+def log_folder() -> str:
+    """Where each run's log file goes: ``<data>/logs/<run id>.log`` (docs/logging.md)."""
+    return str(Path(data_root()) / "logs")
+
+
+TRACKING = MlflowTrackingHook()
+HOOKS = (
+    RunEnvironmentHook(), RunInfoHook(), RunPreflightHook(), OwnVersionsHook(), TRACKING,
+    ConsoleHook(log_folder, tracking=TRACKING),
+)
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -20,9 +20,11 @@ from calib_pipeline.training.provenance_checks import ProvenanceError
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.settings import load_parameters
 from calib_pipeline.reports.evaluation import evaluate_runs
+from calib_pipeline.data import shift_suites
 from calib_pipeline.data.shift_suites import (
     generate_corrupted,
     parse_shift,
+    plan_shift_sets,
     resolve_suites,
     shift_label,
 )
@@ -170,10 +172,20 @@ def test_a_checkpoint_trained_on_another_split_is_refused(digits):
         run_shift(digits, {"corruptions": ["contrast"], "severities": [1]}, splits=resplit)
 
 
-def test_skipped_corruptions_are_logged(digits, caplog):
-    with caplog.at_level("WARNING"):
-        resolve_suites({"corruptions": "all"}, "digits", channels=1)
-    assert "skipped 2 generated corruption(s): frost" in caplog.text and "saturate" in caplog.text
+def test_skipped_corruptions_are_warned_once_in_one_line_when_sets_are_planned(digits, caplog, monkeypatch):
+    monkeypatch.setattr(shift_suites, "_WARNED_SKIPS", set())
+    params = {"corruptions": ["contrast", "frost", "saturate"], "severities": [1], "cache_mb": 0}
+    with caplog.at_level("DEBUG", logger="calib_pipeline"):
+        resolve_suites(params, "digits", channels=1)  # checking parameters (registry, viz) warns nothing
+        assert not caplog.records
+        for _ in range(2):  # e.g. two runs in one process
+            plan_shift_sets(digits, SPLITS, params)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "\n" not in warnings[0] and len(warnings[0]) < 200, warnings
+    assert warnings[0].startswith("shift: skipped 2 generated corruption(s): frost (")
+    assert "shift.frost_dir" in warnings[0] and "saturate (not defined for greyscale images)" in warnings[0]
+    full = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG" and "frost skipped" in r.getMessage()]
+    assert full and "frost1.png" in full[0], "the full reason stays in the log file"
 
 
 def test_uncached_sets_are_regenerated_identically_in_each_run(digits):

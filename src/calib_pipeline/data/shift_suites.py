@@ -295,12 +295,6 @@ def resolve_suites(
         label = shift_label(name, _variant(name, options))
         tests.append(ShiftSetSpec(f"{label}/0", label, 0, name, options=options))
     vals = _shifted_val(settings, channels)
-    if skipped:
-        logger.warning(
-            "shift: skipped %d generated corruption(s): %s",
-            len(skipped),
-            "; ".join(f"{k}: {v}" for k, v in skipped.items()),
-        )
     return tests, vals, skipped
 
 
@@ -318,6 +312,7 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
     """
     settings = shift_settings(shift)
     tests, vals, skipped = resolve_suites(settings, data.name, data.in_channels)
+    _warn_skipped(skipped)
     clean = {"test": (data.test_images, data.test_labels)}
     val_sets: dict[str, list[ShiftSetSpec]] = {}
     parts = {name: split_dataset(data, split) for name, split in splits.items()}
@@ -440,6 +435,30 @@ def _corruptions(values: Any, source: str, name: str) -> list[str]:
             f"{name}: unknown corruption(s) {unknown} for source {source!r}; valid: {valid}"
         )
     return list(dict.fromkeys(values))
+
+
+# Why a requested generated corruption is skipped, in a few words (the reports and the
+# DEBUG log give the full reason); each set of skipped corruptions is warned about once per
+# process, when shifted sets are planned -- not each time the parameters are checked.
+SKIP_REASONS = {
+    "frost": "needs H&D's frost photographs: set shift.frost_dir, see docs/shift.md",
+    "saturate": "not defined for greyscale images",
+}
+_WARNED_SKIPS: set[tuple[str, ...]] = set()
+
+
+def _warn_skipped(skipped: dict[str, str]) -> None:
+    key = tuple(sorted(skipped))
+    if not skipped or key in _WARNED_SKIPS:
+        return
+    _WARNED_SKIPS.add(key)
+    logger.warning(
+        "shift: skipped %d generated corruption(s): %s",
+        len(skipped),
+        "; ".join(f"{name} ({SKIP_REASONS.get(name, reason)})" for name, reason in skipped.items()),
+    )
+    for name, reason in skipped.items():
+        logger.debug("shift: %s skipped: %s", name, reason)
 
 
 def _unavailable(name: str, channels: int | None, frost_dir: Any) -> str:

@@ -176,6 +176,7 @@ def _train_epochs(
         total=config.epochs,
         leave=False,
         dynamic_ncols=True,
+        disable=None,  # a bar on a terminal only: none in CI logs, `| tee` or files
     )
     for epoch in progress:
         started = time.perf_counter()

@@ -108,14 +108,16 @@ def train_method(
 
 
 def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
-    last = result.history[-1]
+    """The selected epoch's accuracies (the checkpoint's), not the last epoch's."""
+    selected = next((row for row in result.history if row["epoch"] == result.selected_epoch), result.history[-1])
     logger.info(
-        "%s seed %d: val acc %.4f, test acc %s (selected epoch %d)",
+        "%s seed %d: val acc %.4f, test acc %s (selected epoch %d of %d)",
         key,
         seed,
-        last["val_accuracy"],
-        f"{last['test_accuracy']:.4f}" if "test_accuracy" in last else "n/a",
+        selected["val_accuracy"],
+        f"{selected['test_accuracy']:.4f}" if "test_accuracy" in selected else "n/a",
         result.selected_epoch,
+        len(result.history),
     )
 
 
