@@ -78,13 +78,13 @@ def run(params: dict, method_key: str, candidate: tuple[dict, dict], seed: int, 
     )
     learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
     parts = {p: Split(*split_tensors(data, split, p)) for p in [*split, "test"]}
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     result = train_model(
         model, learner, parts["train"], parts["val"], TrainConfig.from_params({**config["training"], "device": "cpu"}),
         normalization=(data.mean, data.std), seed=seed, test=parts["test"], meta_val=parts.get("meta_val"),
         record_epoch_logits=True,
     )
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     chosen = result.selected_epoch - 1
     val_logits, test_logits = result.epoch_logits["val"][chosen], result.epoch_logits["test"][chosen]
     temperature = build_calibrator("temperature_nll").fit(val_logits, parts["val"].labels).temperature
@@ -96,17 +96,26 @@ def run(params: dict, method_key: str, candidate: tuple[dict, dict], seed: int, 
         "nll_ts": nll(test_logits / temperature, parts["test"].labels),
         "acc": float((test_logits.argmax(1) == parts["test"].labels).float().mean()),
         "selected": result.selected_epoch, "min_nll_epoch": test_nll.index(min(test_nll)) + 1,
-        "epochs": len(test_nll), "nll_rise": test_nll[-1] - min(test_nll), "seconds": seconds,
+        "epochs": len(test_nll), "nll_rise": test_nll[-1] - min(test_nll), "seconds": seconds, "cpu_seconds": cpu_seconds,
     }
 
 
 def _print_trace(result, val_labels: torch.Tensor) -> None:
     """Per epoch: learning rate, val errors, the NLL-TS temperature of that epoch, test NLL and accuracy."""
-    print("  epoch      lr  val_err      T  test_nll  test_acc")
+    print("  epoch      lr  train_loss  train_acc  val_err      T  test_nll  test_acc   s")
     for epoch, (row, val_logits) in enumerate(zip(result.history, result.epoch_logits["val"]), start=1):
         errors = int((val_logits.argmax(1) != val_labels).sum())
         temperature = build_calibrator("temperature_nll").fit(val_logits, val_labels).temperature
-        print(f"  {epoch:5d} {row['lr']:7.4f} {errors:8d} {temperature:6.3f} {row['test_nll']:9.4f} {row['test_accuracy']:9.4f}")
+        print(f"  {epoch:5d} {row['lr']:7.4f} {row['train_loss']:11.4f} {row.get('train_accuracy', float('nan')):10.4f} "
+              f"{errors:8d} {temperature:6.3f} {row['test_nll']:9.4f} {row['test_accuracy']:9.4f} {row['seconds']:5.1f}")
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """``update`` merged into ``base`` key by key (nested mappings merged, other values replaced)."""
+    merged = dict(base)
+    for key, value in update.items():
+        merged[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return merged
 
 
 def main() -> None:
@@ -118,12 +127,14 @@ def main() -> None:
     parser.add_argument("--training", type=json.loads, default=None, metavar="JSON",
                         help='a custom candidate\'s training overrides, e.g. \'{"epochs": 60, "milestones": [30]}\'')
     parser.add_argument("--model-params", type=json.loads, default={}, metavar="JSON", help='its model params; "name" picks another architecture')
+    parser.add_argument("--params", type=json.loads, default={}, metavar="JSON",
+                        help='merged into the environment\'s parameters, e.g. \'{"splits": {"standard": {"subset": 6000}}}\'')
     parser.add_argument("--trace", action="store_true", help="print every epoch's val errors, T and test NLL")
     args = parser.parse_args()
-    params = load_parameters(args.env)
+    params = _merged(load_parameters(args.env), args.params)
     data = load_dataset(params["dataset"]["name"], root=Path(data_root()) / "01_raw")
     print(f"env {args.env}, method {args.method}, torch threads {torch.get_num_threads()}")
-    print(f"{'candidate':24s} seed      T   NLL  NLL-TS   acc  sel  min-NLL/last  NLL rise   s/run")
+    print(f"{'candidate':24s} seed      T   NLL  NLL-TS   acc  sel  min-NLL/last  NLL rise   s/run  cpu s/run")
     candidates = {"custom": (args.training, args.model_params)} if args.training is not None else CANDIDATES
     for name, candidate in candidates.items():
         if args.only and name not in args.only:
@@ -132,7 +143,7 @@ def main() -> None:
             r = run(params, args.method, candidate, seed, data, args.trace)
             print(f"{name:24s} {seed:4d} {r['T']:6.3f} {r['nll']:.4f} {r['nll_ts']:.4f} {r['acc']:.4f} "
                   f"{r['selected']:4d} {r['min_nll_epoch']:>6d}/{r['epochs']:<4d} {r['nll_rise']:9.4f} "
-                  f"{r['seconds']:7.1f}", flush=True)
+                  f"{r['seconds']:7.1f} {r['cpu_seconds']:10.1f}", flush=True)
 
 
 if __name__ == "__main__":
