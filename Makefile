@@ -13,7 +13,7 @@ export PYTHONWARNINGS := ignore::DeprecationWarning
 ENV ?= local
 PIPELINE ?= focal_meta
 
-.PHONY: install run run-all test test-fast viz viz-build mlflow-ui bench prune clean-outputs
+.PHONY: install run run-all test test-fast notebook viz viz-build mlflow-ui bench prune clean-outputs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: $(STAMP)  ## the whole test suite (unit, pipeline, end-to-end kedro run, n
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+notebook: $(STAMP)  ## Jupyter over the catalog of ENV (installs the notebook extra on first use)
+	$(BIN)/python -c "import notebook, ipywidgets" 2>/dev/null || $(BIN)/pip install --quiet -e ".[notebook]"
+	$(BIN)/kedro jupyter notebook --env=$(ENV)
 
 viz: $(STAMP)
 	$(BIN)/kedro viz run --no-browser --host 127.0.0.1

@@ -1,6 +1,8 @@
 """`kedro run` on conf/test, as a user runs it: outputs, versions, MLflow, failure paths."""
 
+import base64
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +68,25 @@ def test_outputs_are_written_and_versioned(project_run):
     assert "**baseline on digits: 0 of 6 claims hold, 0 contradicted, 5 inconclusive, 1 not measured**" in claims
     for method in ("ce", "ls_epsilon_0p05", "focal_gamma_3"):
         assert len(versions(data_dir / "06_models" / "test" / method / "seed_0" / "checkpoint.pt")) == 2
+
+
+def test_each_run_stores_only_the_calibrators_its_studies_read(project_run):
+    from kedro.io import Version
+
+    from calib_pipeline.kedro_datasets import CalibratorsDataset
+    from calib_pipeline.pipelines.config import parse_structure
+    from calib_pipeline.settings import load_parameters
+
+    data_dir, _ = project_run
+    structure = parse_structure(load_parameters("test", PROJECT))
+    for method in ("ce", "ls_epsilon_0p05", "focal_gamma_3"):
+        path = data_dir / "06_models" / "test" / method / "seed_0" / "calibrators.pt"
+        stored = CalibratorsDataset(filepath=str(path), version=Version(None, None)).load()
+        assert tuple(stored["fitted"]) == structure.run_calibrators(method, 0)
+    # LS-0.05 is in baseline (ts), focal (its Mukhoti table's ts_grid_mukhoti), calibratability
+    # (the ls sweep: Wang's ts_grid_wang, hist_binning) and dark_side (Singh's ts_fixed); not
+    # in soft_calibration, the only study reading ts_sb_ece
+    assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == set(structure.calibrators) - {"ts_sb_ece"}
 
 
 def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project_run):
@@ -176,7 +197,15 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)
     assert "version(s); loaded" in text and "architecture: small_cnn" in text
-    assert any("image/png" in o.get("data", {}) for o in outputs), "the reliability diagram is drawn"
+    assert "Units: accuracy, ece, ece_em, classwise_ece in %; nll as computed." in text
+    shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
+    # no warning of any kind (tqdm's "IProgress not found" without ipywidgets, a deprecation...)
+    assert not [o for o in outputs if o.get("name") == "stderr"], "nothing on stderr"
+    assert "warning" not in shown.lower(), shown[shown.lower().find("warning") - 200:][:600]
+    images = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 1, "one reliability diagram"
+    width, height = struct.unpack(">II", base64.b64decode(images[0])[16:24])  # the PNG's IHDR
+    assert width <= 800 and height <= 600, "two panels (uncalibrated, one calibrator), not one per calibrator"
 
 
 def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
@@ -185,9 +214,13 @@ def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     report = data_dir / "08_reporting" / "test" / "focal_meta"
     version = versions(report / "meta_tables")[-1]
     table1 = pd.read_csv(report / "meta_tables" / version / "meta_tables" / "table1.csv")
-    assert list(table1.columns) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
+    assert list(table1.columns[:7]) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
+    assert {"ece_pct_mean", "ece_pct_std", "nll_mean", "n_seeds"} <= set(table1.columns)  # the cells' numbers
+    latex = (report / "meta_tables" / version / "meta_tables" / "table1.tex").read_text()
+    assert "Classwise ECE" in latex and "mean" not in latex  # LaTeX: the paper layout alone
     assert {"CE", "CE (TS)", "FLγ-SECE", "CE-DECE"} <= set(table1["Methods"])
-    assert not table1.isna().any().any(), "no method may end with NaN metrics"
+    # one seed on conf/test: the std columns are NaN, nothing else may be
+    assert not table1.drop(columns=[c for c in table1 if c.endswith("_std")]).isna().any().any(), "no method may end with NaN metrics"
     folder = report / "reliability" / version / "reliability"
     assert {p.name for p in folder.iterdir()} >= {f"reliability_{b}_bins.png" for b in (15, 20, 50, 100)}
     assert (report / "bin_robustness" / version / "bin_robustness" / "figure5.png").exists()

@@ -6,6 +6,7 @@ import math
 import pickle
 
 import pytest
+from scipy import stats
 import torch
 import torch.nn.functional as F
 
@@ -416,21 +417,31 @@ def test_mixup_loss_is_the_lambda_mixture_of_cross_entropies():
     torch.testing.assert_close(objective(logits, soft), expected.to(logits.dtype))
 
 
-def test_mix_batch_draws_lambda_from_beta_alpha_alpha():
-    alpha = 0.2
+@pytest.mark.parametrize("alpha", [0.2, 1.0])
+def test_mix_batch_draws_lambda_from_beta_alpha_alpha(alpha):
     objective = build_objective("mixup", alpha=alpha)
     generator = torch.Generator().manual_seed(0)
     inputs, labels = torch.tensor([[1.0], [0.0]]), torch.tensor([0, 1])
     lams = []
     for _ in range(3000):
-        mixed, _ = objective.mix_batch(inputs, labels, generator)
+        mixed, _ = objective.mix_batch(inputs, labels, generator, num_classes=2)
         if mixed[1, 0] > 0:  # the two samples were paired with each other: mixed[0] = lam
             lams.append(mixed[0, 0].item())
-    lams = torch.tensor(lams)
     assert len(lams) > 1200
-    # Beta(a, a): mean 1/2, variance 1 / (4 (2a + 1))
-    assert lams.mean().item() == pytest.approx(0.5, abs=0.03)
-    assert lams.var().item() == pytest.approx(1 / (4 * (2 * alpha + 1)), rel=0.1)
+    # Kolmogorov-Smirnov against Beta(alpha, alpha): a wrong law (e.g. Uniform, or
+    # Beta(alpha, 1)) is rejected at these sample sizes.
+    assert stats.kstest(lams, stats.beta(alpha, alpha).cdf).pvalue > 0.01
+    assert stats.kstest(lams, stats.beta(alpha, 2 * alpha).cdf).pvalue < 1e-4
+
+
+def test_mix_batch_widens_targets_to_num_classes():
+    objective = build_objective("mixup", alpha=1.0)
+    labels = torch.tensor([0, 1, 1])
+    _, soft = objective.mix_batch(torch.zeros(3, 2), labels, torch.Generator(), num_classes=5)
+    assert soft.shape == (3, 5)
+    assert soft[:, 2:].abs().sum() == 0
+    _, narrow = objective.mix_batch(torch.zeros(3, 2), labels, torch.Generator())
+    assert narrow.shape == (3, 2)
 
 
 # --- composition and L2 ------------------------------------------------------------------

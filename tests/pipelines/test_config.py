@@ -61,7 +61,7 @@ def test_sweep_accepts_one_hyperparameter():
         (lambda p: p["methods"].update({"bad-key": {"objective": "cross_entropy"}}), "must start with a letter"),
         (lambda p: p["methods"]["ce"].update({"meta_learner": "fl_gamma_sece"}), "exactly one of"),
         (lambda p: p["methods"]["ce"].update({"split": "other"}), "unknown split 'other'"),
-        (lambda p: p["studies"]["a"].update({"calibrators": ["isotonic"]}), r"unknown calibrator\(s\)"),
+        (lambda p: p["studies"]["a"].update({"calibrators": ["isotonic"]}), r"study 'a': its `calibrators` list names unknown calibrator 'isotonic'; defined calibrators"),
         (lambda p: p["studies"]["a"].update({"seeds": [-1]}), "seeds must be non-negative"),
         (lambda p: p["studies"]["a"].update({"seeds": [0, 0]}), r"study 'a' lists a seed twice: \[0, 0\]"),
     ],
@@ -170,3 +170,42 @@ def test_digits_validation_split_is_as_large_as_its_test_hold_out():
     assert abs(len(standard["val"]) - len(data.test_labels)) <= 5
     assert len(meta["val"]) == pytest.approx(len(meta["meta_val"]), abs=5)
     assert len(meta["val"]) >= 200
+
+
+def test_a_study_evaluates_the_calibrators_its_reports_name_and_those_it_lists(parameters):
+    parameters["calibrators"].update({
+        "ts_grid": {"name": "temperature_grid_ece", "params": {"preset": "mukhoti"}},
+        "hb": {"name": "histogram_binning"},
+        "ts_fixed": {"name": "temperature_fixed", "params": {"temperature": 1.5}},
+    })
+    parameters["studies"]["a"] = {
+        "methods": ["ce", "focal_g3"],
+        "calibrators": ["hb"],
+        "reports": {"mukhoti_table": {"calibrator": "ts_grid"}, "summary": {}},
+    }
+    parameters["studies"]["b"] = {"methods": ["ce", "ls"], "reports": {"summary": {}}}
+    structure = parse_structure(parameters)
+    assert structure.studies["a"].calibrators == ("hb", "ts_grid")
+    assert structure.studies["b"].calibrators == (), "no report names one, none is listed"
+    # a run is fitted the calibrators of every study that has it; ts and ts_fixed, which
+    # no study reads, never are
+    assert structure.run_calibrators("ce", 0) == ("hb", "ts_grid")
+    assert structure.run_calibrators("ce", 2) == ()  # seed 2 is study b's only
+    assert structure.run_calibrators("ls_epsilon_0p01", 0) == ()
+
+
+@pytest.mark.parametrize(
+    ("study", "message"),
+    [
+        ({"reports": {"mukhoti_table": {"calibrator": "ts_gird"}}},
+         r"study 'a': report 'mukhoti_table' names unknown calibrator 'ts_gird'; defined calibrators \(`calibrators` in parameters.yml\): \['ts'\]"),
+        ({"reports": {"karandikar_table": {}}},  # its default columns read ts and ts_sb_ece
+         r"study 'a': report 'karandikar_table' names unknown calibrator 'ts_sb_ece'"),
+        ({"calibrators": "ts"}, r"study 'a': calibrators must be a list of keys, got 'ts'"),
+        ({"reports": {"mukhoti_tabel": {}}}, r"study 'a': unknown report 'mukhoti_tabel'"),
+    ],
+)
+def test_a_misspelt_calibrator_fails_naming_where_it_is_read(parameters, study, message):
+    parameters["studies"]["a"] = {"methods": ["ce"], **study}
+    with pytest.raises(ValueError, match=message):
+        parse_structure(parameters)

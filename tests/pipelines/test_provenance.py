@@ -254,7 +254,7 @@ def test_the_evaluation_refuses_a_run_the_session_does_not_describe():
 def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits_provenance():
     run = cached_run(provenance())
     fitted = fit_calibrators(
-        run["logits"], {"ts": {"name": "temperature_nll"}}, **SESSION, method=CE, seed=0
+        run["logits"], {"ts": {"name": "temperature_nll"}}, **SESSION, method=CE, seed=0, keys=["ts"]
     )
     assert fitted["provenance"] == provenance() and set(fitted["fitted"]) == {"ts"}
     other = {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z"), "sets": {}}
@@ -268,6 +268,7 @@ def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits
             shift_logits=other,
             method=CE,
             seed=0,
+            keys=["ts"],
         )
 
 

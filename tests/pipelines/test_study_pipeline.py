@@ -21,7 +21,8 @@ PARAMETERS = {
     "training": {"epochs": 2, "batch_size": 64, "lr": 0.1, "device": "cpu"},
     "seeds": [0],
     "splits": {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}},
-    "calibrators": {"ts": {"name": "temperature_nll"}},
+    # ts_fixed is configured but no study reads it: it is never fitted
+    "calibrators": {"ts": {"name": "temperature_nll"}, "ts_fixed": {"name": "temperature_fixed"}},
     "methods": {"ce": {"objective": "cross_entropy", "label": "CE"}, "ls": {"objective": "label_smoothing", "params": {"epsilon": 0.1}}},
     "studies": {"mini": {"methods": ["ce", "ls"], "calibrators": ["ts"], "reports": {"summary": {"metrics": ["accuracy", "nll", "ece"]}, "reliability": {"n_bins": [10]}, "shift_tables": {}}}},
     "logits": {"device": "cpu"},
@@ -53,7 +54,7 @@ def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
     for method, seed in structure.runs():
         datasets[f"{method}.seed_{seed}.resume"] = MemoryDataset(CheckpointStore(tmp_path / method), copy_mode="assign")
     # the runner releases in-memory intermediates; persist the ones the test inspects
-    for name in ("mini.metrics", "mini.report_summary", "mini.report_reliability", "ce.seed_0.checkpoint", "ce.seed_0.history", "ce.seed_0.logits"):
+    for name in ("mini.metrics", "mini.report_summary", "mini.report_reliability", "ce.seed_0.checkpoint", "ce.seed_0.history", "ce.seed_0.logits", "ce.seed_0.calibrators"):
         datasets[name] = PickleDataset(filepath=str(tmp_path / f"{name}.pkl"))
     return DataCatalog(datasets=datasets)
 
@@ -74,6 +75,7 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     table = catalog.load("mini.metrics")
     assert set(table["method"]) == {"ce", "ls"}
     assert set(table["calibrator"]) == {"none", "ts"}
+    assert set(catalog.load("ce.seed_0.calibrators")["fitted"]) == {"ts"}, "only the study's calibrators are fitted"
     assert set(table["shift"]) == {"none", "gaussian_noise"}
     assert sorted(table.loc[table["shift"] == "gaussian_noise", "severity"].unique()) == [1, 5]
     test = table[(table["split"] == "test") & (table["shift"] == "none")].set_index(["method", "calibrator", "metric"])["value"]
@@ -82,7 +84,11 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     summary = catalog.load("mini.report_summary")
     assert "| CE" in summary["summary"]
     assert summary["summary"].startswith("# mini on digits (protocol test)"), "titles name dataset and protocol"
-    assert list(summary["table"].columns) == ["label", "calibrator", "accuracy", "nll", "ece"]
+    assert list(summary["table"].columns) == [
+        "label", "calibrator", "accuracy", "nll", "ece",  # the cells, as the Markdown shows them
+        "accuracy_pct_mean", "accuracy_pct_std", "nll_mean", "nll_std", "ece_pct_mean", "ece_pct_std", "n_seeds",
+    ]
+    assert "Units: accuracy, ece in %; nll as computed." in summary["summary"]
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
@@ -209,7 +215,7 @@ def test_a_claim_the_study_cannot_measure_fails_when_the_pipeline_is_built():
     assert stage_pipelines(parse_structure(parameters), ["mini"], "digits")["reporting"].nodes
     for bad, message in (
         (_claim(b={"method": "brier"}), r"study 'mini': report 'claims': claim mini:ls_lower_auroc side b: method 'brier' is not in study 'mini'"),
-        (_claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}), r"calibrator 'ts_grid' is not evaluated in study 'mini'"),
+        (_claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}), r"study 'mini': report 'claims' names unknown calibrator 'ts_grid'; defined calibrators \(`calibrators` in parameters.yml\): \['ts', 'ts_fixed'\]"),
     ):
         parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [bad]}
         with pytest.raises(ValueError, match=message):
@@ -237,3 +243,25 @@ def test_reports_know_the_architecture_of_each_method(monkeypatch):
     run_report(metrics, metrics, {"name": "resnet18"}, report="summary", options={}, study=study,
                run_keys={}, model_overrides={"ce": None, "ls": "resnet110"})
     assert seen == {"ce": "resnet18", "ls": "resnet110"}
+
+
+def test_on_the_test_env_each_run_fits_only_the_calibrators_its_studies_evaluate():
+    from calib_pipeline.pipeline_registry import stage_pipelines
+    from calib_pipeline.settings import load_parameters, project_root
+
+    parameters = load_parameters("test", project_root())
+    structure = parse_structure(parameters)
+    stages = stage_pipelines(structure, list(structure.studies), "digits")
+    fitted = {(n.namespace, int(n.name.rsplit("_", 1)[1])): n.func.keywords["keys"] for n in stages["posthoc"].nodes}
+    evaluated = {
+        n.namespace: n.func.keywords["calibrators"] for n in stages["reporting"].nodes if n.name.endswith(".evaluate")
+    }
+    for method, seed in structure.runs():
+        readers = [s for s in structure.studies.values() if method in s.methods and seed in s.seeds]
+        used = {key for study in readers for key in evaluated[study.name]}
+        assert set(fitted[method, seed]) == used, f"{method} seed {seed}: every fitted calibrator is read"
+    assert fitted["fm_ce", 0] == ("ts",), "focal_meta reads TS only (its meta_tables' CE (TS) row)"
+    # no study lists calibrators of its own: each is there because a report of it reads it
+    assert "ts_grid_mukhoti" in evaluated["focal"] and "ts_grid_mukhoti" in fitted["ce", 0]
+    assert evaluated["calibratability"] == ["ts_grid_wang", "hist_binning"]
+    assert sum(map(len, fitted.values())) < len(fitted) * len(structure.calibrators) / 3

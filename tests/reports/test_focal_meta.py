@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 import torch
 
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_names
@@ -77,7 +78,7 @@ def test_table1_has_the_paper_columns_and_a_ce_ts_row(results):
         ablation=["fm_fl_gamma", "fm_fl_gamma_sece"],
     )
     table1 = out["table1"]
-    assert list(table1.columns) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
+    assert list(paper_view(table1).columns) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
     assert list(table1["Methods"]) == ["CE", "CE (TS)", "FLγ", "FLγ-SECE"]
     test = results.metrics
     ece = test[
@@ -87,6 +88,11 @@ def test_table1_has_the_paper_columns_and_a_ce_ts_row(results):
         & (test["metric"] == "ece")
     ]["value"]
     assert table1.loc[0, "ECE"] == f"{100 * ece.mean():.2f} ± {100 * ece.std():.2f}"
+    # the CSV's numbers beside the cells, in the cells' unit (NLL as computed)
+    assert table1.loc[0, "ece_pct_mean"] == pytest.approx(100 * ece.mean())
+    assert table1.loc[0, "ece_pct_std"] == pytest.approx(100 * ece.std())
+    assert {"nll_mean", "nll_std", "classwise_ece_pct_mean"} <= set(table1.columns)
+    assert table1["n_seeds"].tolist() == [2, 2, 2, 2]
     assert list(out["table2"]["Methods"]) == ["FLγ", "FLγ-SECE"]
     assert "Table 2" in out["tables"]
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports.registry import build_report
 from tests.reports.synthetic import SOFT, SOFT_GROUPS, SOFT_VALUES, cell, study, tidy
 
@@ -14,7 +15,7 @@ from tests.reports.synthetic import SOFT, SOFT_GROUPS, SOFT_VALUES, cell, study,
 def test_karandikar_table_layout_and_cells(soft_results):
     out = build_report("karandikar_table", soft_results)
     table = out["table"]
-    assert list(table.columns) == [
+    assert list(paper_view(table).columns) == [
         "Primary",
         "Secondary",
         "Accuracy",
@@ -33,7 +34,8 @@ def test_karandikar_table_layout_and_cells(soft_results):
     assert table.loc[1, "ECE"] == cell([0.04, 0.05, 0.07], "sem")  # the selected beta = 1 member
     assert out["selection"]["method"].tolist() == ["sc_nll_mmce_beta_1"]
     grid = out["grid_ece"].set_index("Primary")
-    assert grid.columns.tolist() == ["none", "MMCE", "SB-ECE"]
+    assert paper_view(grid).columns.tolist() == ["none", "MMCE", "SB-ECE"]
+    assert grid.loc["NLL", "mmce_pct_mean"] == table.loc[1, "ece_pct_mean"]
     assert grid.loc["NLL", "MMCE"] == table.loc[1, "ECE"] and pd.isna(grid.loc["NLL", "SB-ECE"])
     assert {"grid_accuracy", "grid_ece_ts", "grid_ece_ts_sb_ece"} <= set(out)
     assert f"**{table.loc[3, 'ECE']}**" in out["karandikar_table"]  # lowest ECE in bold

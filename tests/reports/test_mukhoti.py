@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports import mukhoti
 from calib_pipeline.reports.registry import build_report
 from tests.reports.synthetic import FOCAL, FOCAL_GROUPS, study
@@ -13,7 +14,7 @@ from tests.reports.synthetic import FOCAL, FOCAL_GROUPS, study
 def test_mukhoti_table_cells_and_temperatures(focal_results):
     out = build_report("mukhoti_table", focal_results)
     table = out["table"]
-    assert list(table.columns) == [
+    assert list(paper_view(table).columns) == [
         "Method",
         "Error",
         "ECE Pre T",
@@ -27,6 +28,8 @@ def test_mukhoti_table_cells_and_temperatures(focal_results):
     ce = table.iloc[0]
     assert ce["Error"] == "25.00 ± 5.00"
     assert ce["ECE Pre T"] == "12.00 ± 2.00"
+    assert (ce["error_pct_mean"], ce["error_pct_std"], ce["ece_pre_t_pct_mean"]) == pytest.approx((25.0, 5.0, 12.0))
+    assert ce["temperature_mean"] > 0 and ce["n_seeds"] == len(focal_results.seeds)
     t = np.mean(
         [
             focal_results.calibrators[("ce", s)]["ts_grid"].learned()["temperature"]
@@ -38,7 +41,7 @@ def test_mukhoti_table_cells_and_temperatures(focal_results):
     paper = out["paper_ece"]
     assert paper.columns[:3].tolist() == ["Dataset", "CE ECE Pre T", "CE ECE Post T"]
     assert paper.loc[0, "CE ECE Post T"] == ce["ECE Post T"]
-    assert out["paper_error"].columns.tolist() == ["Dataset", *FOCAL.values()]
+    assert paper_view(out["paper_error"]).columns.tolist() == ["Dataset", *FOCAL.values()]
     assert "ts_grid" in out["mukhoti_table"] and "| CE" in out["mukhoti_table"]
 
 
@@ -130,13 +133,17 @@ def test_mukhoti_table_from_a_tidy_frame_alone_draws_nothing():
         temperatures=temperatures,
         spread="sem",
     )
-    assert sem.columns.tolist() == ["Method", "Error", "ECE Pre T", "ECE Post T"]
+    assert paper_view(sem).columns.tolist() == ["Method", "Error", "ECE Pre T", "ECE Post T"]
+    assert sem.loc[0, "ece_post_t_pct_sem"] == pytest.approx(1.0)
     assert sem["Method"].tolist() == ["Focal", "CE"]
     assert (
         sem.loc[1, "ECE Post T"] == "4.00 ± 1.00 (1.50)"
         and sem.loc[0, "ECE Post T"] == "4.00 ± 1.00"
     )
-    assert list(mukhoti.paper_orientation(sem, ["ece"], "toy")) == ["paper_error", "paper_ece"]
+    oriented = mukhoti.paper_orientation(sem, ["ece"], "toy")
+    assert list(oriented) == ["paper_error", "paper_ece"]
+    assert oriented["paper_ece"].loc[0, "CE ECE Post T"] == "4.00 ± 1.00 (1.50)"
+    assert oriented["paper_ece"].loc[0, "ce_ece_post_t_pct_mean"] == pytest.approx(4.0)
     with pytest.raises(ValueError, match="spread must be one of 'std', 'sem', got 'iqr'"):
         mukhoti.table(tiny_tidy(), spread="iqr")
     with pytest.raises(ValueError, match=r"metric\(s\) \['nll'\] are not in the metrics table"):

@@ -57,11 +57,17 @@ def test_side_by_side_matches_dataset_and_architecture_and_measures_in_our_std()
             "Method": "CE",
             "Calibrator": "none",
             "Metric": "ECE",
+            "Unit": "%",
             "Ours": "4.41 ± 1.00",
             "Paper": "4.41",
             "Ours − paper": "+0.00",
             "Distance (our std)": "+0.0",
             "Source": "Table 1 (ECE), C.3 (error)",
+            "ours_mean": pytest.approx(4.41),
+            "ours_std": pytest.approx(1.0),
+            "paper_mean": 4.41,
+            "paper_std": pytest.approx(float("nan"), nan_ok=True),
+            "n_seeds": 3,
         }
     ]
     shifted = ours.assign(value=ours["value"] + 2)

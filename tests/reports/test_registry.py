@@ -19,6 +19,8 @@ from calib_pipeline.reports.registry import (
     number,
     optional,
     report,
+    StudyOutline,
+    report_calibrators,
     report_names,
     report_needs,
     report_options,
@@ -35,6 +37,43 @@ def test_needs_are_registered():
         == ()
     )
     assert report_needs("singh_density") == ("logits", "calibrators")
+
+
+# --- the calibrators a report reads: what its studies evaluate and the posthoc stage fits -
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "keys"),
+    [
+        ("mukhoti_table", {"calibrator": "ts_grid_mukhoti"}, ("ts_grid_mukhoti",)),
+        ("mukhoti_table", {}, ()),  # the study's first calibrator: it declares none
+        ("karandikar_table", {}, ("ts", "ts_sb_ece")),  # its defaults count
+        ("karandikar_table", {"ts": "ts_nll", "ts_sb_ece": None}, ("ts_nll",)),
+        ("karandikar_effects", {"calibrators": ["ts", "hb", "ts"]}, ("ts", "hb")),
+        ("meta_tables", {"calibrated": {"fm_ce": "ts", "fm_focal": "ts_grid"}}, ("ts", "ts_grid")),
+        ("singh_table", {"calibrator": "ts_fixed"}, ("ts_fixed",)),
+        ("singh_density", {"calibrator": "ts_fixed"}, ("ts_fixed",)),
+        ("calibratability_table", {}, ("ts_grid_wang", "hist_binning")),
+        ("claims", {"papers": ["karandikar"]}, ("ts_sb_ece", "ts")),
+        ("claims", {"papers": ["mukhoti"], "rename": {"ts_grid_mukhoti": "ts"}}, ("ts",)),
+        ("claims", {"papers": ["mukhoti"], "only": ["focal3_lower_ece_before_ts"]}, ()),
+        ("summary", {"metrics": ["ece"]}, ()),  # every calibrator of the study
+        ("reliability", {}, ()),
+    ],
+)
+def test_reports_declare_the_calibrators_their_options_name(name, options, keys):
+    assert report_calibrators(name, options) == keys
+
+
+def test_a_report_defaulting_to_the_first_calibrator_needs_the_study_to_have_one():
+    study = StudyOutline("mini", ("ce",), {"ce": "ce"}, ())
+    for name in ("mukhoti_table", "singh_table", "singh_density"):
+        with pytest.raises(
+            ValueError,
+            match=rf"report '{name}': option 'calibrator' is not given and study 'mini' evaluates no calibrator",
+        ):
+            check_report(name, {}, study=study)
+        check_report(name, {}, study=StudyOutline("mini", ("ce",), {"ce": "ce"}, ("ts",)))
 
 
 # --- check_report: every option validated without running the report -------------------

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports.common import write_artifacts
 from calib_pipeline.reports.evaluation import TIDY_COLUMNS
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
@@ -108,7 +109,7 @@ def test_shift_tables_layout(tables):
         "shift_tables",
     }
     per = tables["per_corruption"]
-    assert list(per.columns) == [
+    assert list(paper_view(per).columns) == [
         "source",
         "label",
         "calibrator",
@@ -222,7 +223,7 @@ def test_sources_option_keeps_one_source():
 def test_natural_shift_table_in_singh_layout():
     out = build_report("natural_shift_table", results(tidy()))
     table = out["table"]
-    assert list(table.columns) == ["label", "calibrator"] + [
+    assert list(paper_view(table).columns) == ["label", "calibrator"] + [
         f"{s} {m}"
         for s in ("cifar10_1", "cifar10_2")
         for m in ("accuracy", "brier", "ece", "auroc")
@@ -243,7 +244,7 @@ def test_natural_shift_table_in_singh_layout():
     with_clean = build_report(
         "natural_shift_table", results(tidy()), include_clean=True, metrics=["ece"]
     )["table"]
-    assert list(with_clean.columns) == [
+    assert list(paper_view(with_clean).columns) == [
         "label",
         "calibrator",
         "test ece",

@@ -7,6 +7,7 @@ import pytest
 import torch
 from scipy.stats import ttest_ind
 
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.posthoc import build_calibrator, oracle_temperature
 from calib_pipeline.reports.common import write_artifacts
@@ -126,7 +127,8 @@ def test_reports_are_registered_with_their_needs():
 
 def test_calibratability_table_layout(study, table):
     main = table["calibratability"]
-    assert list(main.columns) == [
+    assert "ece_after_ts_grid_wang_pct_mean" in main and "t_of_ts_grid_wang_std" in main
+    assert list(paper_view(main).columns) == [
         "group",
         "method",
         "label",
@@ -246,7 +248,8 @@ def test_validation_size_sweep(study, tmp_path):
         calibrators={"ts_grid_wang": TS, "hist_binning": HB},
     )
     table = out["validation_size"]
-    assert list(table.columns) == ["group", "method", "label", "calibrator", "10", "40", "all"]
+    assert list(paper_view(table).columns) == ["group", "method", "label", "calibrator", "10", "40", "all"]
+    assert {"10_pct_mean", "all_pct_std", "n_fits"} <= set(table.columns)
     assert table[["method", "calibrator"]].values.tolist() == [
         [m, c] for m in METHODS for c in ("ts_grid_wang", "hist_binning")
     ]

@@ -49,9 +49,10 @@ def test_training_learns_and_records_history(digits):
     assert int(result.learned_epoch.min()) >= 0 and int(result.learned_epoch.max()) <= 4
 
 
-@pytest.mark.parametrize("objective", ["cross_entropy", "mixup"])  # mixup also draws from the run's generator
-def test_resume_equals_uninterrupted_run(digits, tmp_path, objective):
-    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cpu", augment="flip")
+# mixup also draws from the run's generator; crop_flip draws flips and offsets per epoch
+@pytest.mark.parametrize(("objective", "augment"), [("cross_entropy", "crop_flip"), ("mixup", "flip")])
+def test_resume_equals_uninterrupted_run(digits, tmp_path, objective, augment):
+    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cpu", augment=augment)
     full = _train(digits, config, objective=objective)
     store = CheckpointStore(tmp_path / "run")
     _train(digits, config, store=store, stop_after_epoch=1, objective=objective)
@@ -122,7 +123,7 @@ def test_bad_training_parameters_fail(params, message):
 def test_an_unknown_training_key_fails_with_the_valid_keys():
     with pytest.raises(
         ValueError,
-        match=r"unknown training parameter\(s\) \['extra'\]; valid: \['amp', 'augment', 'batch_size', ",
+        match=r"unknown training parameter\(s\) \['extra'\]; valid: \['augment', 'batch_size', 'channels_last', ",
     ):
         TrainConfig.from_params({"epochs": 2, "extra": {"warmup": 5}})
 

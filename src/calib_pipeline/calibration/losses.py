@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from scipy.special import betaincinv
 from torch import Tensor, nn
 
 from calib_pipeline.calibration import _losses_elementwise as elementwise
@@ -113,7 +112,8 @@ class Objective:
 class MixupObjective(Objective):
     """Mixup (Zhang et al. 2018): cross-entropy on targets mixed with the inputs.
 
-    ``mix_batch`` draws one ``lam ~ Beta(alpha, alpha)`` per batch and a random pairing;
+    ``mix_batch`` draws one ``lam ~ Beta(alpha, alpha)`` per batch and a random pairing
+    on the training device;
     the loss on the mixed targets ``lam * y_a + (1 - lam) * y_b`` equals
     ``lam * CE(y_a) + (1 - lam) * CE(y_b)``.
     """
@@ -123,36 +123,56 @@ class MixupObjective(Objective):
         self.alpha = alpha
 
     def mix_batch(
-        self, inputs: Tensor, targets: Tensor, generator: torch.Generator
+        self,
+        inputs: Tensor,
+        targets: Tensor,
+        generator: torch.Generator,
+        num_classes: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Mix a batch: ``(lam x + (1 - lam) x[perm], lam q + (1 - lam) q[perm])``.
 
+        Everything is drawn on ``generator``'s device and stays a tensor there (no host
+        synchronisation, so a training step on a GPU never waits for it): ``lam`` as
+        ``G_a / (G_a + G_b)`` with ``G_a, G_b ~ Gamma(alpha)`` independent -- exactly
+        ``Beta(alpha, alpha)`` -- and the pairing as one permutation.
+
         Args:
-            inputs: ``(N, ...)`` input batch.
+            inputs: ``(N, ...)`` input batch, on the generator's device.
             targets: ``(N,)`` class indices or ``(N, K)`` target probabilities.
-            generator: the only source of randomness (one uniform for lam through the
-                Beta quantile function, one permutation), so seeded runs repeat exactly.
+            generator: the only source of randomness, so seeded runs repeat exactly.
+            num_classes: ``K`` for class indices; without it ``K' = max(targets) + 1``
+                (reading that maximum waits for the device; the losses treat missing
+                classes as probability 0).
 
         Returns:
-            Mixed inputs and ``(N, K')`` target probabilities; for class indices
-            ``K' = max(targets) + 1`` (the losses treat missing classes as probability 0).
+            Mixed inputs and ``(N, K)`` target probabilities.
         """
         if targets.shape[:1] != inputs.shape[:1]:
             raise ValueError(
                 f"inputs and targets disagree on the batch size: {inputs.shape[0]} vs "
                 f"{targets.shape[0]}"
             )
-        uniform = torch.rand((), generator=generator, device=generator.device).item()
-        lam = float(betaincinv(self.alpha, self.alpha, uniform))
-        perm = torch.randperm(inputs.shape[0], generator=generator, device=generator.device)
+        device = generator.device
+        shapes = torch.full((2,), float(self.alpha), dtype=torch.float64, device=device)
+        draws = torch._standard_gamma(shapes, generator=generator)
+        # Both draws underflow to 0 only for tiny alpha (probability < 1e-15 at alpha 0.2);
+        # lam is then 0, a valid Beta value, rather than NaN.
+        lam = draws[0] / draws.sum().clamp_min(torch.finfo(torch.float64).tiny)
+        perm = torch.randperm(inputs.shape[0], generator=generator, device=device)
         perm = perm.to(inputs.device)
         if targets.is_floating_point():
             soft = targets
         else:
-            soft = F.one_hot(targets, int(targets.max()) + 1).to(
+            width = num_classes if num_classes is not None else int(targets.max()) + 1
+            soft = F.one_hot(targets, width).to(
                 inputs.dtype if inputs.is_floating_point() else torch.get_default_dtype()
             )
-        return lam * inputs + (1.0 - lam) * inputs[perm], lam * soft + (1.0 - lam) * soft[perm]
+        lam_inputs = lam.to(inputs.device, inputs.dtype if inputs.is_floating_point() else soft.dtype)
+        lam_soft = lam.to(inputs.device, soft.dtype)
+        return (
+            lam_inputs * inputs + (1.0 - lam_inputs) * inputs[perm],
+            lam_soft * soft + (1.0 - lam_soft) * soft[perm],
+        )
 
 
 def build_objective(name: str, **hyperparameters: Any) -> Objective:

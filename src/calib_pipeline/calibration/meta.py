@@ -31,6 +31,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from calib_pipeline.calibration.losses import focal_loss
 from calib_pipeline.calibration.metrics import build_metric
+from calib_pipeline.calibration.precision import autocast, check_precision, upcast
 from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
 
 UNROLL_MODES = ("last_layer", "full")
@@ -194,7 +195,10 @@ class MetaLearner:
         self.objective = objective
         self.unroll = unroll
         self.max_grad_norm = max_grad_norm
-        self.meta_optimizer = torch.optim.Adam(module.parameters(), lr=meta_lr)
+        self.precision = "fp32"
+        # Fused: the step counter stays on the parameters' device, so an Adam step never
+        # reads it back to the host (the unfused step calls .item() on it every step).
+        self.meta_optimizer = torch.optim.Adam(module.parameters(), lr=meta_lr, fused=True)
 
     # -- what subclasses define --------------------------------------------------------------
 
@@ -212,6 +216,29 @@ class MetaLearner:
 
     def _after_meta_update(self) -> None:
         """Hook run after each Adam step on the learner's parameters (e.g. a projection)."""
+
+    # -- the run's options --------------------------------------------------------------------
+
+    def with_training_options(
+        self, *, grad_clip: float | None, precision: str, generator: torch.Generator
+    ) -> MetaLearner:
+        """Follow the run's gradient clipping and precision (the batches are drawn by the
+        engine, so ``generator`` is not used here).
+
+        ``training.grad_clip`` clips the backbone gradient like the learner's own
+        ``max_grad_norm``; setting both to different values is ambiguous and raises.
+        ``precision`` autocasts the forward passes of the backbone step and the meta step.
+        """
+        if grad_clip is not None:
+            if self.max_grad_norm is not None and self.max_grad_norm != grad_clip:
+                raise ValueError(
+                    f"training.grad_clip ({grad_clip}) and meta learner {self.name!r}'s "
+                    f"max_grad_norm ({self.max_grad_norm}) both clip the backbone gradient; "
+                    "set only one of them"
+                )
+            self.max_grad_norm = grad_clip
+        self.precision = check_precision(precision)
+        return self
 
     # -- nn.Module-like interface ------------------------------------------------------------
 
@@ -340,14 +367,16 @@ class MetaLearner:
         # survives the in-place optimizer step below.
         fast = {name: named[name].detach().clone().requires_grad_(True) for name in unrolled}
         head = {n.removeprefix("head."): t for n, t in fast.items() if n.startswith("head.")}
-        if self.unroll == "full":
-            features, logits = functional_call(
-                _FeaturesAndLogits(model), {f"model.{n}": t for n, t in fast.items()}, (inputs,)
-            )
-        else:
-            features = model.forward_features(inputs)
-            logits = functional_call(model.head, head, (features,))
-        loss, statistics = self.training_loss(logits, targets, features, head)
+        with autocast(inputs.device.type, self.precision):
+            if self.unroll == "full":
+                features, logits = functional_call(
+                    _FeaturesAndLogits(model), {f"model.{n}": t for n, t in fast.items()}, (inputs,)
+                )
+            else:
+                features = model.forward_features(inputs)
+                logits = functional_call(model.head, head, (features,))
+        # The losses (and γ-Net on the features) run in fp32 outside autocast.
+        loss, statistics = self.training_loss(upcast(logits), targets, upcast(features), head)
         others = [name for name in named if name not in fast]
         # Both calls keep the graph: the meta backward below runs through γ-Net's forward
         # nodes, which the backbone gradient traverses when features are not detached.
@@ -378,7 +407,7 @@ class MetaLearner:
     ) -> dict[str, Tensor]:
         """(b) of :meth:`step`: one Adam step of the learner on the meta loss at the
         look-ahead parameters; returns the meta loss and its terms."""
-        with batch_statistics_without_update(model):
+        with batch_statistics_without_update(model), autocast(meta_inputs.device.type, self.precision):
             if self.unroll == "full":
                 meta_logits = functional_call(model, lookahead, (meta_inputs,))
             else:
@@ -386,7 +415,7 @@ class MetaLearner:
                     meta_features = model.forward_features(meta_inputs)
                 head_lookahead = {name.removeprefix("head."): t for name, t in lookahead.items()}
                 meta_logits = functional_call(model.head, head_lookahead, (meta_features,))
-        meta = self.objective(meta_logits, meta_targets)
+        meta = self.objective(upcast(meta_logits), meta_targets)
         self.meta_optimizer.zero_grad(set_to_none=True)
         meta["meta_loss"].backward(inputs=list(self.module.parameters()))
         self.meta_optimizer.step()
@@ -495,9 +524,10 @@ def _calibration_term(
     metric: str, **options: Any
 ) -> tuple[Callable[[Tensor, Tensor], Tensor], dict[str, Any]]:
     """The meta loss's calibration term (``sece`` or ``dece`` with ``options`` checked) and
-    its options, recorded among the learner's hyperparameters."""
+    its options, recorded among the learner's hyperparameters. The term scores without
+    input checks (``Metric.trusted``): a check would wait for the device every step."""
     term = build_metric(metric, **options)
-    return term, term.options
+    return term.trusted, term.options
 
 
 def _focal_gamma_learner(

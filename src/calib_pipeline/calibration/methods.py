@@ -10,7 +10,7 @@ is the ordinary forward / loss / backward / optimiser step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from calib_pipeline.calibration.losses import build_objective
 from calib_pipeline.calibration.meta import build_meta_learner
+from calib_pipeline.calibration.precision import autocast, check_precision
 
 # ``check_method`` builds with these to validate names and hyperparameters cheaply.
 _CHECK_NUM_CLASSES = 2
@@ -72,6 +73,9 @@ class Learner(Protocol):
     detached 0-d tensors: ``loss`` (the train-batch loss), optionally ``logits`` (the
     train-batch logits, for the training accuracy) and any statistics to average per epoch.
     ``state_dict`` is empty for a learner without trainable state.
+    ``with_training_options`` binds the run's gradient clipping, precision and generator
+    (or raises where the learner cannot follow them), so every option means the same on
+    every path.
     """
 
     def step(
@@ -83,6 +87,9 @@ class Learner(Protocol):
         meta_inputs: Tensor | None,
         meta_targets: Tensor | None,
     ) -> dict[str, Tensor]: ...
+    def with_training_options(
+        self, *, grad_clip: float | None, precision: str, generator: torch.Generator
+    ) -> Learner: ...
     def gamma(self, features: Tensor) -> Tensor | None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> Any: ...
@@ -96,16 +103,18 @@ class ObjectiveLearner:
     Attributes:
         objective: ``objective(logits, targets, **context) -> loss``; one with ``mix_batch``
             (mixup) mixes each batch through it before the forward pass.
-        generator: the randomness of ``mix_batch``; the engine passes the run's generator so
-            that batches, augmentation and mixing come from one checkpointed stream.
+        generator: the randomness of ``mix_batch``; the engine passes the run's generator
+            (on the training device) so that batches, augmentation and mixing come from one
+            checkpointed stream.
         grad_clip: clip the gradient norm to this value before the optimiser step.
-        amp: run forward and loss under autocast when the inputs are on a GPU.
+        precision: ``fp32`` or ``bf16`` (autocast of the forward pass; the loss is fp32).
     """
 
     objective: Any
     generator: torch.Generator = field(default_factory=torch.Generator)
     grad_clip: float | None = None
-    amp: bool = False
+    precision: str = "fp32"
+    forward: Any = None  # the compiled model's forward (training.compile), else the model
 
     def step(
         self,
@@ -129,16 +138,26 @@ class ObjectiveLearner:
             for mixup).
         """
         if hasattr(self.objective, "mix_batch"):
-            inputs, targets = self.objective.mix_batch(inputs, targets, self.generator)
-        with torch.autocast(inputs.device.type, enabled=self.amp and inputs.device.type == "cuda"):
-            logits = model(inputs)
-            loss = self.objective(logits.float(), targets, model=model)
+            inputs, targets = self.objective.mix_batch(
+                inputs, targets, self.generator, num_classes=getattr(model, "num_classes", None)
+            )
+        with autocast(inputs.device.type, self.precision):
+            logits = (model if self.forward is None else self.forward)(inputs)
+        loss = self.objective(logits.float(), targets, model=model)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
         optimizer.step()
         return {"loss": loss.detach(), "logits": logits.detach()}
+
+    def with_training_options(
+        self, *, grad_clip: float | None, precision: str, generator: torch.Generator
+    ) -> ObjectiveLearner:
+        """A copy that clips, autocasts and mixes as the run's training options say."""
+        return replace(
+            self, grad_clip=grad_clip, precision=check_precision(precision), generator=generator
+        )
 
     def gamma(self, features: Tensor) -> None:
         """A plain objective learns no per-sample focal γ."""
@@ -180,13 +199,20 @@ def build_method(spec: MethodSpec, num_classes: int, feature_dim: int) -> Learne
     )
 
 
-def check_method(spec: MethodSpec) -> None:
-    """Build ``spec`` for a tiny backbone so that a bad name or hyperparameter fails now.
+def check_method(spec: MethodSpec, training: Any = None) -> None:
+    """Build ``spec`` for a tiny backbone so that a bad name or hyperparameter fails now;
+    with ``training`` (a ``TrainConfig``), also bind its options to the learner.
 
     Raises:
-        ValueError: as ``build_method``, prefixed with the method's key.
+        ValueError: as ``build_method`` or ``with_training_options``, prefixed with the
+            method's key.
     """
     try:
-        build_method(spec, num_classes=_CHECK_NUM_CLASSES, feature_dim=_CHECK_FEATURE_DIM)
+        learner = build_method(spec, num_classes=_CHECK_NUM_CLASSES, feature_dim=_CHECK_FEATURE_DIM)
+        if training is not None:
+            learner.with_training_options(
+                grad_clip=training.grad_clip, precision=training.precision,
+                generator=torch.Generator(),
+            )
     except ValueError as error:
         raise ValueError(f"method {spec.key!r}: {error}") from None

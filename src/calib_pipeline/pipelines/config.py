@@ -18,7 +18,7 @@ from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import check_fractions, dataset_names
 from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import MODELS
-from calib_pipeline.reports.registry import check_report, uses_shift
+from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.provenance import run_name as run_prefix  # the catalog prefix of a run
 
@@ -50,6 +50,18 @@ class Structure:
             return self.runs(study_names)
         readers = [name for name in study_names if study_uses_shift(self.studies[name])]
         return self.runs(readers) if readers else []
+
+    def run_calibrators(self, method: str, seed: int) -> tuple[str, ...]:
+        """The calibrator keys fitted for run (``method``, ``seed``): those of every study
+        of the configuration that has the run, whichever studies a pipeline runs -- so the
+        run's stored calibrators serve each of them."""
+        keys = [
+            key
+            for study in self.studies.values()
+            if method in study.methods and seed in study.seeds
+            for key in study.calibrators
+        ]
+        return tuple(dict.fromkeys(keys))
 
     def runs(self, study_names: list[str] | None = None) -> list[tuple[str, int]]:
         """(method, seed) pairs of the given studies (all by default), deduplicated, ordered."""
@@ -163,13 +175,8 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             raise ValueError(
                 f"study {name!r} lists unknown method(s) {missing}; defined methods: {sorted(methods)}"
             )
-        study_calibrators = entry.get("calibrators", list(calibrators))
-        unknown_cal = [c for c in study_calibrators if c not in calibrators]
-        if unknown_cal:
-            raise ValueError(
-                f"study {name!r} lists unknown calibrator(s) {unknown_cal}; "
-                f"defined: {sorted(calibrators)}"
-            )
+        reports = dict(entry.get("reports") or DEFAULT_REPORTS)
+        study_calibrators = study_calibrator_keys(name, entry.get("calibrators"), reports, calibrators)
         seeds = entry.get("seeds", default_seeds)
         if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
             raise ValueError(f"study {name!r}: seeds must be non-negative integers, got {seeds!r}")
@@ -179,10 +186,40 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             name=name,
             methods=tuple(_expand_members(members, methods)),
             seeds=tuple(seeds),
-            calibrators=tuple(study_calibrators),
-            reports=dict(entry.get("reports") or DEFAULT_REPORTS),
+            calibrators=study_calibrators,
+            reports=reports,
         )
     return Structure(methods, studies, splits, calibrators)
+
+
+def study_calibrator_keys(
+    study: str, listed: Any, reports: dict[str, Any], defined: dict[str, Any]
+) -> tuple[str, ...]:
+    """The calibrators study ``study`` evaluates: those it lists itself (``listed``, its
+    ``calibrators`` field), then those its reports read (``report_calibrators``).
+
+    Raises:
+        ValueError: ``listed`` is not a list, or a key that ``defined`` (the ``calibrators``
+            parameters) lacks -- naming the study, the report that reads it and the
+            defined keys.
+    """
+    if listed is not None and not isinstance(listed, list):
+        raise ValueError(f"study {study!r}: calibrators must be a list of keys, got {listed!r}")
+    named = {key: "its `calibrators` list" for key in listed or []}
+    for report, options in reports.items():
+        try:
+            keys = report_calibrators(report, dict(options or {}))
+        except ValueError as error:
+            raise ValueError(f"study {study!r}: {error}") from None
+        for key in keys:
+            named.setdefault(key, f"report {report!r}")
+    for key, where in named.items():
+        if key not in defined:
+            raise ValueError(
+                f"study {study!r}: {where} names unknown calibrator {key!r}; defined "
+                f"calibrators (`calibrators` in parameters.yml): {sorted(defined)}"
+            )
+    return tuple(named)
 
 
 def _expand_members(members: list[str], methods: dict[str, MethodSpec]) -> list[str]:
@@ -212,8 +249,7 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
             MODELS.check(model.get("name"), in_channels=1, num_classes=2, image_size=8, **(model.get("params") or {}))
         except ValueError as error:
             raise ValueError(f"method {method.key!r}: {error}") from None
-        TrainConfig.from_params({**parameters.get("training", {}), **method.training})
-        check_method(method)
+        check_method(method, TrainConfig.from_params({**parameters.get("training", {}), **method.training}))
     for study in structure.studies.values():
         for report, options in study.reports.items():
             try:

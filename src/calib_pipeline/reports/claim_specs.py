@@ -463,6 +463,22 @@ def _expand(spec: Mapping[str, Any], study: StudyOutline) -> list[Claim]:
     ]
 
 
+def _chosen(
+    specs: Sequence[Mapping[str, Any]],
+    rename: Mapping[str, str] | None,
+    only: Sequence[str] | None,
+) -> list[dict[str, Any]]:
+    """The specs ``only`` keeps (all without it), their names mapped by ``rename``."""
+    rename = dict(rename or {})
+    wanted = set(only or [])
+    chosen = [
+        s
+        for s in specs
+        if not wanted or s["id"] in wanted or any(w.startswith(s["id"] + "[") for w in wanted)
+    ]
+    return [{**s, "a": _renamed(s["a"], rename), "b": _renamed(s["b"], rename)} for s in chosen]
+
+
 def resolve_claims(
     specs: Sequence[Mapping[str, Any]],
     study: StudyOutline,
@@ -483,15 +499,8 @@ def resolve_claims(
         ValueError: a method, group or calibrator the study does not have (lists what it
             has), or an id of ``only`` that matches no claim.
     """
-    rename = dict(rename or {})
     wanted = set(only or [])
-    chosen = [
-        s
-        for s in specs
-        if not wanted or s["id"] in wanted or any(w.startswith(s["id"] + "[") for w in wanted)
-    ]
-    renamed = [{**s, "a": _renamed(s["a"], rename), "b": _renamed(s["b"], rename)} for s in chosen]
-    claims = [c for s in renamed for c in _expand(s, study)]
+    claims = [c for s in _chosen(specs, rename, only) for c in _expand(s, study)]
     if wanted:
         claims = [c for c in claims if c.id in wanted or c.id.split("[")[0] in wanted]
         unmatched = sorted(wanted - {c.id for c in claims} - {c.id.split("[")[0] for c in claims})
@@ -516,6 +525,16 @@ def study_claims(study: StudyOutline, options: Mapping[str, Any]) -> list[Claim]
         raise ValueError("no claims to check: give papers and / or claims")
     resolved = resolve_claims(papers, study, rename=options.get("rename"), only=options.get("only"))
     return resolved + resolve_claims(own, study)
+
+
+def claim_calibrators(options: Mapping[str, Any]) -> list[str]:
+    """The calibrator keys the claims of a ``claims`` report's options read (after
+    ``only`` and ``rename``): the report's ``calibrators`` declaration, so a study fits the
+    calibrators its claims compare."""
+    papers = _chosen(gather(options.get("papers"), None), options.get("rename"), options.get("only"))
+    own = gather(None, options.get("claims"))
+    sides = [side for s in [*papers, *own] for side in (s["a"], s["b"]) if side is not None]
+    return [key for side in sides for key in side["quantity"].calibrator_keys]
 
 
 def check_study_claims(study: StudyOutline, options: Mapping[str, Any] | None = None) -> None:

@@ -47,6 +47,7 @@ from calib_pipeline.reports.claim_specs import (
     Quantity,
     Side,
     check_study_claims,
+    claim_calibrators,
     gather,
     paper_names,
     parse_claim,
@@ -645,6 +646,7 @@ POWER = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
     needs=("histories", "calibrators"),
     shifted=_reads_shift,
     study_check=check_study_claims,
+    calibrators=claim_calibrators,
     options={
         "papers": optional(list_of(choice(*paper_names()))),
         "claims": optional(list_of(CLAIM)),
@@ -698,7 +700,8 @@ def claims_report(
         f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
         "the verdict; "
         f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
-        "See docs/claims.md."
+        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
+        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
     )
     verdicts = {
         "study": results.study,

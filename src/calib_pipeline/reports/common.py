@@ -1,16 +1,26 @@
-"""What every report shares: cell formatting, seed aggregation, method order and colours,
-and writing a report's artifacts to a folder.
+"""What every report shares: units, cell formatting, seed aggregation, method order and
+colours, and writing a report's artifacts to a folder.
 
 Paper tables show a metric over seeds as one ``mean ± spread`` cell; every report formats
-it with :func:`mean_std_cell`, orders methods with :func:`method_order` and colours them
-with :func:`method_colors`, so a method looks the same in every figure of a study.
+it as a :class:`Cell` (:func:`stat_cells`), orders methods with :func:`method_order` and colours
+them with :func:`method_colors`, so a method looks the same in every figure of a study.
+:func:`with_numbers` turns a table of cells into the formatted layout followed by numeric
+columns (``<column>_<unit>_mean``, ``..._std`` or ``..._sem``, ``n_seeds``): the CSV carries
+both, the Markdown and LaTeX the layout alone (:func:`paper_view`).
+
+Units, one per metric everywhere a report shows it (tables, figures, summaries): the metrics
+of :data:`PERCENT_METRICS` ×100 -- accuracy, error, every ECE variant, AUROC and the ECE
+decomposition terms in %, the Brier score ×100 -- and the rest (NLL, entropy) as computed.
+The tidy metrics table, the MLflow metrics and ``calibration_metrics`` keep fractions.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +48,16 @@ PERCENT_METRICS = (
     "dece",
     "smooth_ece",
     "debiased_ece_l2",
+    "mean_confidence",
+    "auroc",
+    "brier",
+    "decomp_alpha",
+    "decomp_beta",
+    "decomp_gamma",
+    "decomp_ece",
 )
+# How the ×100 of each metric reads: a rate or probability in %, the Brier score ×100.
+UNIT_NAMES = {"%": "pct", "×100": "x100"}
 SPREADS = ("std", "sem")
 MISSING_CELL = "–"
 # Column headers of the metrics in the paper layouts.
@@ -62,7 +81,63 @@ METRIC_NAMES = {
 MARKDOWN_MAX_ROWS = 2000
 
 
+# --- units -------------------------------------------------------------------------------
+
+
+def metric_unit(metric: str) -> str:
+    """How a report shows ``metric``: ``"%"``, ``"×100"`` (the Brier score) or ``""`` (as
+    computed).
+
+    >>> metric_unit("ece"), metric_unit("brier"), metric_unit("nll")
+    ('%', '×100', '')
+    """
+    if metric not in PERCENT_METRICS:
+        return ""
+    return "×100" if metric == "brier" else "%"
+
+
+def units_note(metrics: Iterable[str]) -> str:
+    """One line stating the units of ``metrics`` as the reports show them.
+
+    >>> units_note(["accuracy", "nll", "ece", "brier"])
+    'Units: accuracy, ece in %; brier ×100; nll as computed.'
+    """
+    by_unit: dict[str, list[str]] = {"%": [], "×100": [], "": []}
+    for metric in dict.fromkeys(metrics):
+        by_unit[metric_unit(metric)].append(metric)
+    parts = [
+        f"{', '.join(names)} {'in %' if unit == '%' else unit or 'as computed'}"
+        for unit, names in by_unit.items()
+        if names
+    ]
+    return "Units: " + "; ".join(parts) + "."
+
+
 # --- cells -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, repr=False)
+class Cell:
+    """One table cell: its text (``mean ± spread``) and the numbers behind it, in the unit
+    it shows (``unit``: ``"%"``, ``"×100"`` or ``""``); ``spread_name`` is ``std`` or ``sem``
+    and ``n`` how many values (seeds) the mean is over. :func:`with_numbers` spreads a
+    table of cells into text and numeric columns."""
+
+    text: str
+    mean: float
+    spread: float = math.nan
+    n: int = 0
+    spread_name: str = "std"
+    unit: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+    def __add__(self, suffix: str) -> Cell:
+        """The cell with ``suffix`` appended to its text (e.g. a fitted T in parentheses)."""
+        return replace(self, text=self.text + suffix)
 
 
 def mean_std_cell(mean: float, spread: float, n: int | None = None, digits: int = 2) -> str:
@@ -90,18 +165,95 @@ def mean_std_cell(mean: float, spread: float, n: int | None = None, digits: int 
     return f"{mean:.{digits}f} ± {spread:.{digits}f}"
 
 
-def mean_std_cells(stats: pd.DataFrame, spread: str = "std", digits: int = 2) -> list[str]:
-    """:func:`mean_std_cell` of every row of a :func:`seed_stats` frame (``spread``: its
-    ``std`` or ``sem`` column)."""
+def stat_cells(
+    stats: pd.DataFrame, spread: str = "std", digits: int = 2, unit: str | None = None
+) -> list[Cell]:
+    """A :class:`Cell` (:func:`mean_std_cell` text) for every row of a :func:`seed_stats`
+    frame (``spread``: its ``std`` or ``sem`` column). Each cell's unit is ``unit``, or
+    :func:`metric_unit` of the row's ``metric`` when ``unit`` is None (the values must
+    already be in it: :func:`percent_scaled`)."""
+    units = (
+        [metric_unit(m) for m in stats["metric"]]
+        if unit is None and "metric" in stats
+        else [unit or ""] * len(stats)
+    )
     return [
-        mean_std_cell(m, s, n, digits) for m, s, n in zip(stats["mean"], stats[spread], stats["n"])
+        Cell(mean_std_cell(m, s, n, digits), float(m), float(s), int(n), spread, u)
+        for m, s, n, u in zip(stats["mean"], stats[spread], stats["n"], units)
     ]
 
 
-def percent_scaled(rows: pd.DataFrame, percent: Iterable[str] = PERCENT_METRICS) -> pd.DataFrame:
-    """``rows`` of a tidy table with the values of the ``percent`` metrics ×100."""
+def numeric_name(column: str, unit: str) -> str:
+    """The stem of the numeric columns of a table column: its header in snake case (Greek
+    letters spelled out, ``+`` / ``−`` as words) and the unit.
+
+    >>> numeric_name("ECE+TS", "%"), numeric_name("α − β − γ", "%"), numeric_name("nll", "")
+    ('ece_plus_ts_pct', 'alpha_minus_beta_minus_gamma_pct', 'nll')
+    """
+    words = {"α": " alpha ", "β": " beta ", "γ": " gamma ", "−": " minus ", "+": " plus "}
+    text = "".join(words.get(ch, ch) for ch in str(column)).lower()
+    stem = re.sub(r"[^0-9a-z]+", "_", text).strip("_")
+    return f"{stem}_{UNIT_NAMES[unit]}" if unit else stem
+
+
+def with_numbers(frame: pd.DataFrame, count: str = "n_seeds") -> pd.DataFrame:
+    """A table of :class:`Cell` s as plain columns: the layout (each cell as its text),
+    then per cell column ``<stem>_mean`` and ``<stem>_<std|sem>`` (:func:`numeric_name`;
+    NaN where the layout has no cell), then ``count``: the most values any cell of the
+    row averages. ``attrs["layout"]`` lists the layout's columns (:func:`paper_view`).
+
+    Raises:
+        ValueError: two columns whose numeric names coincide.
+    """
+    display = frame.copy()
+    numbers: dict[str, list[float]] = {}
+    counts, sources = [], {}
+    for column in frame.columns:
+        values = list(frame[column])
+        found = [v for v in values if isinstance(v, Cell)]
+        if not found:
+            continue
+        display[column] = [str(v) if isinstance(v, Cell) else v for v in values]
+        stem = numeric_name(column, found[0].unit)
+        names = (f"{stem}_mean", f"{stem}_{found[0].spread_name}")
+        for key, attribute in zip(names, ("mean", "spread")):
+            if key in numbers:
+                raise ValueError(f"columns of one table share the numeric name {key!r}")
+            numbers[key] = [getattr(v, attribute) if isinstance(v, Cell) else math.nan for v in values]
+        counts.append([v.n if isinstance(v, Cell) else 0 for v in values])
+        sources[column] = (*names, found[0].spread_name, found[0].unit)
+    if not numbers:
+        return frame
+    out = pd.concat([display, pd.DataFrame(numbers, index=frame.index)], axis=1)
+    out[count] = np.max(counts, axis=0)
+    out.attrs.update(layout=list(display.columns), numbers=sources, count=count)
+    return out
+
+
+def as_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """The layout of a :func:`with_numbers` table with its :class:`Cell` s back (for a
+    table re-arranged from it, e.g. a paper's orientation); ``n`` is the row's count."""
+    layout = paper_view(frame).copy()
+    counts = frame[frame.attrs["count"]] if "count" in frame.attrs else None
+    for column, (mean, spread, spread_name, unit) in frame.attrs.get("numbers", {}).items():
+        layout[column] = [
+            Cell(text, m, s, int(n), spread_name, unit)
+            for text, m, s, n in zip(frame[column], frame[mean], frame[spread], counts)
+        ]
+    return layout
+
+
+def paper_view(frame: pd.DataFrame) -> pd.DataFrame:
+    """The formatted layout of a :func:`with_numbers` table (the frame itself otherwise):
+    what its Markdown and LaTeX show."""
+    layout = frame.attrs.get("layout")
+    return frame[[c for c in layout if c in frame.columns]] if layout else frame
+
+
+def percent_scaled(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` of a tidy table with the values of :data:`PERCENT_METRICS` ×100."""
     return rows.assign(
-        value=np.where(rows["metric"].isin(list(percent)), rows["value"] * 100, rows["value"])
+        value=np.where(rows["metric"].isin(PERCENT_METRICS), rows["value"] * 100, rows["value"])
     )
 
 
@@ -128,24 +280,20 @@ def seed_stats(
     return stats
 
 
-def mean_std_table(
+def cell_table(
     table: pd.DataFrame,
     metrics: list[str],
     *,
     split: str = "test",
     shift: str = UNSHIFTED,
-    percent: tuple[str, ...] = PERCENT_METRICS,
 ) -> pd.DataFrame:
-    """Rows (method label, calibrator) x metric columns, formatted ``mean ± std`` over seeds.
-
-    Metrics listed in ``percent`` are shown ×100, as the papers report them; the cell is
-    the mean alone when there is one seed.
+    """Rows (method label, calibrator) x metric columns of :class:`Cell` s, ``mean ± std``
+    over seeds in each metric's unit (:func:`metric_unit`); the mean alone with one seed.
 
     Args:
         table: the tidy metrics table.
         metrics: metric keys, one column each (in this order).
         split, shift: the rows shown (default the clean test split).
-        percent: metrics shown ×100.
 
     Returns:
         Columns ``label, calibrator, *metrics``; labels in first-seen order.
@@ -155,14 +303,24 @@ def mean_std_table(
     ]
     if subset.empty:
         raise ValueError(f"no rows for split={split!r}, shift={shift!r}, metrics={metrics}")
-    stats = seed_stats(percent_scaled(subset, percent), ["label", "calibrator", "metric"])
-    stats["cell"] = mean_std_cells(stats)
+    stats = seed_stats(percent_scaled(subset), ["label", "calibrator", "metric"])
+    stats["cell"] = stat_cells(stats)
     wide = stats.pivot(index=["label", "calibrator"], columns="metric", values="cell")
     order = list(dict.fromkeys(subset["label"]))
     wide = wide.reindex(columns=[m for m in metrics if m in wide.columns])
     wide = wide.reset_index()
+    wide.columns.name = None
     wide["label"] = pd.Categorical(wide["label"], categories=order, ordered=True)
     return wide.sort_values(["label", "calibrator"]).reset_index(drop=True).astype({"label": str})
+
+
+def mean_std_table(
+    table: pd.DataFrame, metrics: list[str], *, split: str = "test", shift: str = UNSHIFTED
+) -> pd.DataFrame:
+    """:func:`cell_table` with its numbers (:func:`with_numbers`): columns ``label,
+    calibrator, *metrics`` (formatted), then ``<metric>[_<unit>]_mean`` / ``_std`` per
+    metric and ``n_seeds``."""
+    return with_numbers(cell_table(table, metrics, split=split, shift=shift))
 
 
 # --- rows of the tidy table --------------------------------------------------------------
@@ -285,9 +443,11 @@ def with_selection(artifacts: dict[str, Any], record: pd.DataFrame | None) -> di
 def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
     """Write a report's artifacts into ``folder``, each by its type.
 
-    A DataFrame becomes ``<name>.csv`` and, up to ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``
-    and a LaTeX ``tabular`` ``<name>.tex`` (``DataFrame.to_latex``, special characters
-    escaped; jinja2, which it needs, comes with torch and Flask);
+    A DataFrame becomes ``<name>.csv`` (every column: a :func:`with_numbers` table's
+    formatted cells and numeric columns) and, up to ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``
+    and a LaTeX ``tabular`` ``<name>.tex`` of its layout (:func:`paper_view`;
+    ``DataFrame.to_latex``, special characters escaped; jinja2, which it needs, comes with
+    torch and Flask);
     a string ``<name>.md``; a matplotlib figure ``<name>.png`` (then closed); a dict or
     list ``<name>.json``.
 
@@ -304,11 +464,12 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
         if isinstance(value, pd.DataFrame):
             value.to_csv(folder / f"{name}.csv", index=False)
             if len(value) <= MARKDOWN_MAX_ROWS:
+                layout = paper_view(value)
                 (folder / f"{name}.md").write_text(
-                    value.to_markdown(index=False) + "\n", encoding="utf-8"
+                    layout.to_markdown(index=False) + "\n", encoding="utf-8"
                 )
                 (folder / f"{name}.tex").write_text(
-                    value.to_latex(index=False, escape=True), encoding="utf-8"
+                    layout.to_latex(index=False, escape=True), encoding="utf-8"
                 )
         elif isinstance(value, str):
             (folder / f"{name}.md").write_text(value, encoding="utf-8")

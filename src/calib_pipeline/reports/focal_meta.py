@@ -11,11 +11,19 @@ import pandas as pd
 import torch
 
 from calib_pipeline.calibration.metrics import calibration_metrics_batched
-from calib_pipeline.reports.common import UNCALIBRATED, mean_std_table, method_colors
+from calib_pipeline.reports.common import (
+    UNCALIBRATED,
+    cell_table,
+    method_colors,
+    paper_view,
+    units_note,
+    with_numbers,
+)
 from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     TEXT,
     StudyResults,
+    calibrators_in,
     integer,
     list_of,
     mapping,
@@ -57,7 +65,8 @@ def paper_table(
 
     Returns:
         Columns Methods, Error, NLL, ECE, MCE, ACE, Classwise ECE: mean ± std over seeds
-        on the test split, % except NLL.
+        on the test split, % except NLL; then their numbers (``error_pct_mean``,
+        ``error_pct_std``, ..., ``nll_mean``, ..., ``n_seeds``: :func:`~.common.with_numbers`).
     """
     unknown = sorted(set(methods) - set(table["method"]))
     if unknown:
@@ -81,12 +90,13 @@ def paper_table(
                     label=cal_rows["label"] + f" ({calibrator.upper()})", calibrator=UNCALIBRATED
                 )
             )
-    wide = mean_std_table(pd.concat(pieces), TABLE_METRICS)
-    return wide.drop(columns="calibrator").rename(columns=TABLE_HEADERS)
+    wide = cell_table(pd.concat(pieces), TABLE_METRICS)
+    return with_numbers(wide.drop(columns="calibrator").rename(columns=TABLE_HEADERS))
 
 
 @report(
     "meta_tables",
+    calibrators=calibrators_in("calibrated"),
     options={"calibrated": optional(mapping(TEXT, TEXT)), "ablation": optional(list_of(TEXT))},
 )
 def meta_tables(
@@ -101,13 +111,17 @@ def meta_tables(
     architecture are the paper's (ResNet-18 on CIFAR-10 / 100, Tiny-ImageNet)."""
     table1 = paper_table(results.metrics, results.methods, calibrated)
     out: dict[str, Any] = {"table1": table1}
-    text = [f"# {results.study} on {results.dataset_label}: Table 1\n", table1.to_markdown(index=False)]
+    text = [
+        f"# {results.study} on {results.dataset_label}: Table 1\n",
+        f"Test split, mean ± std over seeds. {units_note(TABLE_METRICS)}\n",
+        paper_view(table1).to_markdown(index=False),
+    ]
     if ablation:
         table2 = paper_table(results.metrics, ablation)
         out["table2"] = table2
         text += [
             "\n\n## Table 2: calibration gain of the meta loss\n",
-            table2.to_markdown(index=False),
+            paper_view(table2).to_markdown(index=False),
         ]
     ts_key = next(iter((calibrated or {}).values()), None)
     published, section = published_artifacts(

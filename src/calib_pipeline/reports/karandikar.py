@@ -28,13 +28,17 @@ from calib_pipeline.reports.common import (
     SPREADS,
     UNCALIBRATED,
     calibrator_key,
+    as_cells,
+    stat_cells,
     clean_rows,
-    mean_std_cells,
     method_order,
     paper_header,
+    paper_view,
     percent_scaled,
     require_metrics,
     seed_stats,
+    units_note,
+    with_numbers,
     with_selection,
 )
 from calib_pipeline.reports.registry import (
@@ -42,6 +46,7 @@ from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
     StudyResults,
+    calibrators_in,
     choice,
     integer,
     list_of,
@@ -169,19 +174,18 @@ def table(
         digits: decimals.
 
     Returns:
-        ``(table, means)``: the formatted table (Primary, Secondary, Accuracy, ECE,
-        ECE+TS, ECE+TS-SB-ECE; rows by primary, then secondary with ``none`` first) and
-        the seed means of its cells in the same layout.
+        ``(table, means)``: the table (Primary, Secondary, Accuracy, ECE, ECE+TS,
+        ECE+TS-SB-ECE formatted; rows by primary, then secondary with ``none`` first; then
+        their numbers, :func:`~.common.with_numbers`) and the seed means of its cells in
+        the layout.
     """
     check_choice("spread", spread, SPREADS)
     require_metrics(tidy, ["accuracy", metric])
     columns = table_columns(tidy, metric, ts, ts_sb_ece)
     rows = clean_rows(tidy)
     rows = rows[rows["metric"].isin(["accuracy", metric])]
-    stats = seed_stats(
-        percent_scaled(rows, ("accuracy", metric)), ["method", "calibrator", "metric"], sem=True
-    )
-    stats["cell"] = mean_std_cells(stats, spread, digits)
+    stats = seed_stats(percent_scaled(rows), ["method", "calibrator", "metric"], sem=True)
+    stats["cell"] = stat_cells(stats, spread, digits)
     indexed = stats.set_index(["method", "calibrator", "metric"])
     primaries, secondaries = _axes(cells)
     ordered = sorted(
@@ -203,7 +207,7 @@ def table(
             ]
         )
 
-    return layout("cell"), layout("mean")
+    return with_numbers(layout("cell")), layout("mean")
 
 
 def grids(wide: pd.DataFrame, cells: Cells) -> dict[str, pd.DataFrame]:
@@ -211,21 +215,25 @@ def grids(wide: pd.DataFrame, cells: Cells) -> dict[str, pd.DataFrame]:
     first-seen order of ``cells``.
 
     Returns:
-        ``grid_<column>`` (lower case, ``+`` and ``-`` as ``_``) -> the grid.
+        ``grid_<column>`` (lower case, ``+`` and ``-`` as ``_``) -> the grid, its cells'
+        numbers after them.
     """
     primaries, secondaries = _axes(cells)
+    cell_frame = as_cells(wide)
     out = {}
-    for name in wide.columns[2:]:
-        grid = wide.pivot(index="Primary", columns="Secondary", values=name)
+    for name in cell_frame.columns[2:]:
+        grid = cell_frame.pivot(index="Primary", columns="Secondary", values=name)
         grid = grid.reindex(index=primaries, columns=[s for s in secondaries if s in grid.columns])
-        out[f"grid_{name.lower().replace('+', '_').replace('-', '_')}"] = grid.reset_index()
+        grid.columns.name = None
+        key = f"grid_{name.lower().replace('+', '_').replace('-', '_')}"
+        out[key] = with_numbers(grid.reset_index())
     return out
 
 
 def bold_lowest(wide: pd.DataFrame, means: pd.DataFrame) -> pd.DataFrame:
-    """:func:`table` with the lowest mean of each ECE column in Markdown bold."""
-    bold = wide.copy()
-    for name in wide.columns[3:]:
+    """The layout of :func:`table` with the lowest mean of each ECE column in Markdown bold."""
+    bold = paper_view(wide).copy()
+    for name in bold.columns[3:]:
         best = int(np.nanargmin(means[name].to_numpy(dtype=float)))
         bold.loc[best, name] = f"**{bold.loc[best, name]}**"
     return bold
@@ -233,6 +241,7 @@ def bold_lowest(wide: pd.DataFrame, means: pd.DataFrame) -> pd.DataFrame:
 
 @report(
     "karandikar_table",
+    calibrators=calibrators_in("ts", "ts_sb_ece"),
     options={
         "metric": TEXT,
         "ts": optional(TEXT),
@@ -287,7 +296,8 @@ def karandikar_table(
         results, "Karandikar et al. Table 2: primary × secondary losses", spread, record
     )
     text += (
-        f"Clean test split, ×100; ECE = `{metric}`. Post-hoc columns: {calibrated or 'none'}, "
+        f"Clean test split; ECE = `{metric}`. {units_note(['accuracy', metric])} "
+        f"Post-hoc columns: {calibrated or 'none'}, "
         "fitted on the validation split. Bold: lowest mean in each ECE column.\n\n"
         + bold_lowest(wide, means).to_markdown(index=False)
         + "\n"
@@ -312,7 +322,7 @@ def effect_row(
 
     Args:
         values: per-seed test values indexed by (method, calibrator, seed).
-        metric: the metric (means ×100 when it is an ECE-type one).
+        metric: the metric (means in its unit, :func:`~.common.metric_unit`).
         baseline, method: the method without and with the secondary loss.
         calibrator: the calibrator both are compared under.
         test, paired, alpha: see :func:`effects`.
@@ -447,6 +457,7 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
 
 @report(
     "karandikar_effects",
+    calibrators=calibrators_in("calibrators"),
     options={
         "metric": TEXT,
         "calibrators": optional(list_of(TEXT)),
@@ -508,7 +519,8 @@ def karandikar_effects(
         f"Cohen's d on test `{metric}` of `<primary>` vs `<primary> + <secondary>`, pooled SD; "
         "positive = the secondary loss lowers the ECE (0.8 = large). "
         f"p: {'paired' if paired else test} t-test, two-sided; "
-        f"significant at {alpha}. Means ×100 for ECE-type metrics.\n\n"
+        f"significant at {alpha}. Means (`mean_none`, `mean_secondary`): "
+        f"{units_note([metric])}\n\n"
         + frame.to_markdown(index=False, floatfmt=".3g")
         + "\n"
     )

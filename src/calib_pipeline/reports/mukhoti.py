@@ -24,30 +24,35 @@ from matplotlib.ticker import MaxNLocator
 from calib_pipeline.registry import check_choice
 from calib_pipeline.reports.common import (
     METRIC_NAMES,
-    PERCENT_METRICS,
     SPREADS,
     UNCALIBRATED,
+    as_cells,
     calibrator_key,
+    stat_cells,
     clean_rows,
-    mean_std_cells,
     method_colors,
     method_labels,
     method_order,
     paper_header,
+    paper_view,
     percent_scaled,
     require_metrics,
     seed_stats,
+    units_note,
+    with_numbers,
     with_selection,
 )
 from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
     TEXT,
     StudyResults,
+    calibrators_in,
     choice,
     integer,
     list_of,
     optional,
     report,
+    study_needs_calibrator,
 )
 from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
@@ -141,7 +146,10 @@ def table(
         digits, temperature_digits: decimals of the cells and of T.
 
     Returns:
-        Columns Method, Error, then ``<metric> Pre T`` / ``<metric> Post T``.
+        Columns Method, Error, then ``<metric> Pre T`` / ``<metric> Post T`` (formatted),
+        then their numbers (:func:`~.common.with_numbers`: ``error_pct_mean``,
+        ``error_pct_std``, ``ece_pre_t_pct_mean``, ...), ``temperature_mean`` (the mean T
+        of the Post-T cells) and ``n_seeds``.
 
     >>> tidy = pd.DataFrame({
     ...     "method": "ce", "label": "CE", "split": "test", "shift": "none", "severity": 0,
@@ -150,8 +158,11 @@ def table(
     ...     "metric": ["error", "error", "ece", "ece"] * 2,
     ...     "value": [0.20, 0.22, 0.10, 0.12, 0.20, 0.22, 0.03, 0.05],
     ... })
-    >>> table(tidy, metrics=["ece"]).to_dict("records")
+    >>> wide = table(tidy, metrics=["ece"])
+    >>> paper_view(wide).to_dict("records")
     [{'Method': 'CE', 'Error': '21.00 ± 1.41', 'ECE Pre T': '11.00 ± 1.41', 'ECE Post T': '4.00 ± 1.41'}]
+    >>> wide[["ece_post_t_pct_mean", "ece_post_t_pct_std", "n_seeds"]].round(2).to_dict("records")
+    [{'ece_post_t_pct_mean': 4.0, 'ece_post_t_pct_std': 1.41, 'n_seeds': 2}]
     """
     check_choice("spread", spread, SPREADS)
     metrics = list(metrics)
@@ -161,20 +172,17 @@ def table(
     rows = rows[
         rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])
     ]
-    stats = seed_stats(
-        percent_scaled(rows, PERCENT_METRICS), ["method", "calibrator", "metric"], sem=True
-    )
+    stats = seed_stats(percent_scaled(rows), ["method", "calibrator", "metric"], sem=True)
     cell = pd.Series(
-        mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
+        stat_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
     )
     mean_t = (
         temperatures.groupby("method")["temperature"].mean() if temperatures is not None else {}
     )
     labels = method_labels(tidy)
+    order = method_order(methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"])
     out_rows = []
-    for method in method_order(
-        methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"]
-    ):
+    for method in order:
         t = mean_t.get(method, math.nan)
         suffix = "" if math.isnan(t) else f" ({t:.{temperature_digits}f})"
         row = {"Method": labels[method], "Error": cell[method, UNCALIBRATED, "error"]}
@@ -183,7 +191,11 @@ def table(
             row[f"{name} Pre T"] = cell[method, UNCALIBRATED, metric]
             row[f"{name} Post T"] = cell[method, key, metric] + suffix
         out_rows.append(row)
-    return pd.DataFrame(out_rows)
+    wide = with_numbers(pd.DataFrame(out_rows))
+    if temperatures is not None:
+        temperature = [mean_t.get(method, math.nan) for method in order]
+        wide.insert(len(wide.columns) - 1, "temperature_mean", temperature)
+    return wide
 
 
 def paper_orientation(
@@ -193,16 +205,18 @@ def paper_orientation(
     dataset with a column per method (a Pre T / Post T pair for calibration errors).
 
     Returns:
-        ``paper_<metric>`` -> the one-row table.
+        ``paper_<metric>`` -> the one-row table, its cells' numbers after them
+        (:func:`~.common.with_numbers`).
     """
+    cell_frame = as_cells(wide)
     out = {}
     for metric in ["error", *metrics]:
         name = METRIC_NAMES.get(metric, metric)
         columns = ["Error"] if metric == "error" else [f"{name} Pre T", f"{name} Post T"]
-        stacked = wide.set_index("Method")[columns].stack()
+        stacked = cell_frame.set_index("Method")[columns].stack()
         names = [m if len(columns) == 1 else f"{m} {c}" for m, c in stacked.index]
-        out[f"paper_{metric}"] = pd.DataFrame(
-            [[dataset, *stacked.to_numpy()]], columns=["Dataset", *names]
+        out[f"paper_{metric}"] = with_numbers(
+            pd.DataFrame([[dataset, *stacked.to_numpy()]], columns=["Dataset", *names])
         )
     return out
 
@@ -210,6 +224,8 @@ def paper_orientation(
 @report(
     "mukhoti_table",
     needs=("calibrators",),
+    calibrators=calibrators_in("calibrator"),
+    study_check=study_needs_calibrator("calibrator"),
     options={
         "calibrator": optional(TEXT),
         "metrics": optional(list_of(TEXT)),
@@ -270,9 +286,10 @@ def mukhoti_table(
         results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record
     )
     text += (
-        f"Clean test split, ×100. Post T: calibrator `{key}` fitted on the validation split; "
-        "its temperature (mean over seeds) in parentheses. Error is unchanged by TS.\n\n"
-        + wide.to_markdown(index=False)
+        f"Clean test split. {units_note(['error', *metrics])} Post T: calibrator `{key}` "
+        "fitted on the validation split; its temperature (mean over seeds) in parentheses. "
+        "Error is unchanged by TS.\n\n"
+        + paper_view(wide).to_markdown(index=False)
         + "\n"
     )
     published, section = published_artifacts(results, "mukhoti", {"ts": key}, temperatures)

@@ -33,8 +33,12 @@ from calib_pipeline.reports.common import (
     MISSING_CELL,
     PERCENT_METRICS,
     UNCALIBRATED,
+    Cell,
     clean_rows,
     mean_std_cell,
+    metric_unit,
+    paper_view,
+    with_numbers,
 )
 
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
@@ -175,9 +179,11 @@ def side_by_side(
         calibrators: the papers' calibrator names -> the study's keys (shown in brackets).
 
     Returns:
-        Columns Method, Calibrator, Metric, Ours (mean ± std over seeds), Paper, Ours −
-        paper, Distance (our std) = (our mean − paper) / our seed std (``–`` with one seed
-        or a zero std) and Source; empty when nothing matches.
+        Columns Method, Calibrator, Metric, Unit (of the row's numbers: ``%``, ``×100`` or
+        empty), Ours (mean ± std over seeds), Paper, Ours − paper, Distance (our std) =
+        (our mean − paper) / our seed std (``–`` with one seed or a zero std) and Source,
+        then ``ours_mean``, ``ours_std``, ``paper_mean``, ``paper_std``, ``n_seeds``; empty
+        when nothing matches.
     """
     match = published[
         (published["dataset"] == dataset)
@@ -199,14 +205,15 @@ def side_by_side(
                 if study_key == cell.calibrator
                 else f"{cell.calibrator} ({study_key})",
                 "Metric": METRIC_NAMES.get(cell.metric, cell.metric),
-                "Ours": mean_std_cell(mean, std, int(n)),
-                "Paper": mean_std_cell(cell.value, cell.std),
+                "Unit": metric_unit(cell.metric),
+                "Ours": Cell(mean_std_cell(mean, std, int(n)), mean, std, int(n)),
+                "Paper": Cell(mean_std_cell(cell.value, cell.std), cell.value, cell.std, 1),
                 "Ours − paper": f"{mean - cell.value:+.2f}",
                 "Distance (our std)": MISSING_CELL if math.isnan(distance) else f"{distance:+.1f}",
                 "Source": cell.table,
             }
         )
-    return pd.DataFrame(rows)
+    return with_numbers(pd.DataFrame(rows))
 
 
 def published_artifacts(
@@ -242,7 +249,7 @@ def published_artifacts(
         "The paper's numbers as printed (% for calibration errors and error), beside ours "
         "(mean ± std over seeds, clean test split). Distance = (our mean − paper) / our seed "
         "std: |distance| ≲ 2 is within our seed-to-seed spread.\n\n"
-        + table.to_markdown(index=False)
+        + paper_view(table).to_markdown(index=False)
         + "\n"
     )
     return {"published": table}, text

@@ -17,6 +17,11 @@ Register one with ``@report("name", needs=(...), options={...})``:
   default value breaks its own declaration;
 - ``shifted`` says whether it reads the tidy table's shifted rows: a bool, or a function
   of the study's options (e.g. the claims report reads them only for claims on shifted sets);
+- ``calibrators`` says which calibrator keys it reads: a function of its options (their
+  defaults filled in) returning the keys, e.g. :func:`calibrators_in` ``("calibrator")``.
+  A study evaluates -- and the posthoc stage fits -- the calibrators its reports declare
+  (plus those the study lists itself); a report that reads "every calibrator of the
+  study" (summary, reliability) declares none;
 - ``study_check(study, options)``, when given, validates the options against the study
   itself (its methods, sweep groups, calibrators: a :class:`StudyOutline`).
 
@@ -28,7 +33,7 @@ runs the report's ``study_check``); :func:`build_report` checks, then runs.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +235,8 @@ class Declaration:
     options: dict[str, Option]
     shifted: bool | Callable[[Mapping[str, Any]], bool] = False
     study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None
+    calibrators: Callable[[Mapping[str, Any]], Iterable[str]] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 _DECLARATIONS: dict[str, Declaration] = {}
@@ -241,11 +248,14 @@ def report(
     options: dict[str, Option] | None = None,
     shifted: bool | Callable[[Mapping[str, Any]], bool] = False,
     study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None,
+    calibrators: Callable[[Mapping[str, Any]], Iterable[str]] | None = None,
 ) -> Callable[[ReportFunction], ReportFunction]:
     """Register ``func`` as report ``name`` reading ``needs`` and taking ``options``;
     ``shifted`` says it reads the tidy table's shifted rows (the studies that list it get
     the shift stage; the others skip it) -- a bool, or a function of the study's options;
-    ``study_check(study, options)`` validates the options against a :class:`StudyOutline`.
+    ``study_check(study, options)`` validates the options against a :class:`StudyOutline`;
+    ``calibrators(options)`` gives the calibrator keys the report reads (the studies that
+    list it evaluate them, and the posthoc stage fits them for the studies' runs).
 
     Raises:
         ValueError: an unknown kind in ``needs``, declared options that are not the
@@ -267,7 +277,10 @@ def report(
         for option, parameter in parameters.items():
             declared[option].validate(f"default of {name}.{option}", parameter.default)
         REPORTS.register(name)(func)
-        _DECLARATIONS[name] = Declaration(tuple(needs), declared, shifted, study_check)
+        defaults = {option: parameter.default for option, parameter in parameters.items()}
+        _DECLARATIONS[name] = Declaration(
+            tuple(needs), declared, shifted, study_check, calibrators, defaults
+        )
         return func
 
     return decorator
@@ -293,6 +306,54 @@ def uses_shift(name: str, options: Mapping[str, Any] | None = None) -> bool:
     if callable(shifted):
         shifted = shifted(dict(options or {}))
     return shifted or "shift" in declaration.needs or bool((options or {}).get("shifts"))
+
+
+def report_calibrators(name: str, options: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The calibrator keys report ``name`` reads with ``options`` (its defaults filled in),
+    in the order it names them; none when it declared none."""
+    REPORTS.factory(name)
+    declaration = _DECLARATIONS[name]
+    if declaration.calibrators is None:
+        return ()
+    keys = declaration.calibrators({**declaration.defaults, **(options or {})})
+    return tuple(dict.fromkeys(keys))
+
+
+def calibrators_in(*names: str) -> Callable[[Mapping[str, Any]], list[str]]:
+    """A report's ``calibrators`` declaration: the keys given in its options ``names``,
+    each a key, a list of keys or a mapping whose values are keys (``None``: none).
+
+    >>> calibrators_in("ts", "others")({"ts": "ts_nll", "others": ["hb"], "digits": 2})
+    ['ts_nll', 'hb']
+    """
+
+    def keys(options: Mapping[str, Any]) -> list[str]:
+        found: list[str] = []
+        for name in names:
+            value = options.get(name)
+            if isinstance(value, str):
+                value = [value]
+            elif isinstance(value, Mapping):
+                value = list(value.values())
+            found += [key for key in value or [] if isinstance(key, str)]
+        return found
+
+    return keys
+
+
+def study_needs_calibrator(option: str) -> Callable[[StudyOutline, Mapping[str, Any]], None]:
+    """A report's ``study_check`` for an option that defaults to the study's first
+    calibrator: without the option, the study must evaluate some calibrator."""
+
+    def check(study: StudyOutline, options: Mapping[str, Any]) -> None:
+        if options.get(option) is None and not study.calibrators:
+            raise ValueError(
+                f"option {option!r} is not given and study {study.name!r} evaluates no "
+                f"calibrator: name one (e.g. `{option}: ts`) or list it in the study's "
+                "`calibrators`"
+            )
+
+    return check
 
 
 def report_options(name: str) -> dict[str, Option]:
@@ -335,7 +396,13 @@ def check_report(
             raise ValueError(f"report {name!r}: {error}") from None
     study_check = _DECLARATIONS[name].study_check
     if study is not None and study_check is not None:
-        study_check(study, given)
+        try:
+            study_check(study, given)
+        except ValueError as error:
+            message = str(error)
+            if not message.startswith(f"report {name!r}"):
+                message = f"report {name!r}: {message}"
+            raise ValueError(message) from None
 
 
 def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, Any]:

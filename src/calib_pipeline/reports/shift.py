@@ -13,7 +13,8 @@
 
 Corruption sets are grouped by source: generated look-alikes (``shift`` = the bare
 corruption name) and official sets (``cifar10_c:fog``) are never pooled. Severity 0 in
-the figures is the clean test split. Values are ×100 except NLL.
+the figures is the clean test split. Every metric is shown in its unit
+(:func:`~.common.metric_unit`: ×100 but NLL).
 
 SEM across corruption types: ``sem="plain"`` is std(ddof=1)/sqrt(n) over the n types;
 ``sem="within"`` removes the variability due to the corruption type shared by every
@@ -38,10 +39,14 @@ from calib_pipeline.reports.common import (
     PERCENT_METRICS,
     UNCALIBRATED,
     UNSHIFTED,
-    mean_std_cell,
-    mean_std_table,
+    cell_table,
+    stat_cells,
     method_colors,
+    metric_unit,
+    paper_view,
     seed_stats,
+    units_note,
+    with_numbers,
 )
 from calib_pipeline.reports.registry import (
     BOOLEAN,
@@ -57,7 +62,6 @@ from calib_pipeline.reports.registry import (
 
 DEFAULT_SHIFT_METRICS = ["accuracy", "ece", "ece_em", "nll", "brier", "auroc"]
 DEFAULT_NATURAL_METRICS = ["accuracy", "brier", "ece", "auroc"]
-SCALED = (*PERCENT_METRICS, "brier", "auroc")  # Singh et al.: "All values provided are x100"
 SEM_MODES = ("plain", "within")
 CONDITION = ["label", "calibrator"]
 SOURCES = optional(list_of(TEXT))
@@ -116,7 +120,8 @@ def corruption_sem(grid: pd.DataFrame, mode: str) -> pd.Series:
 
 
 def _clean_levels(table: pd.DataFrame, metrics: list[str], sources: list[str]) -> pd.DataFrame:
-    """The clean test split as severity 0 (level ``clean``, no SEM) of each of ``sources``."""
+    """The clean test split as severity 0 (level ``clean``, one set, no SEM) of each of
+    ``sources``."""
     clean = table[
         (table["split"] == "test") & (table["shift"] == UNSHIFTED) & table["metric"].isin(metrics)
     ]
@@ -127,7 +132,7 @@ def _clean_levels(table: pd.DataFrame, metrics: list[str], sources: list[str]) -
         .reset_index()
     )
     return pd.concat(
-        [clean.assign(source=s, severity=0, level="clean", sem=np.nan, n=0) for s in sources],
+        [clean.assign(source=s, severity=0, level="clean", sem=np.nan, n=1) for s in sources],
         ignore_index=True,
     )
 
@@ -215,16 +220,21 @@ def skipped_table(results: StudyResults) -> pd.DataFrame:
 
 
 def format_wide(
-    stats: pd.DataFrame, keys: list[str], metrics: list[str], spread: str = "std"
+    stats: pd.DataFrame,
+    keys: list[str],
+    metrics: list[str],
+    spread: str = "std",
+    count: str = "n_seeds",
 ) -> pd.DataFrame:
-    """``mean ± spread`` cells (×100 for scaled metrics; the mean alone where the spread
-    is undefined), one column per metric, rows in the first-seen order of ``keys``."""
-    scale = np.where(stats["metric"].isin(SCALED), 100.0, 1.0)
-    cells = [mean_std_cell(m, e) for m, e in zip(stats["mean"] * scale, stats[spread] * scale)]
-    wide = stats.assign(cell=cells).pivot(index=keys, columns="metric", values="cell")
+    """``mean ± spread`` cells in each metric's unit (the mean alone where the spread is
+    undefined), one column per metric, rows in the first-seen order of ``keys``; then their
+    numbers and ``count`` (how many values each mean is over: :func:`~.common.with_numbers`)."""
+    scale = np.where(stats["metric"].isin(PERCENT_METRICS), 100.0, 1.0)
+    scaled = stats.assign(mean=stats["mean"] * scale, **{spread: stats[spread] * scale})
+    wide = scaled.assign(cell=stat_cells(scaled, spread)).pivot(index=keys, columns="metric", values="cell")
     wide = wide.reindex(columns=[m for m in metrics if m in wide.columns]).reset_index()
     wide.columns.name = None
-    return stats[keys].drop_duplicates().merge(wide, on=keys, how="left")
+    return with_numbers(stats[keys].drop_duplicates().merge(wide, on=keys, how="left"), count)
 
 
 def _ordered(frame: pd.DataFrame, keys: list[str], reference: pd.DataFrame) -> pd.DataFrame:
@@ -269,17 +279,18 @@ def _tables_markdown(
     accuracy: pd.DataFrame,
     sem: str,
     tolerance: float,
+    metrics: list[str],
 ) -> str:
     text = [
         f"# {results.study} on {results.dataset_label}: corruptions\n",
         (
             "Mean over corruption types per severity: mean ± SEM across types "
             f"({sem} SEM; seeds averaged first; clean = the unshifted test split). "
-            f"{len(results.seeds)} seed(s). Values ×100 except nll. Calibrators were fitted on "
+            f"{len(results.seeds)} seed(s). {units_note(metrics)} Calibrators were fitted on "
             "the clean validation split. Source `generated` = this project's re-implementation "
             "of H&D's corruptions, not the official benchmark files.\n"
         ),
-        mean_table.to_markdown(index=False),
+        paper_view(mean_table).to_markdown(index=False),
         "\n## Skipped corruptions\n",
         _skipped_markdown(skipped),
     ]
@@ -341,14 +352,18 @@ def shift_tables(
     keys = ["source", *CONDITION, "corruption", "severity"]
     per_corruption = format_wide(corruption_means(rows), keys, metrics)
     summary = severity_summary(results.metrics, rows, metrics, sem)
-    mean_table = format_wide(summary, ["source", *CONDITION, "level"], metrics, spread="sem")
+    mean_table = format_wide(
+        summary, ["source", *CONDITION, "level"], metrics, spread="sem", count="n_corruptions"
+    )
     accuracy = accuracy_by_severity(rows, tolerance) if "accuracy" in metrics else pd.DataFrame()
     return {
         "per_corruption": per_corruption,
         "mean_over_corruptions": mean_table,
         "accuracy_by_severity": accuracy,
         "skipped": skipped,
-        "shift_tables": _tables_markdown(results, mean_table, skipped, accuracy, sem, tolerance),
+        "shift_tables": _tables_markdown(
+            results, mean_table, skipped, accuracy, sem, tolerance, metrics
+        ),
     }
 
 
@@ -358,19 +373,20 @@ def natural_table(tidy: pd.DataFrame, sets: list[str], metrics: list[str]) -> pd
     Args:
         tidy: the tidy metrics table.
         sets: shift names (``"none"``: the clean test split, headed ``test``).
-        metrics: metric keys, ×100 except NLL.
+        metrics: metric keys, each in its unit (:func:`~.common.metric_unit`).
 
     Returns:
-        Columns label, calibrator and ``"<set> <metric>"``, mean ± std over seeds.
+        Columns label, calibrator and ``"<set> <metric>"``, mean ± std over seeds; then
+        their numbers (:func:`~.common.with_numbers`).
     """
     table = None
     for shift in sets:
-        wide = mean_std_table(tidy, metrics, shift=shift, percent=SCALED)
+        wide = cell_table(tidy, metrics, shift=shift)
         name = "test" if shift == UNSHIFTED else shift
         wide = wide.rename(columns={m: f"{name} {m}" for m in metrics})
         table = wide if table is None else table.merge(wide, on=CONDITION, how="outer", sort=False)
     table.columns.name = None
-    return table
+    return with_numbers(table)
 
 
 @report(
@@ -399,11 +415,11 @@ def natural_shift_table(
     table = natural_table(results.metrics, ([UNSHIFTED] if include_clean else []) + sets, metrics)
     text = (
         f"# {results.study} on {results.dataset_label}: natural shift (Singh et al. Table 3 layout)\n\n"
-        f"Mean ± std over {len(results.seeds)} seed(s), ×100 except nll; `none` = uncalibrated, "
+        f"Mean ± std over {len(results.seeds)} seed(s). {units_note(metrics)} `none` = uncalibrated, "
         "other calibrators fitted on the clean validation split. Sets: "
         + ", ".join(f"`{s}`" for s in sets)
         + ".\n\n"
-        + table.to_markdown(index=False)
+        + paper_view(table).to_markdown(index=False)
         + "\n"
     )
     return {"table": table, "natural_shift_table": text}
@@ -413,7 +429,13 @@ def natural_shift_table(
 
 
 def _scaled(metric: str) -> float:
-    return 100.0 if metric in SCALED else 1.0
+    return 100.0 if metric in PERCENT_METRICS else 1.0
+
+
+def _axis_label(metric: str) -> str:
+    """``metric`` and its unit, as an axis names them: ``ece (%)``, ``brier (×100)``."""
+    unit = metric_unit(metric)
+    return f"{metric} ({unit})" if unit else metric
 
 
 def severity_lines(
@@ -456,7 +478,7 @@ def severity_lines(
         ax.set_xlabel("severity", fontsize=8)
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel(
-        f"{metric}{' (%)' if scale == 100 else ''}, mean ± SEM ({sem})", fontsize=8
+        f"{_axis_label(metric)}, mean ± SEM ({sem})", fontsize=8
     )
     fig.suptitle(title, fontsize=10)
     return fig
@@ -503,7 +525,7 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel(
-        f"{metric}{' (%)' if scale == 100 else ''} over corruption types", fontsize=8
+        f"{_axis_label(metric)} over corruption types", fontsize=8
     )
     fig.suptitle(title, fontsize=10)
     return fig
@@ -540,7 +562,7 @@ def accuracy_scatter(
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.set_xlabel("accuracy (%)", fontsize=8)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{metric}{' (%)' if _scaled(metric) == 100 else ''}", fontsize=8)
+    axes[0][0].set_ylabel(_axis_label(metric), fontsize=8)
     fig.suptitle(f"{title}: accuracy vs {metric} (darker = more severe)", fontsize=10)
     return fig
 

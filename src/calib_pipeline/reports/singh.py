@@ -26,25 +26,30 @@ from calib_pipeline.reports.common import (
     UNCALIBRATED,
     UNSHIFTED,
     calibrator_key,
+    stat_cells,
     clean_rows,
-    mean_std_cells,
     method_labels,
     method_order,
     paper_header,
+    paper_view,
     percent_scaled,
     require_metrics,
     seed_stats,
+    units_note,
+    with_numbers,
     with_selection,
 )
 from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
     StudyResults,
+    calibrators_in,
     choice,
     integer,
     list_of,
     optional,
     report,
+    study_needs_calibrator,
 )
 from calib_pipeline.reports.selection import SELECTION_OPTIONS, apply_selection
 
@@ -125,7 +130,8 @@ def table(
     spread: str = "std",
     digits: int = 2,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One Singh et al. table (one test set), all values ×100, and its baseline tests.
+    """One Singh et al. table (one test set) and its baseline tests; every metric in its
+    unit (:func:`~.common.metric_unit`: all ×100 but NLL, as in the paper).
 
     Args:
         tidy: the tidy metrics table.
@@ -142,8 +148,9 @@ def table(
         spread, digits: ``"std"`` or ``"sem"``; decimals.
 
     Returns:
-        ``(table, comparisons)``: columns Method and one per metric; and the tests
-        (method label, metric, mean_difference, p_value, worse).
+        ``(table, comparisons)``: columns Method and one per metric (formatted), then
+        their numbers (:func:`~.common.with_numbers`); and the tests (method label,
+        metric, mean_difference, p_value, worse).
     """
     check_choice("calibrated", calibrated, CALIBRATED_ROWS)
     check_choice("test", test, T_TESTS)
@@ -159,9 +166,9 @@ def table(
     rows = clean_rows(tidy, "test", shift, severity)
     part = with_decomposed_ece(rows[rows["metric"].isin(metrics)])
     names = [m for m in [*metrics, "decomp_ece"] if m in set(part["metric"])]
-    stats = seed_stats(percent_scaled(part, names), ["method", "calibrator", "metric"], sem=True)
+    stats = seed_stats(percent_scaled(part), ["method", "calibrator", "metric"], sem=True)
     cell = pd.Series(
-        mean_std_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
+        stat_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
     )
     per_seed = part.set_index(["method", "calibrator", "metric"])["value"].sort_index()
     labels = method_labels(tidy)
@@ -182,12 +189,13 @@ def table(
                 {"method": label, **_compare(per_seed, (method, cal), base, m, test, alpha)}
                 for m in compared
             ]
-    return pd.DataFrame(plain), pd.DataFrame(tests, columns=COMPARISON_COLUMNS)
+    return with_numbers(pd.DataFrame(plain)), pd.DataFrame(tests, columns=COMPARISON_COLUMNS)
 
 
 def bold_worse(plain: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
-    """:func:`table` with the cells significantly worse than the baseline in Markdown bold."""
-    marked = plain.set_index("Method", drop=False)
+    """The layout of :func:`table` with the cells significantly worse than the baseline in
+    Markdown bold."""
+    marked = paper_view(plain).set_index("Method", drop=False)
     for method, metric in comparisons.loc[
         comparisons["worse"].astype(bool), ["method", "metric"]
     ].itertuples(index=False):
@@ -210,16 +218,21 @@ TABLE_OPTIONS = {
 }
 
 
-def _legend(calibrator: str, baseline: str, test: str, alpha: float) -> str:
+def _legend(calibrator: str, baseline: str, test: str, alpha: float, metrics: list[str]) -> str:
     return (
-        f"Test split, all values ×100. `{calibrator}` rows: the calibrator fitted on the "
+        f"Test split. {units_note(metrics)} `{calibrator}` rows: the calibrator fitted on the "
         f"validation split. Bold: worse than the uncalibrated baseline ({baseline}) by a {test} "
         f"t-test at {alpha} (needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE "
         "when every bin is overconfident).\n"
     )
 
 
-@report("singh_table", options=TABLE_OPTIONS)
+@report(
+    "singh_table",
+    options=TABLE_OPTIONS,
+    calibrators=calibrators_in("calibrator"),
+    study_check=study_needs_calibrator("calibrator"),
+)
 def singh_table(
     results: StudyResults,
     calibrator: str | None = None,
@@ -235,7 +248,8 @@ def singh_table(
     selection_metric: str | None = None,
 ) -> dict[str, Any]:
     """Singh et al. Tables 1-3: Brier, ECE, refinement AUROC and the ECE decomposition
-    α − β − γ (eq. 9), before and after (fixed-T) temperature scaling, all ×100.
+    α − β − γ (eq. 9), before and after (fixed-T) temperature scaling, all ×100 (the Brier
+    score ×100, the rest in %; NLL, when asked for, as computed).
 
     Args:
         calibrator: calibrator key of the TS rows (default: the table's first calibrator
@@ -274,7 +288,7 @@ def singh_table(
     sets = test_sets(selected[selected["metric"].isin(metrics or SINGH_METRICS)], shifts)
     base = baseline or method_order(results.methods, present=selected["method"])[0]
     text = paper_header(results, "Singh et al.: calibration and refinement", spread, record)
-    text += _legend(key, method_labels(selected).get(base, base), test, alpha)
+    text += _legend(key, method_labels(selected).get(base, base), test, alpha, metrics or SINGH_METRICS)
     artifacts: dict[str, Any] = {}
     comparisons = []
     for shift, severity in sets:
@@ -406,7 +420,7 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
                 )
             value = auroc.get((method, cal), math.nan)
             name = "uncalibrated" if cal == UNCALIBRATED else cal
-            ax.set_title(f"{cell['label'].iloc[0]}, {name}: AUROC {100 * value:.1f}", fontsize=8)
+            ax.set_title(f"{cell['label'].iloc[0]}, {name}: AUROC {100 * value:.1f}%", fontsize=8)
             if i == len(methods) - 1:
                 ax.set_xlabel("top-label confidence", fontsize=8)
             if j == 0:
@@ -420,6 +434,8 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
 @report(
     "singh_density",
     needs=("logits", "calibrators"),
+    calibrators=calibrators_in("calibrator"),
+    study_check=study_needs_calibrator("calibrator"),
     options={
         "calibrator": optional(TEXT),
         "bins": integer(low=2),

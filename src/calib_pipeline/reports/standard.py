@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from calib_pipeline.reports.common import mean_std_table, method_colors
+from calib_pipeline.reports.common import mean_std_table, method_colors, paper_view, units_note
 from calib_pipeline.reports.registry import (
     METRIC,
     StudyResults,
@@ -33,8 +33,11 @@ BIN_COUNT = integer(low=1)
 
 
 def fit_warnings(results: StudyResults) -> pd.DataFrame:
-    """Every warning a calibrator raised while fitting (degenerate validation sets, T at a
-    search bound, non-convergence), one row per (method, seed, calibrator, warning)."""
+    """Every warning a calibrator of the study raised while fitting (degenerate validation
+    sets, T at a search bound, non-convergence), one row per (method, seed, calibrator,
+    warning). A run shared with other studies also holds their calibrators: only those in
+    the study's metrics table count."""
+    evaluated = set(results.metrics["calibrator"])
     rows = [
         {
             "method": results.labels.get(method, method),
@@ -45,6 +48,7 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
         }
         for (method, seed), fitted in sorted(results.calibrators.items())
         for key, calibrator in fitted.items()
+        if key in evaluated
         for warning in getattr(calibrator, "warnings", [])
     ]
     return pd.DataFrame(rows, columns=["method", "seed", "calibrator", "converged", "warning"])
@@ -54,12 +58,14 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
 def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str, Any]:
     """Mean ± std over seeds on the clean test split, per method and calibrator, followed
     by every calibrator fit warning (a degenerate fit is reported, never hidden)."""
-    wide = mean_std_table(results.metrics, metrics or DEFAULT_SUMMARY_METRICS)
+    metrics = metrics or DEFAULT_SUMMARY_METRICS
+    wide = mean_std_table(results.metrics, metrics)
     header = (
         f"# {results.study} on {results.dataset_label}\n\n"
-        f"Clean test split, mean ± std over {len(results.seeds)} seed(s); accuracy and "
-        "calibration errors in %.\n`none` = uncalibrated; other calibrators were fitted on the "
-        "validation split.\n\n"
+        f"Clean test split, mean ± std over {len(results.seeds)} seed(s). {units_note(metrics)}\n"
+        "`none` = uncalibrated; other calibrators were fitted on the validation split. "
+        "table.csv also holds each cell's numbers (`<metric>[_pct|_x100]_mean`, `..._std`, "
+        "`n_seeds`).\n\n"
     )
     warnings = fit_warnings(results)
     footer = "\n## Calibrator fit warnings\n\n" + (
@@ -68,7 +74,7 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     return {
         "table": wide,
         "fit_warnings": warnings,
-        "summary": header + wide.to_markdown(index=False) + "\n" + footer + "\n",
+        "summary": header + paper_view(wide).to_markdown(index=False) + "\n" + footer + "\n",
     }
 
 

@@ -35,10 +35,12 @@ from calib_pipeline.registry import check_choice, check_int
 from calib_pipeline.reports.common import (
     MISSING_CELL,
     UNCALIBRATED,
-    mean_std_cells,
     method_colors,
     method_order,
+    paper_view,
     seed_stats,
+    stat_cells,
+    with_numbers,
 )
 from calib_pipeline.reports.published import published_artifacts
 from calib_pipeline.reports.registry import (
@@ -47,6 +49,7 @@ from calib_pipeline.reports.registry import (
     TEXT,
     Option,
     StudyResults,
+    calibrators_in,
     choice,
     either,
     integer,
@@ -265,7 +268,8 @@ def compare_to_baseline(runs: pd.DataFrame, baseline: str, alpha: float) -> pd.D
 
 
 def _wide(summary: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.DataFrame:
-    """Rows (group, method, label) x formatted ``mean ± std[ mark]`` columns.
+    """Rows (group, method, label) x ``mean ± std[ mark]`` :class:`~.common.Cell` columns
+    (ECE in %, T as fitted).
 
     ``columns`` holds ``(calibrator, quantity, header)``; the ECE cells carry the t-test mark.
     """
@@ -274,8 +278,8 @@ def _wide(summary: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.Data
     for calibrator, quantity, header in columns:
         cell = summary[(summary["calibrator"] == calibrator) & (summary["quantity"] == quantity)]
         text = [
-            cell_text + (f" {mark}" if mark and quantity == "ece" else "")
-            for cell_text, mark in zip(mean_std_cells(cell), cell["mark"])
+            value + (f" {mark}" if mark and quantity == "ece" else "")
+            for value, mark in zip(stat_cells(cell, unit="%" if quantity == "ece" else ""), cell["mark"])
         ]
         table = table.merge(
             pd.DataFrame({"method": cell["method"].to_numpy(), header: text}),
@@ -298,8 +302,9 @@ def calibratability_tables(
         selected: the methods marked ``test-selected``.
 
     Returns:
-        ``(table, oracle, stats)``: the formatted val-fitted table, the formatted oracle
-        table and the numeric mean / std / n / p-value / mark of every cell.
+        ``(table, oracle, stats)``: the val-fitted table, the oracle table (both formatted,
+        then their numbers: :func:`~.common.with_numbers`) and the mean / std / n / p-value /
+        mark of every cell.
     """
     SIGNIFICANCE.validate("alpha", alpha)
     stats = seed_stats(runs, ["group", "method", "label", "calibrator", "quantity"])
@@ -317,6 +322,7 @@ def calibratability_tables(
             columns.append((key, "temperature", f"T of {key}"))
     table = _wide(val_fitted, columns)
     table.insert(3, "selection", np.where(table["method"].isin(selected), SELECTED, ""))
+    table = with_numbers(table)
     oracle = _wide(
         stats[stats["calibrator"].isin([ORACLE, UNCALIBRATED])],
         [
@@ -325,7 +331,7 @@ def calibratability_tables(
             (ORACLE, "temperature", "ORACLE T (test-fitted)"),
         ],
     )
-    return table, oracle, stats
+    return table, with_numbers(oracle), stats
 
 
 def _calibratability_markdown(
@@ -363,13 +369,13 @@ def _calibratability_markdown(
             "the choice itself has seen the test set."
         ),
         "",
-        table.to_markdown(index=False),
+        paper_view(table).to_markdown(index=False),
         "",
         f"## Oracle bound (T grid {grid})",
         "",
         ORACLE_NOTE,
         "",
-        oracle.to_markdown(index=False),
+        paper_view(oracle).to_markdown(index=False),
         "",
         "## Fit warnings",
         "",
@@ -402,6 +408,7 @@ def _published(
 @report(
     "calibratability_table",
     needs=("logits", "calibrators"),
+    calibrators=calibrators_in("calibrators"),
     options={
         "calibrators": list_of(TEXT),
         "baseline": TEXT,
@@ -590,11 +597,12 @@ def validation_size_table(
         sizes: the requested sizes (column order; sizes without fits are left out).
 
     Returns:
-        ``(table, stats)``: rows method × calibrator with a column per size, and the
-        numeric mean / std / n / cell per (method, calibrator, size).
+        ``(table, stats)``: rows method × calibrator with a column per size (test ECE in %,
+        then their numbers: :func:`~.common.with_numbers`), and the numeric mean / std / n
+        / cell per (method, calibrator, size).
     """
     stats = seed_stats(runs, ["group", "method", "label", "calibrator", "size_label"])
-    stats["cell"] = mean_std_cells(stats)
+    stats["cell"] = stat_cells(stats, unit="%")
     order = [label for label in map(_size_label, sizes) if label in set(stats["size_label"])]
     table = stats.pivot(
         index=["group", "method", "label", "calibrator"], columns="size_label", values="cell"
@@ -607,7 +615,8 @@ def validation_size_table(
         table["method"], categories=list(dict.fromkeys(stats["method"])), ordered=True
     )
     table = table.sort_values(["method", "calibrator"]).astype({"method": str, "calibrator": str})
-    return table[["group", "method", "label", "calibrator", *order]].reset_index(drop=True), stats
+    table = table[["group", "method", "label", "calibrator", *order]].reset_index(drop=True)
+    return with_numbers(table, count="n_fits"), stats
 
 
 def size_figure(
@@ -696,7 +705,7 @@ def validation_size_sweep(
     table, stats = validation_size_table(runs, sizes)
     colors = method_colors(results.methods)
     title = f"{results.study}: ECE vs validation size (mean ± std)"
-    figure = size_figure(stats, list(table.columns[4:]), colors, results.labels, title)
+    figure = size_figure(stats, list(paper_view(table).columns[4:]), colors, results.labels, title)
     warned = int((runs["warnings"] != "").sum() + (~runs["converged"]).sum())
     note = "".join(
         f"- size {label} skipped: larger than the validation split ({n} rows)\n"
@@ -713,7 +722,7 @@ def validation_size_sweep(
         f"(Wang et al. Fig. 3); mean ± std over {len(results.seeds)} training seed(s) × "
         f"{len(subsample_seeds)} subsample seed(s) (`all`: the whole split, one fit per training seed).\n\n"
         + (note + "\n" if note else "")
-        + table.to_markdown(index=False)
+        + paper_view(table).to_markdown(index=False)
         + "\n"
     )
     return {
@@ -1039,14 +1048,17 @@ def hardness_correlation(per_run: pd.DataFrame) -> pd.DataFrame:
     max-logit std (of :func:`learned_epoch_samples`)."""
     long = per_run.melt(id_vars=["group", "method", "label", "seed"], var_name="statistic")
     stats = seed_stats(long, ["group", "method", "label", "statistic"])
-    stats["cell"] = mean_std_cells(stats, digits=3)
+    stats["cell"] = stat_cells(stats, digits=3, unit="")
     wide = stats.pivot(index="method", columns="statistic", values="cell").reset_index()
+    wide.columns.name = None
     correlation = per_run[["group", "method", "label"]].drop_duplicates().merge(wide, on="method")
-    return correlation.rename(
-        columns={
-            "spearman": "Spearman(learned epoch, max logit)",
-            "max_logit_std": "std of max logit",
-        }
+    return with_numbers(
+        correlation.rename(
+            columns={
+                "spearman": "Spearman(learned epoch, max logit)",
+                "max_logit_std": "std of max logit",
+            }
+        )
     )
 
 
@@ -1131,7 +1143,7 @@ def max_logit_histograms(
         "classified (0: never learned); seeds pooled. A wide, epoch-ordered spread (strongly negative "
         "Spearman correlation: later-learned, harder samples get smaller maximum logits) is the "
         "hardness information that post-hoc calibration can use.\n\n"
-        + correlation.to_markdown(index=False)
+        + paper_view(correlation).to_markdown(index=False)
         + "\n\n"
         + by_bin.round(3).to_markdown(index=False)
         + "\n"

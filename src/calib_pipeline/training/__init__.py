@@ -2,6 +2,7 @@
 
 from calib_pipeline.training.checkpoint import CheckpointStore
 from calib_pipeline.training.config import TrainConfig
+from calib_pipeline.training import accelerate, engine
 from calib_pipeline.training.data import BatchStream, Normalizer, augment_batch
 from calib_pipeline.training.engine import (
     Split,

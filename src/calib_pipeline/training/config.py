@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from calib_pipeline.registry import check_int, check_range
+from calib_pipeline.calibration.precision import check_precision
+from calib_pipeline.registry import check_bool, check_int, check_range
 
 SELECTION_RULES = ("last", "best_val_error", "best_val_nll")
 
@@ -17,6 +18,11 @@ class TrainConfig:
     ``milestones`` are epochs after which the learning rate is multiplied by
     ``lr_decay`` (MultiStepLR). ``select`` chooses the weights that are kept:
     the last epoch's or the epoch with the best validation error / NLL.
+
+    ``precision`` (``fp32`` | ``bf16`` autocast), ``channels_last`` (NHWC memory layout of
+    conv nets) and ``compile`` (``torch.compile``; CUDA graphs on a GPU) change how fast a
+    step runs, not what it computes up to float rounding; docs/performance.md gives their
+    measured effects.
     """
 
     epochs: int = 30
@@ -31,7 +37,9 @@ class TrainConfig:
     augment: str = "none"
     select: str = "last"
     device: str = "auto"
-    amp: bool = False
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
     eval_batch_size: int = 1024
     track_test: bool = True
     checkpoint_every: int = 1
@@ -60,12 +68,20 @@ class TrainConfig:
             raise ValueError(f"select must be one of {SELECTION_RULES}, got {self.select!r}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {self.device!r}")
+        check_precision(self.precision)
+        check_bool("channels_last", self.channels_last)
+        check_bool("compile", self.compile)
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every!r}")
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
         """Build from a parameters dict; unknown keys fail with the list of valid ones."""
+        if "amp" in params:
+            raise ValueError(
+                "training.amp was replaced by training.precision: 'fp32' | 'bf16' (amp ran fp16 "
+                "autocast without a GradScaler, whose gradients can underflow); remove amp"
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:

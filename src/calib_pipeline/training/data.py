@@ -1,13 +1,15 @@
 """Device-resident batching with batched augmentation (airbench style).
 
 The whole split lives on the training device; an epoch is a permutation drawn
-from an explicit ``torch.Generator`` whose state is checkpointed, so a resumed
-run draws the same batches as an uninterrupted one.
+from an explicit ``torch.Generator`` on that device whose state is checkpointed, so a
+resumed run draws the same batches (and augmentation) as an uninterrupted one, and no
+step waits for randomness made on the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -15,39 +17,91 @@ from calib_pipeline.data.datasets import to_float
 
 
 class Normalizer:
-    """Per-channel standardisation applied on the device, batch by batch."""
+    """Per-channel standardisation applied on the device, batch by batch; with
+    ``channels_last`` its output is laid out NHWC for a conv net stored that way."""
 
-    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], device: torch.device):
+    def __init__(
+        self,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        device: torch.device,
+        channels_last: bool = False,
+    ):
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+        self.channels_last = channels_last
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        return (to_float(images) - self.mean) / self.std
+        out = (to_float(images) - self.mean) / self.std
+        return out.contiguous(memory_format=torch.channels_last) if self.channels_last else out
+
+
+AUGMENTATIONS = ("none", "flip", "crop_flip")
+CROP_PADDING = 4
+
+
+@dataclass(frozen=True)
+class AugmentationDraws:
+    """The randomness of augmenting ``n`` images: a flip bit and crop offsets each.
+
+    The engine draws one epoch's worth at once, on the training device, and slices it per
+    batch, so no step waits for a host-side random number (a copy from host memory would
+    synchronise the device every step).
+    """
+
+    flip: torch.Tensor  # (n,) bool
+    dy: torch.Tensor | None = None  # (n,) int64 crop offsets, crop_flip only
+    dx: torch.Tensor | None = None
+
+    def __getitem__(self, rows: slice) -> AugmentationDraws:
+        return AugmentationDraws(
+            self.flip[rows],
+            None if self.dy is None else self.dy[rows],
+            None if self.dx is None else self.dx[rows],
+        )
+
+
+def draw_augmentation(n: int, mode: str, generator: torch.Generator) -> AugmentationDraws | None:
+    """Draws for ``n`` images under ``mode`` on ``generator``'s device (None for ``none``)."""
+    if mode not in AUGMENTATIONS:
+        raise ValueError(f"augment must be one of {AUGMENTATIONS}, got {mode!r}")
+    if mode == "none":
+        return None
+    device = generator.device
+    flip = torch.rand(n, generator=generator, device=device) < 0.5
+    if mode == "flip":
+        return AugmentationDraws(flip)
+    span = 2 * CROP_PADDING + 1
+    dy = torch.randint(0, span, (n,), generator=generator, device=device)
+    dx = torch.randint(0, span, (n,), generator=generator, device=device)
+    return AugmentationDraws(flip, dy, dx)
+
+
+def apply_augmentation(images: torch.Tensor, draws: AugmentationDraws | None) -> torch.Tensor:
+    """Random horizontal flip (p = 0.5) and, with crop offsets, a random 4-px-padded crop.
+
+    Crops are taken for the whole batch at once: the reflect-padded batch is unfolded with
+    per-sample offsets through ``gather`` on an index grid -- no per-sample loop, no sync.
+    """
+    if draws is None:
+        return images
+    n, c, h, w = images.shape
+    device = images.device
+    images = torch.where(draws.flip.to(device).view(-1, 1, 1, 1), images.flip(-1), images)
+    if draws.dy is None or draws.dx is None:
+        return images
+    pad = CROP_PADDING
+    padded = torch.nn.functional.pad(images, (pad, pad, pad, pad), mode="reflect")
+    rows = (draws.dy.to(device).view(n, 1) + torch.arange(h, device=device)).view(n, 1, h, 1)
+    cols = (draws.dx.to(device).view(n, 1) + torch.arange(w, device=device)).view(n, 1, 1, w)
+    padded = padded.gather(2, rows.expand(n, c, h, padded.shape[-1]))
+    return padded.gather(3, cols.expand(n, c, h, w))
 
 
 def augment_batch(images: torch.Tensor, mode: str, generator: torch.Generator) -> torch.Tensor:
-    """Random horizontal flip (p = 0.5) and, for ``crop_flip``, a random 4-px-padded crop.
-
-    Crops are taken for the whole batch at once: the padded batch is unfolded with
-    per-sample offsets through ``gather`` on a precomputed index grid.
-    """
-    if mode == "none":
-        return images
-    n, _, h, w = images.shape
-    device = images.device
-    flip = torch.rand(n, generator=generator, device=generator.device) < 0.5
-    images = torch.where(flip.to(device).view(-1, 1, 1, 1), images.flip(-1), images)
-    if mode == "crop_flip":
-        pad = 4
-        padded = torch.nn.functional.pad(images, (pad, pad, pad, pad), mode="reflect")
-        dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=generator.device)
-        dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=generator.device)
-        rows = (dy.to(device).view(n, 1) + torch.arange(h, device=device)).view(n, 1, h, 1)
-        cols = (dx.to(device).view(n, 1) + torch.arange(w, device=device)).view(n, 1, 1, w)
-        c = images.shape[1]
-        padded = padded.gather(2, rows.expand(n, c, h, padded.shape[-1]))
-        images = padded.gather(3, cols.expand(n, c, h, w))
-    return images
+    """Draw and apply ``mode``'s augmentation to one batch (``draw_augmentation`` then
+    ``apply_augmentation``)."""
+    return apply_augmentation(images, draw_augmentation(len(images), mode, generator))
 
 
 class BatchStream:
@@ -76,7 +130,7 @@ class BatchStream:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        order = torch.randperm(len(self.images), generator=self.generator, device="cpu")
+        order = torch.randperm(len(self.images), generator=self.generator, device=self.generator.device)
         order = order.to(self.images.device)
         for start in range(0, len(order) - (self.batch_size - 1 if self.drop_last else 0), self.batch_size):
             index = order[start : start + self.batch_size]
@@ -104,7 +158,9 @@ class EndlessBatches:
         stream = self.stream
         if self.order is None or self.position >= len(self.order):
             # drawn lazily, as the previous permutation runs out: the generator is shared
-            order = torch.randperm(len(stream.images), generator=stream.generator, device="cpu")
+            order = torch.randperm(
+                len(stream.images), generator=stream.generator, device=stream.generator.device
+            )
             self.order, self.position = order.to(stream.images.device), 0
         index = self.order[self.position : self.position + stream.batch_size]
         self.position += stream.batch_size

@@ -24,13 +24,21 @@ from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.training.checkpoint import CheckpointStore
 from calib_pipeline.training.config import TrainConfig
-from calib_pipeline.training.data import BatchStream, EndlessBatches, Normalizer, augment_batch
+from calib_pipeline.calibration.precision import check_device_precision
+from calib_pipeline.training import accelerate
+from calib_pipeline.training.data import (
+    BatchStream,
+    EndlessBatches,
+    Normalizer,
+    apply_augmentation,
+    draw_augmentation,
+)
 
 logger = logging.getLogger(__name__)
 
 # Layout of the resume state; a state of another layout is discarded like one of another
 # configuration (it cannot be continued by this engine).
-RESUME_STATE_LAYOUT = 3
+RESUME_STATE_LAYOUT = 4
 
 # ``config.select`` -> the score of an epoch's history row; the lowest score is kept, the
 # earliest epoch on ties.
@@ -89,6 +97,8 @@ class _Run:
     test: Split | None
     record_epoch_logits: bool
     description: str
+    # The compiled forward is inside the learner; this says whether steps replay CUDA graphs.
+    uses_graphs: bool
     # Per train sample, the last epoch in which it was misclassified (-1: never).
     last_wrong: torch.Tensor
     history: list[dict[str, float]] = field(default_factory=list)
@@ -121,9 +131,9 @@ def train_model(
     Args:
         model: a ``ClassifierNet`` (``forward_features`` + ``head``).
         learner: the method, from ``calibration.methods.build_method``: an
-            ``ObjectiveLearner`` (one backbone update per batch; it follows
-            ``config.grad_clip`` and ``config.amp`` and mixes batches with the run's
-            generator) or a meta-learner (backbone and meta update per batch).
+            ``ObjectiveLearner`` (one backbone update per batch; it mixes batches with the
+            run's generator) or a meta-learner (backbone and meta update per batch); both
+            follow ``config.grad_clip`` and ``config.precision``.
         train, val, test, meta_val: the splits; ``meta_val`` is required with a meta-learner.
         config: the hyperparameters.
         normalization: per-channel (mean, std).
@@ -202,23 +212,32 @@ def _setup(
 ) -> _Run:
     """Device, generator, learner, SGD with its MultiStepLR schedule and the batch streams.
 
-    Everything random draws from the one ``generator`` (train batches here, meta-val
-    batches and mixing in ``_prepare_learner``, augmentation in ``_train_epoch``), whose
-    state is checkpointed: a resumed run draws what the uninterrupted run would have.
+    Everything random draws from the one ``generator`` on the training device (train
+    batches here, meta-val batches and mixing in ``_prepare_learner``, augmentation in
+    ``_train_epoch``), whose state is checkpointed: a resumed run draws what the
+    uninterrupted run would have, and no step waits for a random number from the host.
     """
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     device = resolve_device(config.device)
-    model.to(device)
-    normalizer = Normalizer(*normalization, device=device)
-    generator = torch.Generator().manual_seed(seed)
+    check_device_precision(device, config.precision)
+    accelerate.use_channels_last(model.to(device), config.channels_last)
+    normalizer = Normalizer(*normalization, device=device, channels_last=config.channels_last)
+    generator = torch.Generator(device=device).manual_seed(seed)
     learner, meta_batches = _prepare_learner(learner, meta_val, config, device, generator)
+    forward = (
+        accelerate.compiled_forward(model, learner, device, description) if config.compile else None
+    )
+    if forward is not None:
+        learner = dataclasses.replace(learner, forward=forward)
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=config.lr,
         momentum=config.momentum,
         nesterov=config.nesterov,
         weight_decay=config.weight_decay,
+        # One kernel per step on a GPU instead of a few per parameter group.
+        fused=device.type == "cuda",
     )
     batches = BatchStream(
         train.images.to(device), train.labels.to(device), config.batch_size, generator
@@ -240,6 +259,7 @@ def _setup(
         test=Split(test.images, test.labels.to(device)) if test is not None else None,
         record_epoch_logits=record_epoch_logits,
         description=description,
+        uses_graphs=forward is not None and device.type == "cuda",
         last_wrong=torch.full((len(train.labels),), -1, dtype=torch.long, device=device),
     )
 
@@ -251,17 +271,18 @@ def _prepare_learner(
     device: torch.device,
     generator: torch.Generator,
 ) -> tuple[Learner, EndlessBatches | None]:
-    """The learner bound to this run and the meta-val batches its steps take.
+    """The learner bound to this run's options and the meta-val batches its steps take.
 
-    A plain objective's step follows the run's gradient clipping and mixed precision, mixes
-    batches with the run's generator and takes no meta-val batch. A meta-learner clips by
-    its own hyperparameter and takes one meta-val batch per step, drawn from the generator.
+    Every learner follows the run's gradient clipping and precision (a meta-learner whose
+    own ``max_grad_norm`` contradicts ``grad_clip`` raises). A plain objective mixes batches
+    with the run's generator and takes no meta-val batch; a meta-learner takes one meta-val
+    batch per step, drawn from the generator.
     """
+    learner = learner.with_training_options(
+        grad_clip=config.grad_clip, precision=config.precision, generator=generator
+    )
     if isinstance(learner, ObjectiveLearner):
-        bound = dataclasses.replace(
-            learner, generator=generator, grad_clip=config.grad_clip, amp=config.amp
-        )
-        return bound, None
+        return learner, None
     if meta_val is None:
         raise ValueError("a meta-learner needs a meta_val split")
     learner.to(device)
@@ -324,19 +345,25 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
     The train accuracy counts the logits a learner reports for its batch (NaN when it
     reports none, as the meta-learners do); those logits also mark the samples still
     misclassified in this epoch. Every other statistic a learner reports is averaged over
-    the epoch's steps.
+    the epoch's steps. Nothing in the loop waits for the device: the epoch's augmentation
+    is drawn up front on the device, bookkeeping is ``index_put`` / ``where`` and the
+    statistics accumulate on the device until ``_evaluate_epoch`` reads them once.
     """
     run.model.train()
     loss_sum = torch.zeros((), device=run.device, dtype=torch.float64)
     correct_sum = torch.zeros((), device=run.device, dtype=torch.float64)
     seen_logits = False
     learner_sums: dict[str, torch.Tensor] = {}
-    for index, images, labels in run.batches:
-        inputs = augment_batch(run.normalizer(images), run.config.augment, run.generator)
+    draws = draw_augmentation(len(run.batches.labels), run.config.augment, run.generator)
+    for position, (index, images, labels) in enumerate(run.batches):
+        start = position * run.batches.batch_size
+        batch_draws = None if draws is None else draws[start : start + len(labels)]
+        inputs = apply_augmentation(run.normalizer(images), batch_draws)
         meta_inputs = meta_labels = None
         if run.meta_batches is not None:
             _, meta_images, meta_labels = next(run.meta_batches)
             meta_inputs = run.normalizer(meta_images)
+        accelerate.begin_step(run.uses_graphs)
         stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
         loss_sum += stats.pop("loss").detach().double() * len(labels)
         logits = stats.pop("logits", None)
@@ -344,7 +371,8 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             seen_logits = True
             wrong = logits.detach().argmax(1) != labels
             correct_sum += (~wrong).sum()
-            run.last_wrong[index[wrong]] = epoch
+            # index_put with the batch's indices (not a boolean mask, whose nonzero syncs)
+            run.last_wrong[index] = torch.where(wrong, epoch, run.last_wrong[index])
         for key, value in stats.items():
             learner_sums[key] = learner_sums.get(key, 0) + value.detach().double()
     num_samples = len(run.batches.labels)

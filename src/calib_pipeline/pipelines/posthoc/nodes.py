@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -48,12 +49,14 @@ def fit_calibrators(
     *,
     method: MethodSpec,
     seed: int,
+    keys: Sequence[str],
 ) -> dict[str, Any]:
-    """Fit every configured calibrator on the run's validation logits.
+    """Fit the calibrators ``keys`` on the run's validation logits.
 
     Args:
         logits: the run's cached logits (``logits["val"]`` is used).
-        calibrators: key -> ``{"name": registry name, "params": {...}}``.
+        calibrators: key -> ``{"name": registry name, "params": {...}}`` (the
+            ``calibrators`` parameters).
         dataset, model, training, splits: the session's parameters; the run's artifacts
             must have been trained as they say.
         run_info: the session's identity; the run's artifacts must be of its protocol.
@@ -62,6 +65,8 @@ def fit_calibrators(
             val pooled with them and stored as ``<key>@shifted_val``.
         method: the run's method.
         seed: the run's seed.
+        keys: the keys of ``calibrators`` to fit: those the studies that have the run
+            evaluate (``Structure.run_calibrators``); the others are not fitted.
 
     Returns:
         ``{"provenance": the logits' record, "fitted": key -> fitted calibrator}``
@@ -70,7 +75,14 @@ def fit_calibrators(
     Raises:
         ProvenanceError: the logits and shift logits come from different trainings, from
             another protocol, or from a training the session's parameters do not describe.
+        ValueError: a key of ``keys`` that ``calibrators`` lacks.
     """
+    missing = [key for key in keys if key not in calibrators]
+    if missing:
+        raise ValueError(
+            f"calibrator(s) {missing} are not in the calibrators parameters; defined: "
+            f"{sorted(calibrators)}"
+        )
     prefix = run_prefix(method.key, seed)
     artifacts = {f"{prefix}.logits": logits}
     if shift_logits is not None:
@@ -91,7 +103,8 @@ def fit_calibrators(
         fitting_sets[SHIFTED_VAL_SUFFIX] = pooled
     fitted = {}
     for suffix, val in fitting_sets.items():
-        for name, entry in calibrators.items():
+        for name in keys:
+            entry = calibrators[name]
             key = f"{name}{suffix}"
             calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
             fitted[key] = calibrator.fit(val["logits"], val["labels"])

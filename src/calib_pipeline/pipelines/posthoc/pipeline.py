@@ -10,8 +10,10 @@ from calib_pipeline.pipelines.run_info import SESSION_INPUTS
 def create_pipeline(
     structure: Structure, runs: list[tuple[str, int]], shifted_val: bool = False
 ) -> Pipeline:
-    """One fitting node per run; with ``shifted_val`` it also reads the run's shifted
-    validation logits and fits every calibrator a second time on clean + shifted val."""
+    """One fitting node per run, fitting the calibrators the run's studies evaluate
+    (``Structure.run_calibrators``: those their reports read and those they list); with
+    ``shifted_val`` it also reads the run's shifted validation logits and fits each of
+    them a second time on clean + shifted val."""
     nodes = []
     for m, s in runs:
         # in the order of fit_calibrators' arguments: Kedro's parameter validation maps
@@ -23,7 +25,9 @@ def create_pipeline(
         }
         if shifted_val:
             inputs["shift_logits"] = f"{run_prefix(m, s)}.shift_logits"
-        func = partial(fit_calibrators, method=structure.methods[m], seed=s)
+        func = partial(
+            fit_calibrators, method=structure.methods[m], seed=s, keys=structure.run_calibrators(m, s)
+        )
         nodes.append(
             node(
                 update_wrapper(func, fit_calibrators),

@@ -1,0 +1,236 @@
+"""Training throughput of the engine's speed modes against a bare loop and the papers' loop.
+
+For each model on CIFAR-shaped uint8 data (3 x 32 x 32, 10 classes), batch 128, crop + flip,
+cross-entropy, SGD (momentum 0.9, weight decay 5e-4), all in one run on one device:
+
+  bare         the floor: a device-resident loop with the engine's batched augmentation,
+               the same fused SGD, and nothing else (no bookkeeping, no statistics)
+  paper        the seed papers' code style: a DataLoader over host images with per-sample
+               crop/flip in worker processes, pinned memory, ``loss.item()`` every step
+  engine fp32  ``train_model`` as a run uses it (track_test false, a 1,000-image val split
+               evaluated every epoch)
+  engine bf16+cl       precision bf16, channels_last
+  engine bf16+cl+graph the same with compile (CUDA graphs on a GPU)
+
+Images/s are training images per second of wall time of an epoch (the engine's per-epoch
+val evaluation included), median over the timed epochs after a warm-up epoch (which also
+pays the compilation). On CUDA it also counts the host synchronisations in one engine
+training epoch (``torch.cuda.set_sync_debug_mode``). ``--smoke`` runs the same comparison on
+the CPU at a tiny size (small models, 16 x 16 images, compile with the ``aot_eager``
+backend) so CI can check the script; its numbers mean nothing for a GPU.
+
+    PYTHONPATH=src python benchmarks/bench_gpu.py            # on a GPU machine, < 5 min
+    PYTHONPATH=src python benchmarks/bench_gpu.py --smoke --epochs 2   # CPU, ~30 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from calib_pipeline.calibration.losses import build_objective
+from calib_pipeline.calibration.methods import ObjectiveLearner
+from calib_pipeline.models import build_model
+from calib_pipeline.training import Normalizer, Split, TrainConfig, accelerate, engine, train_model
+from calib_pipeline.training.data import CROP_PADDING, apply_augmentation, draw_augmentation
+
+MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+BATCH = 128
+ANCHOR_RESNET18 = 13_600  # train_model, ResNet-18, b128, H200, before this engine (issue 13)
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    params: dict
+    images: int  # training images per epoch
+    size: int  # image side
+    val: int = 1_000  # val images the engine evaluates every epoch
+
+
+# Multiples of the batch: one graph per model (a last short batch would add one compilation).
+GPU_CASES = [Case("resnet18", {}, 25_600, 32), Case("wrn_28_10", {}, 6_400, 32)]
+SMOKE_CASES = [Case("small_cnn", {}, 256, 16, val=64), Case("resnet20", {}, 128, 16, val=64)]
+MODES = {  # label -> TrainConfig speed options
+    "engine fp32": {},
+    "engine bf16+cl": {"precision": "bf16", "channels_last": True},
+    "engine bf16+cl+graph": {"precision": "bf16", "channels_last": True, "compile": True},
+}
+
+
+def _data(case: Case, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (case.images, 3, case.size, case.size), generator=generator,
+                           dtype=torch.uint8)
+    return images, torch.randint(0, 10, (case.images,), generator=generator)
+
+
+def _model(case: Case, device: torch.device) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(case.model, in_channels=3, num_classes=10, image_size=case.size,
+                       **case.params).to(device)
+
+
+def _sgd(model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4,
+                           fused=device.type == "cuda")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bare_epochs(case: Case, device: torch.device, epochs: int) -> list[float]:
+    """Seconds per epoch of the floor loop."""
+    images, labels = (t.to(device) for t in _data(case, device))
+    model, normalizer = _model(case, device), Normalizer(MEAN, STD, device)
+    optimizer = _sgd(model, device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    times = []
+    for _ in range(epochs):
+        _sync(device)
+        started = time.perf_counter()
+        order = torch.randperm(len(labels), generator=generator, device=device)
+        for start in range(0, len(order), BATCH):
+            index = order[start : start + BATCH]
+            draws = draw_augmentation(len(index), "crop_flip", generator)
+            x = apply_augmentation(normalizer(images[index]), draws)
+            loss = F.cross_entropy(model(x), labels[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        _sync(device)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+class _HostImages(Dataset):
+    """Per-sample crop + flip on the host, as torchvision transforms do in the papers' code."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        image = self.images[i].float().div_(255)
+        image = F.pad(image, (CROP_PADDING,) * 4, mode="reflect")
+        dy, dx = torch.randint(0, 2 * CROP_PADDING + 1, (2,)).tolist()
+        side = self.images.shape[-1]
+        image = image[:, dy : dy + side, dx : dx + side]
+        if torch.rand(()) < 0.5:
+            image = image.flip(-1)
+        mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
+        return (image - mean) / std, int(self.labels[i])
+
+
+def paper_epochs(case: Case, device: torch.device, epochs: int, workers: int) -> list[float]:
+    """Seconds per epoch of the papers' loop style."""
+    images, labels = _data(case, device)
+    loader = DataLoader(_HostImages(images, labels), batch_size=BATCH, shuffle=True,
+                        num_workers=workers, pin_memory=device.type == "cuda",
+                        persistent_workers=workers > 0)
+    model = _model(case, device)
+    optimizer = _sgd(model, device)
+    times = []
+    for _ in range(epochs):
+        started = time.perf_counter()
+        total = 0.0
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        _sync(device)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def engine_epochs(case: Case, device: torch.device, epochs: int, options: dict) -> list[float]:
+    """Seconds per epoch of ``train_model`` (from its history), val evaluation included."""
+    images, labels = _data(case, device)
+    val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
+    config = TrainConfig(epochs=epochs, batch_size=BATCH, lr=0.01, augment="crop_flip",
+                         track_test=False, device=device.type, eval_batch_size=1_000, **options)
+    result = train_model(
+        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")),
+        Split(images, labels), Split(val_images, val_labels), config,
+        normalization=(MEAN, STD), seed=0, description=case.model,
+    )
+    return [row["seconds"] for row in result.history]
+
+
+def syncs_per_epoch(case: Case, device: torch.device) -> int:
+    """Host synchronisations CUDA reports during one engine training epoch (fp32)."""
+    images, labels = _data(case, device)
+    config = TrainConfig(epochs=1, batch_size=BATCH, augment="crop_flip", device=device.type)
+    run = engine._setup(
+        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
+        train=Split(images, labels), val=Split(images[:256], labels[:256]), test=None,
+        meta_val=None, normalization=(MEAN, STD), seed=0, record_epoch_logits=False,
+        description="syncs",
+    )
+    engine._train_epoch(run, 1)  # warm-up: first-use allocations may sync
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            engine._train_epoch(run, 2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def _report(case: Case, seconds: dict[str, list[float]], timed_from: int) -> None:
+    rate = {k: case.images / statistics.median(v[timed_from:]) for k, v in seconds.items()}
+    bare, paper = rate["bare"], rate["paper"]
+    print(f"\n{case.model}, {case.images} images of {case.size}x{case.size}, batch {BATCH}")
+    print(f"{'loop':24s} {'images/s':>10s} {'x bare':>8s} {'x paper':>8s}")
+    for label, value in rate.items():
+        print(f"{label:24s} {value:10.0f} {value / bare:8.2f} {value / paper:8.2f}", flush=True)
+    if case.model == "resnet18":
+        best = max(v for k, v in rate.items() if k.startswith("engine"))
+        print(f"fastest engine mode vs the 13.6k images/s before this engine: {best / ANCHOR_RESNET18:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny CPU run (CI)")
+    parser.add_argument("--models", nargs="*", help="subset of the cases by model name")
+    parser.add_argument("--epochs", type=int, default=3, help="first one is warm-up")
+    args = parser.parse_args()
+    smoke = args.smoke or not torch.cuda.is_available()
+    device = torch.device("cpu" if smoke else "cuda")
+    cases = [c for c in (SMOKE_CASES if smoke else GPU_CASES) if not args.models or c.model in args.models]
+    if smoke:
+        accelerate.COMPILE_BACKEND = "aot_eager"  # no C++ compiler run on a CI CPU
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    print(f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
+          f"median of epochs 2..{args.epochs}; compile backend {accelerate.COMPILE_BACKEND}", flush=True)
+    workers = 0 if smoke else min(8, os.cpu_count() or 1)
+    for case in cases:
+        seconds = {"bare": bare_epochs(case, device, args.epochs),
+                   "paper": paper_epochs(case, device, args.epochs, workers)}
+        for label, options in MODES.items():
+            print(f"  {case.model}: {label} ...", flush=True)
+            seconds[label] = engine_epochs(case, device, args.epochs, options)
+        _report(case, seconds, timed_from=1)
+        if device.type == "cuda":
+            print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Speed options of a training run that leave what it computes unchanged (up to float
+rounding): the NHWC memory layout and ``torch.compile`` (CUDA graphs on a GPU).
+
+``training.compile`` compiles the model's forward -- and through AOTAutograd its backward --
+for the train steps of a plain objective. On a CUDA device the mode is
+``reduce-overhead``: the compiled forward and backward replay as CUDA graphs, so a step
+costs a few launches instead of hundreds. The batch shape stays static without dropping or
+padding anything: the last, shorter batch of an epoch gets its own graph (one extra
+compilation), so every epoch still trains on every sample exactly once, as in eager mode.
+
+What cannot be captured trains eagerly, and the run says so in a warning:
+a meta-learner differentiates through its own update (``autograd.grad`` with
+``create_graph=True``), which torch.compile does not support (no double backward through
+compiled graphs). Evaluation always runs the eager model: it is a small share of an epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+# The torch.compile backend of ``training.compile``; tests and the CPU smoke benchmark set
+# "aot_eager" (the same tracing and AOTAutograd without running a C++ compiler).
+COMPILE_BACKEND = "inductor"
+
+
+def use_channels_last(model: nn.Module, enabled: bool) -> nn.Module:
+    """Store ``model``'s 4-d weights NHWC (channels_last) when ``enabled``; conv nets on
+    tensor cores run faster that way. The inputs follow via ``Normalizer``."""
+    if enabled:
+        model.to(memory_format=torch.channels_last)
+    return model
+
+
+def compile_reason(learner: object) -> str | None:
+    """Why ``learner``'s step cannot be compiled, or None when it can."""
+    from calib_pipeline.calibration.methods import ObjectiveLearner
+
+    if isinstance(learner, ObjectiveLearner):
+        return None
+    name = getattr(learner, "name", type(learner).__name__)
+    return (
+        f"meta learner {name!r} differentiates through its own update (second-order "
+        "gradients), which torch.compile cannot capture"
+    )
+
+
+def compiled_forward(
+    model: nn.Module, learner: object, device: torch.device, description: str = ""
+) -> Callable[[Tensor], Tensor] | None:
+    """The compiled forward for ``learner``'s train steps, or None (with a logged reason)
+    where the step must run eagerly."""
+    label = description or "training"
+    reason = compile_reason(learner)
+    if reason is not None:
+        logger.warning("%s: training.compile: %s; this run trains eagerly", label, reason)
+        return None
+    graphs = device.type == "cuda" and COMPILE_BACKEND == "inductor"
+    if not graphs:
+        logger.info(
+            "%s: training.compile on %s with backend %r: compiled without CUDA graphs "
+            "(they need a CUDA device and the inductor backend)", label, device, COMPILE_BACKEND,
+        )
+    return torch.compile(
+        model, backend=COMPILE_BACKEND, mode="reduce-overhead" if graphs else None, dynamic=False
+    )
+
+
+def begin_step(uses_graphs: bool) -> None:
+    """Tell CUDA-graph trees that a new training step starts (its outputs may be reused)."""
+    if uses_graphs:
+        torch.compiler.cudagraph_mark_step_begin()
