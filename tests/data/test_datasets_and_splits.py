@@ -7,12 +7,14 @@ import torch
 import calib_pipeline.data.datasets as datasets_module
 from calib_pipeline.data import (
     DatasetMissing,
+    ImageData,
     check_fractions,
     dataset_names,
     load_dataset,
     stratified_split,
     to_float,
 )
+from calib_pipeline.data.splits import split_dataset, stratified_subset
 
 
 def test_registry_lists_the_datasets():
@@ -62,6 +64,45 @@ def test_fashion_mnist_uses_debian_files(tmp_path, monkeypatch):
     assert torch.equal(to_float(data.train_images)[0, 0, 0, :3], torch.tensor([0, 1, 2]) / 255.0)
 
 
+def _fashion_idx_gz(folder, images, labels):
+    """The four Fashion-MNIST files as distributed (Debian package, torchvision's download)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for prefix in ("train", "t10k"):
+        (folder / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(images, 2051)))
+        (folder / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(labels, 2049)))
+
+
+def test_fashion_mnist_reads_gz_files_of_torchvisions_download_layout(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    images = np.full((3, 28, 28), 255, dtype=np.uint8)
+    _fashion_idx_gz(tmp_path / "FashionMNIST" / "raw", images, np.array([0, 9, 4], dtype=np.uint8))
+    data = load_dataset("fashion_mnist", root=tmp_path, download=False)
+    assert data.train_labels.tolist() == [0, 9, 4] and data.test_images.shape == (3, 1, 28, 28)
+    assert float(to_float(data.test_images).min()) == 1.0
+    assert not list((tmp_path / "FashionMNIST" / "raw").glob(".*partial")), "no partial file is left"
+
+
+def test_missing_fashion_mnist_names_the_apt_package_and_the_download(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    with pytest.raises(DatasetMissing) as info:
+        load_dataset("fashion_mnist", root=tmp_path / "raw", download=False)
+    message = str(info.value)
+    assert "apt-get install dataset-fashion-mnist" in message
+    assert str(tmp_path / "no-debian-package") in message and "download: true" in message
+    assert str(tmp_path / "raw" / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte") in message
+    assert not (tmp_path / "raw").exists(), "a failed load must not create files"
+
+
+def test_a_truncated_fashion_mnist_file_fails_clearly(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    images, labels = np.zeros((2, 28, 28), np.uint8), np.array([1, 2], np.uint8)
+    _write_mnist_files(tmp_path / "FashionMNIST" / "raw", images, labels)
+    truncated = tmp_path / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    truncated.write_bytes(truncated.read_bytes()[:6])
+    with pytest.raises(ValueError, match=r"dataset 'fashion_mnist': the files under .* could not be read"):
+        load_dataset("fashion_mnist", root=tmp_path, download=False)
+
+
 def _write_mnist_files(raw, images, labels):
     raw.mkdir(parents=True)
     for prefix in ("train", "t10k"):
@@ -97,6 +138,30 @@ def test_split_is_stratified_disjoint_and_seeded():
     assert len(union) == len(set(union.tolist())) == 500
     assert np.bincount(labels[a["val"]]).tolist() == [10] * 5
     assert np.bincount(labels[a["train"]]).tolist() == [80] * 5
+
+
+def test_a_subset_split_uses_a_stratified_seeded_sample_of_the_training_part():
+    labels = torch.as_tensor(np.repeat(np.arange(10), 600))  # 6,000 training images
+    data = ImageData("toy", torch.zeros(6000, 1, 2, 2), labels, torch.zeros(5, 1, 2, 2),
+                     torch.zeros(5, dtype=torch.int64), 10, (0.0,), (1.0,))
+    definition = {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}, "subset": 1000}
+    a, b = split_dataset(data, definition), split_dataset(data, definition)
+    assert a == b and (len(a["train"]), len(a["val"])) == (800, 200)
+    assert np.bincount(labels[a["val"]].numpy()).tolist() == [20] * 10
+    assert not set(a["train"]) & set(a["val"])
+    other = split_dataset(data, {**definition, "seed": 1})
+    assert set(other["train"]) != set(a["train"])
+    whole = split_dataset(data, {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}})
+    assert whole == split_dataset(data, {**definition, "subset": None}), "no subset: the whole part, as before"
+    assert len(whole["train"]) == 4800
+
+
+@pytest.mark.parametrize(
+    ("subset", "message"), [(0, "integer >= 10, got 0"), (True, "got True"), (7000, "exceeds the 6000")]
+)
+def test_a_bad_subset_is_refused(subset, message):
+    with pytest.raises(ValueError, match=message):
+        stratified_subset(np.repeat(np.arange(10), 600), subset, seed=0)
 
 
 def test_cifar_protocol_fractions_give_45k_5k():

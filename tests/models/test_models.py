@@ -17,6 +17,36 @@ def test_models_share_the_feature_head_interface(name, channels, size):
     assert model(x).shape == (3, 7) and model.num_classes == 7
 
 
+@pytest.mark.parametrize(("size", "grid"), [(8, 8), (8, 4), (28, 7)])
+def test_small_cnn_pool_grid_widens_the_hidden_layer_only(size, grid):
+    default = build_model("small_cnn", in_channels=1, num_classes=10, image_size=size)
+    wider = build_model("small_cnn", in_channels=1, num_classes=10, image_size=size, pool_grid=grid).eval()
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    # the hidden layer reads 2*width*grid^2 pooled values instead of 2*width*2^2
+    assert count(wider) - count(default) == 64 * (grid * grid - 4) * 128
+    assert wider(torch.randn(2, 1, size, size)).shape == (2, 10) and wider.feature_dim == 128
+
+
+@pytest.mark.parametrize("size", [8, 28])
+def test_small_cnn_dense_is_small_cnn_reading_the_whole_conv_map(size):
+    dense = build_model("small_cnn_dense", in_channels=1, num_classes=10, image_size=size)
+    grid = size // 2 if size >= 16 else size
+    same = build_model("small_cnn", in_channels=1, num_classes=10, image_size=size, pool_grid=grid)
+    assert [p.shape for p in dense.parameters()] == [p.shape for p in same.parameters()]
+    same.load_state_dict(dense.state_dict())
+    x = torch.randn(2, 1, size, size)
+    assert torch.equal(dense.eval()(x), same.eval()(x))
+
+
+@pytest.mark.parametrize("params", [{"pool_grid": 0}, {"pool_grid": 2.5}, {"width": 0}, {"feature_dim": -1}])
+def test_small_cnn_refuses_bad_options_before_building(params):
+    from calib_pipeline.models import MODELS
+
+    name = next(iter(params))
+    with pytest.raises(ValueError, match=rf"{name} must be an integer >= 1, got {params[name]}"):
+        MODELS.check("small_cnn", **params)
+
+
 def test_resnet_depths_follow_6n_plus_2():
     blocks = lambda m: sum(1 for mod in m.modules() if mod.__class__.__name__ == "BasicBlock")  # noqa: E731
     assert blocks(build_model("resnet32", in_channels=3, num_classes=10, image_size=32)) == 15

@@ -73,6 +73,16 @@ def test_split_and_calibrator_entries_refuse_unknown_keys(shipped):
         check_parameters(bad)
 
 
+@pytest.mark.parametrize(("subset", "message"), [(5, "got 5"), ("all", "got 'all'"), (12.5, "got 12.5")])
+def test_a_split_subset_is_null_or_an_integer_of_at_least_ten(shipped, subset, message):
+    bad = copy.deepcopy(shipped)
+    bad["splits"]["standard"]["subset"] = subset
+    with pytest.raises(ValueError, match=rf"splits.standard: split subset must be null .* or an integer >= 10, {message}"):
+        check_parameters(bad)
+    bad["splits"]["standard"]["subset"] = 1000
+    check_parameters(bad)
+
+
 def test_base_model_params_do_not_leak_into_another_architecture():
     # envs are merged key by key: base params under another model name would be refused
     for env in ("cifar10", "svhn"):

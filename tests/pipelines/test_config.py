@@ -1,6 +1,7 @@
 import copy
 
 import pytest
+import torch
 
 from calib_pipeline.training.checkpoint import fingerprint
 from calib_pipeline.pipelines.config import (
@@ -135,6 +136,24 @@ def test_paper_environments_use_the_papers_split_fractions(env):
     splits = load_parameters(env, project_root())["splits"]
     assert splits["standard"]["fractions"] == {"train": 0.9, "val": 0.1}
     assert splits["meta"]["fractions"] == {"train": 0.8, "val": 0.1, "meta_val": 0.1}
+
+
+def test_fashion_mnist_splits_a_training_subset_and_keeps_the_official_test_set():
+    # docs/protocols.md: 12,000 of the 60,000 training images, the papers' fractions of them
+    from calib_pipeline.data import ImageData
+    from calib_pipeline.data.splits import split_dataset, split_tensors
+    from calib_pipeline.settings import load_parameters
+    from calib_pipeline.settings import project_root
+
+    splits = load_parameters("fashion_mnist", project_root())["splits"]
+    labels = torch.arange(60000) % 10
+    test_labels = torch.arange(10000) % 10
+    data = ImageData("fashion_mnist", torch.zeros(60000, 1, 1, 1, dtype=torch.uint8), labels,
+                     torch.zeros(10000, 1, 1, 1, dtype=torch.uint8), test_labels, 10, (0.0,), (1.0,))
+    standard, meta = split_dataset(data, splits["standard"]), split_dataset(data, splits["meta"])
+    assert {k: len(v) for k, v in standard.items()} == {"train": 10800, "val": 1200}
+    assert {k: len(v) for k, v in meta.items()} == {"train": 9600, "val": 1200, "meta_val": 1200}
+    assert torch.equal(split_tensors(data, standard, "test")[1], test_labels)
 
 
 def test_digits_validation_split_is_as_large_as_its_test_hold_out():

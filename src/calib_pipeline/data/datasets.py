@@ -67,9 +67,14 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DatasetSpec:
+    """How a dataset is read: ``loader(root, download)``, the files it needs under the root,
+    where they come from (for the missing-files message) and an optional ``stage(root)`` that
+    puts files found elsewhere on this machine into the expected layout first."""
+
     loader: object
     required_files: tuple[str, ...]
     source: str
+    stage: object = None
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -135,8 +140,8 @@ def dataset_available(name: str, root: str | Path) -> bool:
     """True when every file the loader needs is present (or the data is bundled)."""
     spec = DATASETS.factory(name)()
     root = Path(root)
-    if name == "fashion_mnist":
-        _stage_debian_fashion_mnist(root)
+    if spec.stage is not None:
+        spec.stage(root)
     return all((root / f).exists() for f in spec.required_files)
 
 
@@ -204,18 +209,40 @@ def _torchvision_loader(cls_name: str, name: str, num_classes: int, mean, std, s
     return load
 
 
-def _stage_debian_fashion_mnist(root: Path, source: Path | None = None) -> None:
-    """Gunzip Debian's ``dataset-fashion-mnist`` files into torchvision's raw layout."""
-    source = source or DEBIAN_FASHION_MNIST
-    raw = root / "FashionMNIST" / "raw"
-    if not source.is_dir():
-        return
-    for gz in sorted(source.glob("*-ubyte.gz")):
-        target = raw / gz.name[: -len(".gz")]
-        if not target.exists():
+def _gunzip_idx_files(raw: Path, sources: tuple[Path, ...]) -> None:
+    """Gunzip every ``*-ubyte.gz`` found in ``sources`` (folders; missing ones are skipped)
+    into ``raw`` as the plain idx file torchvision's MNIST-like loaders read, unless that
+    file exists. Each file is written under a hidden name and renamed: an interrupted
+    gunzip never leaves a truncated idx file that looks complete."""
+    for source in sources:
+        if not source.is_dir():
+            continue
+        for gz in sorted(source.glob("*-ubyte.gz")):
+            target = raw / gz.name[: -len(".gz")]
+            if target.exists():
+                continue
             raw.mkdir(parents=True, exist_ok=True)
-            with gzip.open(gz, "rb") as fin, open(target, "wb") as fout:
+            partial = raw / f".{target.name}.partial"
+            with gzip.open(gz, "rb") as fin, open(partial, "wb") as fout:
                 shutil.copyfileobj(fin, fout)
+            partial.replace(target)
+
+
+def _stage_mnist_like(folder: str, *system_sources: Path):
+    """A ``stage(root)`` for an MNIST-like set: the ``.gz`` files of torchvision's download
+    layout (``root/<folder>/raw/``) and of a system package are gunzipped into that layout."""
+
+    def stage(root: Path) -> None:
+        raw = root / folder / "raw"
+        _gunzip_idx_files(raw, (raw, *system_sources))
+
+    return stage
+
+
+def _stage_debian_fashion_mnist(root: Path) -> None:
+    """Debian's ``dataset-fashion-mnist`` (``DEBIAN_FASHION_MNIST``), or ``.gz`` files in the
+    raw folder, into torchvision's layout (the module attribute is read at call time)."""
+    _stage_mnist_like("FashionMNIST", DEBIAN_FASHION_MNIST)(root)
 
 
 def _load_tiny_imagenet(root: Path, download: bool) -> ImageData:
@@ -274,7 +301,9 @@ _register(
     lambda: DatasetSpec(
         _torchvision_loader("MNIST", "mnist", 10, (0.1307,), (0.3081,), "train"),
         tuple(f"MNIST/raw/{f}" for f in _MNIST_FILES),
-        "the four MNIST idx files (gunzipped), as torchvision.datasets.MNIST expects",
+        "the four MNIST idx files, as torchvision.datasets.MNIST expects (.gz files there are "
+        "gunzipped automatically)",
+        _stage_mnist_like("MNIST"),
     ),
 )
 _register(
@@ -282,8 +311,11 @@ _register(
     lambda: DatasetSpec(
         _torchvision_loader("FashionMNIST", "fashion_mnist", 10, (0.2860,), (0.3530,), "train"),
         tuple(f"FashionMNIST/raw/{f}" for f in _MNIST_FILES),
-        "the four Fashion-MNIST idx files (gunzipped); on Debian `apt-get install "
-        "dataset-fashion-mnist` provides them and they are staged automatically",
+        "the four Fashion-MNIST idx files of torchvision's FashionMNIST download (.gz files "
+        "there are gunzipped automatically); offline on Debian/Ubuntu, `sudo apt-get install "
+        f"dataset-fashion-mnist` puts them in {DEBIAN_FASHION_MNIST}/, from where they are "
+        "copied automatically",
+        _stage_debian_fashion_mnist,
     ),
 )
 _register(

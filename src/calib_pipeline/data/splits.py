@@ -77,11 +77,43 @@ def stratified_split(
     return {name: np.sort(order[part == i]).astype(np.int64) for i, name in enumerate(clean)}
 
 
+def check_subset(subset: Any, pool_size: int | None = None) -> int | None:
+    """``None`` (the whole training part) or an integer >= 10 -- and at most ``pool_size``
+    when it is known."""
+    if subset is None:
+        return None
+    if isinstance(subset, bool) or not isinstance(subset, int) or subset < 10:
+        raise ValueError(
+            f"split subset must be null (all training images) or an integer >= 10, got {subset!r}"
+        )
+    if pool_size is not None and subset > pool_size:
+        raise ValueError(f"split subset={subset} exceeds the {pool_size} images of the training part")
+    return subset
+
+
+def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """``size`` sample indices with the class proportions of ``labels`` (up to rounding),
+    drawn with NumPy ``default_rng(seed)``; sorted int64. The rest of ``labels`` is unused."""
+    labels = np.asarray(labels)
+    size = check_subset(size, labels.size)
+    if size == labels.size:
+        return np.arange(labels.size, dtype=np.int64)
+    kept = size / labels.size
+    return stratified_split(labels, {"train": kept, "val": 1 - kept}, seed)["train"].astype(np.int64)
+
+
 def split_dataset(data: ImageData, split: Mapping[str, Any]) -> dict[str, list[int]]:
-    """Split ``data``'s training part by ``split`` (``{"seed", "fractions"}``); the official
-    test part is never touched. Returns part name -> sorted indices (JSON-friendly lists)."""
-    parts = stratified_split(data.train_labels.numpy(), split["fractions"], int(split.get("seed", 0)))
-    return {name: index.tolist() for name, index in parts.items()}
+    """Split ``data``'s training part by ``split`` (``{"seed", "fractions"[, "subset"]}``); the
+    official test part is never touched. With ``subset: n`` only a stratified sample of n
+    training images (drawn with the split's seed) is split by the fractions and the rest is
+    never used -- how a CPU-sized protocol trains on part of a large training set. Returns
+    part name -> sorted indices into the whole training part (JSON-friendly lists)."""
+    labels = data.train_labels.numpy()
+    seed = int(split.get("seed", 0))
+    subset = split.get("subset")
+    pool = np.arange(labels.size) if subset is None else stratified_subset(labels, subset, seed)
+    parts = stratified_split(labels[pool], split["fractions"], seed)
+    return {name: np.sort(pool[index]).tolist() for name, index in parts.items()}
 
 
 def split_tensors(data: ImageData, split: Mapping[str, list[int]], part: str) -> tuple[torch.Tensor, torch.Tensor]:

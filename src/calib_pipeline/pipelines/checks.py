@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from calib_pipeline.calibration.metrics import metric_names
+from calib_pipeline.data.splits import check_subset
 from calib_pipeline.models import MODELS
 from calib_pipeline.registry import check_bool, check_choice, check_int
 
@@ -91,12 +92,16 @@ def check_dataset(group: str, entry: Any) -> None:
 
 
 def check_splits(group: str, entry: Any) -> None:
-    """Each split: ``seed`` (>= 0) and ``fractions``."""
+    """Each split: ``seed`` (>= 0), ``fractions`` and an optional ``subset`` (null or >= 10)."""
     if not isinstance(entry, Mapping) or not entry:
         raise ValueError(f"{group} must be a non-empty mapping of split definitions, got {entry!r}")
     for name, split in entry.items():
-        split = _known_keys(f"{group}.{name}", split, ("seed", "fractions"))
+        split = _known_keys(f"{group}.{name}", split, ("seed", "fractions", "subset"))
         check_int(f"{group}.{name}.seed", split.get("seed", 0), low=0)
+        try:
+            check_subset(split.get("subset"))
+        except ValueError as error:
+            raise ValueError(f"{group}.{name}: {error}") from None
 
 
 def check_calibrators(group: str, entry: Any) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from calib_pipeline.calibration.methods import MethodSpec
-from calib_pipeline.data.splits import check_fractions
+from calib_pipeline.data.splits import check_fractions, check_subset
 from calib_pipeline.training.checkpoint import fingerprint
 from calib_pipeline.training.config import TrainConfig
 
@@ -57,7 +57,8 @@ def run_configuration(
         method: the method (its ``model`` and ``training`` override the study's).
         seed: initialisation and data-order seed.
         dataset: the dataset's name.
-        split_definition: the ``splits.<method.split>`` parameters (``seed``, ``fractions``).
+        split_definition: the ``splits.<method.split>`` parameters (``seed``, ``fractions``,
+            optional ``subset``).
         model_params: the ``model`` parameters (``name``, ``params``).
         training_params: the ``training`` parameters (``TrainConfig`` fields).
 
@@ -65,13 +66,16 @@ def run_configuration(
         JSON-friendly ``{dataset, split, split_definition, model, training, objective,
         meta_learner, params, seed}``; ``training`` holds every ``TrainConfig`` field.
     """
+    definition = {
+        "seed": int(split_definition.get("seed", 0)),
+        "fractions": check_fractions(split_definition["fractions"]),
+    }
+    if split_definition.get("subset") is not None:  # absent otherwise: older records stay equal
+        definition["subset"] = check_subset(split_definition["subset"])
     return {
         "dataset": dataset,
         "split": method.split,
-        "split_definition": {
-            "seed": int(split_definition.get("seed", 0)),
-            "fractions": check_fractions(split_definition["fractions"]),
-        },
+        "split_definition": definition,
         "model": {**model_params, **(method.model or {})},
         "training": TrainConfig.from_params({**training_params, **method.training}).as_dict(),
         "objective": method.objective,
