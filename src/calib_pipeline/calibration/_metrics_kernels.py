@@ -2,18 +2,20 @@
 
 ``Predictions`` holds the validated R x N x K scores of R runs and computes, lazily and
 once, what the metrics reduce: top-label confidence and correctness (one cache-blocked scan
-of the scores, :func:`_scan`), log-probabilities and probabilities. The metrics themselves
-live in ``_metrics_hard`` and ``_metrics_soft``; ``metrics`` is the public module.
+of the scores, :func:`_scan`, its blocks spread over the CPU threads), log-probabilities
+and probabilities. The metrics themselves live in ``_metrics_hard`` and ``_metrics_soft``;
+``metrics`` is the public module.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from calib_pipeline.calibration._metrics_threads import run_blocks
 from calib_pipeline.calibration.validation import (
     check_batched_logits_labels,
     check_finite,
@@ -27,8 +29,8 @@ EXP2_FLOOR = -115.0
 # Below K = 24 classes a block of rows is scanned transposed (see _scan_columns); measured
 # 1.2-1.7x faster than row-wise for K = 2..20, slower from K = 24 on.
 SHORT_ROWS = 24
-# Logits per block and CPU thread when scanning logits: 2^19 floats (2 MiB; with the work
-# buffer in L3 cache) stay in cache across the max / exp2 / sum passes, so the logits are
+# Logits per block (each block is scanned by one CPU thread): 2^19 floats (2 MiB; with the
+# work buffer in L3 cache) stay in cache across the max / exp2 / sum passes, so the logits are
 # read from memory once, while the per-block overhead (~6 torch calls of ~5 us each) stays
 # a few percent; 2^17 floats made the scan ~20% slower, 2^20 no faster.
 _BLOCK_ELEMENTS = 2**19
@@ -84,20 +86,43 @@ def _pairwise_sum_rows(work: torch.Tensor) -> torch.Tensor:
 
 
 def _block_rows(n: int, n_classes: int, on_cuda: bool) -> int:
-    """Rows per block of the top-label scan: all n on CUDA; on CPU a cache-sized share per
-    thread (parallel ops split a block and stay in cache), at most n, a multiple of 64 rows.
+    """Rows per block of the top-label scan: all n on CUDA; on CPU a cache-sized block for
+    one thread (:func:`~._metrics_threads.run_blocks` gives each thread whole blocks), at
+    most n, a multiple of 64 rows.
 
     torch's exp2, sum and mv round differently (by an ulp) in their scalar remainder loops
     than in their vector loops. The scans apply them to whole blocks of a multiple of 64
     rows (a short last block is padded with stale rows of the work buffer), which split
-    into whole vectors on 1 or 2 threads, so that a row's confidence does not depend on its
-    position (a batched run scores exactly as the single run; on more threads an ulp can
-    differ for some block sizes).
+    into whole vectors, so that a row's confidence does not depend on its position (a
+    batched run scores exactly as the single run). One thread runs all ops of a block, so
+    this holds on any number of threads (it did on 1 or 2 when the ops of a block were
+    split between the threads).
     """
     if on_cuda:
         return n
-    share = max(1, _BLOCK_ELEMENTS * torch.get_num_threads() // (64 * n_classes))
+    share = max(1, _BLOCK_ELEMENTS // (64 * n_classes))
     return min(share, -(-n // 64)) * 64
+
+
+def _finish_block(
+    part: slice,
+    top: torch.Tensor,
+    label_score: torch.Tensor,
+    mass: torch.Tensor | None,
+    correct: torch.Tensor,
+    suspect: torch.Tensor,
+) -> None:
+    """Confidence (for logits 1 / sum_k exp(z_k - max), in ``mass``), correctness and the
+    rows whose correctness argmax must confirm (see :func:`_top_label_from_scores`), for
+    the rows ``part`` of a scanned block (elementwise, so blocks need no pass of their own).
+    """
+    torch.eq(label_score[part], top[part], out=correct[part])
+    if mass is None:
+        torch.le(top[part], 0.51, out=suspect[part])  # two maxima need 2 p <= 1 (+ 1e-2)
+    else:
+        torch.ge(mass[part], 2, out=suspect[part])
+        mass[part].reciprocal_()
+    suspect[part] &= correct[part]
 
 
 def _scan(
@@ -105,13 +130,16 @@ def _scan(
     targets: torch.Tensor,
     logits: bool,
     on_non_finite: Callable[[], None] | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Row max, label score and (for logits) sum_k exp(z_k - max) of n x K scores.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Confidence, correctness by label score (the label scores the row maximum) and the
+    rows where two classes could tie for the maximum, of n x K scores.
 
     One cache-sized block at a time, so each block is read from memory once and its
-    temporaries stay in one reused work buffer. ``on_non_finite``, if given, is called
-    (and raises) when a score is NaN or inf: each block's ``aminmax`` is then the pass that
-    reads it from memory, instead of a separate pass that reads all scores once more.
+    temporaries stay in a work buffer that each thread reuses; the blocks are spread over
+    the threads by :func:`~._metrics_threads.run_blocks`. ``on_non_finite``, if given, is
+    called (and raises) when a score is NaN or inf: each block's ``aminmax`` is then the
+    pass that reads it from memory, instead of a separate pass that reads all scores once
+    more.
     """
     n, n_classes = flat.shape
     dtype, device = flat.dtype, flat.device
@@ -122,23 +150,31 @@ def _scan(
     top = torch.empty(n, dtype=dtype, device=device)
     label_score = torch.empty_like(top)
     mass = torch.empty(n_blocks * rows, dtype=dtype, device=device) if logits else None
+    correct = torch.empty(n, dtype=torch.bool, device=device)
+    suspect = torch.empty_like(correct)
     bounds = torch.zeros(n_blocks, 2, dtype=dtype, device=device)
     row_offsets = torch.arange(rows, device=device) * n_classes
-    # zeros: the rows past a short last block are computed too
-    work = torch.zeros(
-        (n_classes, rows) if columns else (rows, n_classes), dtype=dtype, device=device
-    )
-    for index, start in enumerate(range(0, n, rows)):
-        block = flat[start : start + rows]
-        part = slice(start, start + block.shape[0])
-        if on_non_finite is not None:
-            torch.aminmax(block, out=(bounds[index, 0], bounds[index, 1]))
-        scan(block, top[part], None if mass is None else mass[start : start + rows], work)
-        label_index = row_offsets[: block.shape[0]] + targets[part]
-        torch.index_select(block.reshape(-1), 0, label_index, out=label_score[part])
+
+    def scan_blocks(blocks: Iterator[int]) -> None:
+        # zeros: the rows past a short last block are computed too
+        work = torch.zeros(
+            (n_classes, rows) if columns else (rows, n_classes), dtype=dtype, device=device
+        )
+        for index in blocks:
+            start = index * rows
+            block = flat[start : start + rows]
+            part = slice(start, start + block.shape[0])
+            if on_non_finite is not None:
+                torch.aminmax(block, out=(bounds[index, 0], bounds[index, 1]))
+            scan(block, top[part], None if mass is None else mass[start : start + rows], work)
+            label_index = row_offsets[: block.shape[0]] + targets[part]
+            torch.index_select(block.reshape(-1), 0, label_index, out=label_score[part])
+            _finish_block(part, top, label_score, mass, correct, suspect)
+
+    run_blocks(scan_blocks, n_blocks, flat.is_cuda)
     if on_non_finite is not None and not bool(torch.isfinite(bounds).all()):
         on_non_finite()
-    return top, label_score, None if mass is None else mass[:n]
+    return top if mass is None else mass[:n], correct, suspect
 
 
 def _top_label_from_scores(
@@ -157,14 +193,8 @@ def _top_label_from_scores(
     """
     flat = scores.reshape(-1, scores.shape[-1])
     targets = labels.reshape(-1)
-    top, label_score, mass = _scan(flat, targets, inputs == "logits", on_non_finite)
-    correct = label_score == top
-    if mass is None:
-        # two maxima need 2 p <= 1 (+ a tolerance <= 1e-2)
-        confidence, tie_possible = top, top <= 0.51
-    else:
-        tie_possible, confidence = mass >= 2, mass.reciprocal_()
-    suspect = (correct & tie_possible).nonzero().squeeze(1)
+    confidence, correct, tie_possible = _scan(flat, targets, inputs == "logits", on_non_finite)
+    suspect = tie_possible.nonzero().squeeze(1)
     if suspect.numel():
         argmax = flat.index_select(0, suspect).argmax(dim=1)
         correct[suspect] = argmax == targets.index_select(0, suspect)
