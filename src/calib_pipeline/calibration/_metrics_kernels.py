@@ -131,8 +131,9 @@ def _scan(
     logits: bool,
     on_non_finite: Callable[[], None] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Confidence, correctness by label score (the label scores the row maximum) and the
-    rows where two classes could tie for the maximum, of n x K scores.
+    """Confidence, correctness by label score (the label scores the row maximum) and which
+    of those rows argmax must confirm (two classes could tie for the maximum), of n x K
+    scores (:func:`_finish_block`).
 
     One cache-sized block at a time, so each block is read from memory once and its
     temporaries stay in a work buffer that each thread reuses; the blocks are spread over
@@ -193,8 +194,8 @@ def _top_label_from_scores(
     """
     flat = scores.reshape(-1, scores.shape[-1])
     targets = labels.reshape(-1)
-    confidence, correct, tie_possible = _scan(flat, targets, inputs == "logits", on_non_finite)
-    suspect = tie_possible.nonzero().squeeze(1)
+    confidence, correct, unconfirmed = _scan(flat, targets, inputs == "logits", on_non_finite)
+    suspect = unconfirmed.nonzero().squeeze(1)
     if suspect.numel():
         argmax = flat.index_select(0, suspect).argmax(dim=1)
         correct[suspect] = argmax == targets.index_select(0, suspect)
