@@ -1,7 +1,7 @@
 """Benchmark of calib_pipeline.calibration.metrics against anchors measured in the same run.
 
-Prints three figures (medians of >= 5 alternating rounds, the same number of CPU threads --
-one by default -- for every side of a ratio):
+Prints four figures (medians of >= 5 alternating rounds, the same number of CPU threads --
+one by default for 1-3 -- for every side of a ratio):
 
 1. ECE (15 equal-width bins, l1, left closure as torchmetrics) on 1,000,000 x 100 float32
    logits: speed-up over torchmetrics' ``multiclass_calibration_error`` (target >= 5x) and
@@ -9,18 +9,29 @@ one by default -- for every side of a ratio):
 2. The full ``calibration_metrics`` suite on 10,000 x 100: total time and the slowest metric.
 3. ECE of 100 runs of 10,000 x 10 scored by ``calibration_metrics_batched`` vs a Python loop
    over torchmetrics (target >= 20x), with the cost per logit of its two stages.
+4. ECE of [1] vs torchmetrics (l1, 15 bins) at torch's default thread count (one per core),
+   on a quiet machine and beside competing busy processes that the script starts and stops
+   (by default 1, then one per core: load ~2x the cores): target >= 5x quiet, >= 1x loaded.
+   Each condition also prints the mean number of runnable tasks on the machine while it ran
+   (the script's own threads included) and the 1-minute load average at its end: a "quiet"
+   row on a shared machine is only as quiet as those say.
 
-Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]``
-(``--quick`` shrinks the sizes tenfold for a smoke run; its ratios are not the targets'
-figures).
+Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]
+[--busy 0,1,2] [--competitor spin|matmul] [--only-load]`` (``--quick`` shrinks the sizes
+tenfold for a smoke run; its ratios are not the targets' figures).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torchmetrics.functional.classification import multiclass_calibration_error
@@ -139,20 +150,110 @@ def bench_batched(runs: int, n: int, repeats: int) -> None:
     print(f"    (all keys but sece and smooth_ece, {runs} runs batched: {t['suite'] * 1e3:.1f} ms)")
 
 
+# A competing process keeps one core busy: pure Python, or torch matrix products on one thread
+# (which also compete for caches and memory bandwidth).
+COMPETITORS = {
+    "spin": "while True: pass",
+    "matmul": (
+        "import torch; torch.set_num_threads(1); a = torch.randn(512, 512)\n"
+        "while True: a @ a"
+    ),
+}
+
+
+def runnable_tasks() -> int:
+    """Tasks runnable on the machine now (the 4th field of /proc/loadavg, less the reader)."""
+    with open("/proc/loadavg") as file:
+        return int(file.read().split()[3].split("/")[0]) - 1
+
+
+@contextmanager
+def competing(busy: int, competitor: str) -> Iterator[list[int]]:
+    """``busy`` competing processes for the duration of the block; yields a list that fills
+    with samples of :func:`runnable_tasks` (every 0.2 s) while the block runs."""
+    processes = [
+        subprocess.Popen([sys.executable, "-c", COMPETITORS[competitor]]) for _ in range(busy)
+    ]
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.2):
+            samples.append(runnable_tasks())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        time.sleep(1.0 if busy else 0.0)  # let the competitors start
+        if os.path.exists("/proc/loadavg"):  # Linux; elsewhere the column stays nan
+            sampler.start()
+        yield samples
+    finally:
+        done.set()
+        for process in processes:
+            process.kill()
+            process.wait()
+        if sampler.is_alive():
+            sampler.join()
+
+
+def bench_loaded_ece(n: int, repeats: int, busy_counts: list[int], competitor: str) -> None:
+    logits, labels = random_predictions((n,), 100, seed=0)
+    contenders = {
+        "ours": lambda: metrics.ece(logits, labels, closure="left"),
+        "torchmetrics": lambda: multiclass_calibration_error(
+            logits, labels, num_classes=100, n_bins=15, norm="l1"
+        ),
+    }
+    print(
+        f"[4] ECE on {n:,} x 100 under load: {torch.get_num_threads()} torch thread(s),"
+        f" {os.cpu_count()} core(s), competitors: {competitor}"
+    )
+    print(f"    1-minute load average before: {os.getloadavg()[0]:.2f}")
+    print("    condition   runnable  load-1m    ours ms  torchmetrics ms  speed-up  target")
+    for busy in busy_counts:
+        with competing(busy, competitor) as samples:
+            t = median_seconds(contenders, repeats)
+        runnable = statistics.mean(samples) if samples else float("nan")
+        name = "quiet" if busy == 0 else f"{busy} busy"
+        target = 5.0 if busy == 0 else 1.0
+        print(
+            f"    {name:10s}  {runnable:8.1f}  {os.getloadavg()[0]:7.2f}"
+            f"  {t['ours'] * 1e3:9.1f}  {t['torchmetrics'] * 1e3:15.1f}"
+            f"  {t['torchmetrics'] / t['ours']:7.2f}x  >= {target:g}x"
+        )
+        if busy == 0 and runnable > torch.get_num_threads() + 0.5:
+            print("    (not quiet: other processes were running; rerun on an idle machine)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tenfold smaller inputs (smoke run)")
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads, the same for every side"
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads of [1]-[3], the same for every side",
     )
+    parser.add_argument(
+        "--busy",
+        default=f"0,1,{os.cpu_count()}",
+        help="[4]: comma-separated numbers of competing busy processes (0 = quiet)",
+    )
+    parser.add_argument("--competitor", choices=sorted(COMPETITORS), default="spin")
+    parser.add_argument("--only-load", action="store_true", help="run [4] only")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
+    default_threads = torch.get_num_threads()
     scale = 10 if args.quick else 1
-    bench_large_ece(1_000_000 // scale, args.repeats)
-    bench_suite(10_000 // scale, args.repeats)
-    bench_batched(100, 10_000 // scale, args.repeats)
+    if not args.only_load:
+        torch.set_num_threads(args.threads)
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
+        bench_large_ece(1_000_000 // scale, args.repeats)
+        bench_suite(10_000 // scale, args.repeats)
+        bench_batched(100, 10_000 // scale, args.repeats)
+    torch.set_num_threads(default_threads)
+    busy_counts = [int(count) for count in args.busy.split(",")]
+    bench_loaded_ece(1_000_000 // scale, args.repeats, busy_counts, args.competitor)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,17 @@
 
 Every binned metric reduces the per-bin count, confidence sum and number correct of
 :func:`binned`: two ``bincount`` calls per block of samples over run-offset bin ids, no
-Python loop over bins, samples or runs. Options arrive validated (``metrics`` checks them).
+Python loop over bins, samples or runs; the blocks are spread over the CPU threads. Options
+arrive validated (``metrics`` checks them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
+
+from calib_pipeline.calibration._metrics_threads import run_blocks
 
 SCHEMES = ("width", "mass")
 NORMS = ("l1", "l2", "max")
@@ -93,6 +98,28 @@ def _sample_blocks(runs: int, n: int, on_cuda: bool) -> list[tuple[int, int, int
     return [(r, min(r + rows, runs), 0, n) for r in range(0, runs, rows)]
 
 
+def _count_block(
+    confidence: torch.Tensor,
+    correct: torch.Tensor,
+    edges: torch.Tensor,
+    n_bins: int,
+    scheme: str,
+    closure: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bin counts and numbers correct (int64, R x M x 2 pairs) and float64 confidence sums
+    (R x M) of a block of R runs: two bincounts over run-offset bin ids (bin + M * run)."""
+    block_runs = confidence.shape[0]
+    index = bin_index(confidence, edges, scheme, closure)
+    offsets = n_bins * torch.arange(block_runs, dtype=index.dtype, device=index.device)
+    ids = (index + offsets.unsqueeze(1)).reshape(-1)
+    # ids 2 (bin + M run) + correct: one count gives both the bin counts and the hits
+    pairs = torch.bincount(ids * 2 + correct.reshape(-1), minlength=2 * block_runs * n_bins)
+    conf_sum = torch.bincount(
+        ids, confidence.reshape(-1).to(torch.float64), minlength=block_runs * n_bins
+    )
+    return pairs.view(block_runs, n_bins, 2), conf_sum.view(block_runs, n_bins)
+
+
 def binned(
     confidence: torch.Tensor, correct: torch.Tensor, n_bins: int, scheme: str, closure: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -100,28 +127,33 @@ def binned(
 
     Counts and sums are R x M float64.
 
-    Two bincounts per block over run-offset bin ids (bin + M * run): no loop over bins or runs.
+    Two bincounts per block (:func:`_count_block`): no loop over bins or runs. The blocks
+    are counted on all threads (:func:`~._metrics_threads.run_blocks`) and added up in
+    block order, so the float64 sums do not depend on which thread finished first.
     """
     runs, n = confidence.shape
     edges = bin_edges(confidence, n_bins, scheme)
+    blocks = _sample_blocks(runs, n, confidence.is_cuda)
+    counted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def count_blocks(indices: Iterator[int]) -> None:
+        for index in indices:
+            first, last, start, stop = blocks[index]
+            counted[index] = _count_block(
+                confidence[first:last, start:stop],
+                correct[first:last, start:stop],
+                edges if scheme == "width" else edges[first:last],
+                n_bins,
+                scheme,
+                closure,
+            )
+
+    run_blocks(count_blocks, len(blocks), confidence.is_cuda)
     totals = torch.zeros(3, runs, n_bins, dtype=torch.float64, device=confidence.device)
-    for first, last, start, stop in _sample_blocks(runs, n, confidence.is_cuda):
-        block = confidence[first:last, start:stop]
-        index = bin_index(
-            block, edges if scheme == "width" else edges[first:last], scheme, closure
-        )
-        block_runs = last - first
-        offsets = n_bins * torch.arange(block_runs, dtype=index.dtype, device=index.device)
-        ids = (index + offsets.unsqueeze(1)).reshape(-1)
-        hits = correct[first:last, start:stop].reshape(-1)
-        # ids 2 (bin + M run) + correct: one count gives both the bin counts and the hits
-        pairs = torch.bincount(ids * 2 + hits, minlength=2 * block_runs * n_bins)
-        pairs = pairs.view(block_runs, n_bins, 2)
-        conf_sum = torch.bincount(
-            ids, block.reshape(-1).to(torch.float64), minlength=block_runs * n_bins
-        )
+    for index, (first, last, _, _) in enumerate(blocks):
+        pairs, conf_sum = counted[index]
         totals[0, first:last] += pairs.sum(-1)
-        totals[1, first:last] += conf_sum.view(block_runs, n_bins)
+        totals[1, first:last] += conf_sum
         totals[2, first:last] += pairs[..., 1]
     return edges, totals[0], totals[1], totals[2]
 
