@@ -61,6 +61,7 @@ def claim_save_version() -> str:
 # from this module-level name; settings are imported before any session is created.
 kedro_session.generate_timestamp = claim_save_version
 
+
 def log_folder() -> str:
     """Where each run's log file goes: ``<data>/logs/<run id>.log`` (docs/logging.md)."""
     return str(Path(data_root()) / "logs")
