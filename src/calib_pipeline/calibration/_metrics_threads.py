@@ -1,6 +1,6 @@
 """Thread-level blocking of the CPU metric kernels: one parallel region per pass.
 
-The scan and the binning work on cache-sized blocks (~2 MiB of logits). Run as torch ops on
+The scan and the binning work on cache-sized blocks (a few MiB). Run as torch ops on
 all threads, every op of every block is a parallel region that waits for its slowest
 thread: ~600 regions per ECE of 1,000,000 x 100. On a quiet machine that costs nothing, but
 when other processes compete for the cores each region waits for a descheduled thread:
