@@ -29,11 +29,13 @@ EXP2_FLOOR = -115.0
 # Below K = 24 classes a block of rows is scanned transposed (see _scan_columns); measured
 # 1.2-1.7x faster than row-wise for K = 2..20, slower from K = 24 on.
 SHORT_ROWS = 24
-# Logits per block (each block is scanned by one CPU thread): 2^19 floats (2 MiB; with the
+# Logits per block (each block is scanned by one CPU thread): 2^20 floats (4 MiB; with the
 # work buffer in L3 cache) stay in cache across the max / exp2 / sum passes, so the logits are
-# read from memory once, while the per-block overhead (~6 torch calls of ~5 us each) stays
-# a few percent; 2^17 floats made the scan ~20% slower, 2^20 no faster.
-_BLOCK_ELEMENTS = 2**19
+# read from memory once, while the per-block overhead (~25 torch calls of a few us each,
+# under the GIL while threads dispatch) stays a few percent. On one thread 2^17 floats made
+# the scan ~20% slower and 2^19 was as fast; on 2 threads, each scanning its own blocks,
+# 2^19 was 7% slower than 2^20 and 2^21 (twice the cache) 1-2% faster (1,000,000 x 100).
+_BLOCK_ELEMENTS = 2**20
 
 
 def _scan_rows(
