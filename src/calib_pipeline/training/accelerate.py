@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from calib_pipeline.calibration.methods import ObjectiveLearner
+
 logger = logging.getLogger(__name__)
 
 # The torch.compile backend of ``training.compile``; tests and the CPU smoke benchmark set
@@ -39,8 +41,6 @@ def use_channels_last(model: nn.Module, enabled: bool) -> nn.Module:
 
 def compile_reason(learner: object) -> str | None:
     """Why ``learner``'s step cannot be compiled, or None when it can."""
-    from calib_pipeline.calibration.methods import ObjectiveLearner
-
     if isinstance(learner, ObjectiveLearner):
         return None
     name = getattr(learner, "name", type(learner).__name__)
