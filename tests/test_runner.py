@@ -90,6 +90,19 @@ def read_model_file(model: dict[str, int]) -> int:
     return model["weights"]
 
 
+ANOTHER_RUN = "2099-01-01T00.00.00.000Z"  # a run started after ours: its version is "latest"
+
+
+def save_as_another_run(path: str, model: dict[str, int]) -> str:
+    """A concurrent run saving a newer version of the model while ours is between stages."""
+    TorchDataset(filepath=path, version=Version(None, ANOTHER_RUN)).save({"weights": -99})
+    return "saved"
+
+
+def read_model_after(model: dict[str, int], saved: str) -> int:
+    return model["weights"]
+
+
 def log_from_task(value: int) -> int:
     logging.getLogger("calib_pipeline.test_runner").info("trained %d in process %d", value, os.getpid())
     return value
@@ -151,6 +164,31 @@ def test_outputs_share_the_session_save_version_and_the_driver_loads_the_new_one
     assert run(pipeline, catalog, cluster)["seen"].load() == 7, "the worker's version, not a cached one"
     assert sorted(p.name for p in (tmp_path / "model.pt").iterdir()) == ["2000-01-01T00.00.00.000Z", SAVE_VERSION]
     assert [p.name for p in (tmp_path / "other.pt").iterdir()] == [SAVE_VERSION]
+
+
+def test_a_run_reads_its_own_versions_not_newer_ones_another_run_saved_meanwhile(cluster, tmp_path):
+    path = str(tmp_path / "model.pt")
+    catalog = DataCatalog(datasets={
+        "params:value": MemoryDataset(7), "params:path": MemoryDataset(path),
+        "model": TorchDataset(filepath=path, version=Version(None, SAVE_VERSION)),
+    })
+    pipeline = Pipeline([
+        node(train_model_file, "params:value", "model", name="train", tags=["training"]),
+        node(save_as_another_run, ["params:path", "model"], "saved", name="other_run"),
+        node(read_model_after, ["model", "saved"], "seen_in_worker", name="logits", tags=["logits"]),
+        node(read_model_after, ["model", "saved"], "seen_in_driver", name="report"),
+    ])
+    outputs = run(pipeline, catalog, cluster)
+    assert (outputs["seen_in_worker"].load(), outputs["seen_in_driver"].load()) == (7, 7)
+    assert sorted(p.name for p in (tmp_path / "model.pt").iterdir()) == [SAVE_VERSION, ANOTHER_RUN]
+
+    # a later run that does not make the model reads the latest version, whoever saved it
+    later = DataCatalog(datasets={
+        "saved": MemoryDataset("saved"),
+        "model": TorchDataset(filepath=path, version=Version(None, "2100-01-01T00.00.00.000Z")),
+    })
+    reader = Pipeline([node(read_model_after, ["model", "saved"], "seen", name="logits", tags=["logits"])])
+    assert run(reader, later, cluster)["seen"].load() == -99
 
 
 class WorkerSideHook:

@@ -59,6 +59,7 @@ from typing import Any
 import pandas as pd
 from kedro.framework.hooks import hook_impl
 
+from calib_pipeline.kedro_datasets import read_own_version
 from calib_pipeline.protocols import PROTOCOL
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 
@@ -113,7 +114,8 @@ class OwnVersionsHook:
     otherwise load the other run's logits (the provenance checks then refuse the mix). After
     each save this pins the dataset's load version to the run's own save version. It sets
     Kedro's per-dataset version cache (``_cached_load_version``), which Kedro itself fills on
-    the first load and clears before the next save -- there is no public setter.
+    the first load and clears before the next save -- there is no public setter
+    (:func:`read_own_version`).
     """
 
     def __init__(self) -> None:
@@ -125,12 +127,8 @@ class OwnVersionsHook:
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
-        from kedro.io import AbstractVersionedDataset
-
-        dataset = self._catalog[dataset_name] if self._catalog is not None else None
-        version = dataset.resolve_save_version() if isinstance(dataset, AbstractVersionedDataset) else None
-        if version is not None:  # a --load-versions pin still wins: Kedro reads it first
-            dataset._cached_load_version = version
+        if self._catalog is not None:
+            read_own_version(self._catalog, dataset_name)
 
 
 class RunPreflightHook:

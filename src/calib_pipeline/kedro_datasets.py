@@ -288,3 +288,19 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath), "version": self._version}
+
+
+def read_own_version(catalog: Any, name: str) -> None:
+    """Pin ``name``'s load version in ``catalog`` to the run's save version, for a dataset
+    this run has saved: its loads then read that version, never a newer one another run
+    saved since. Datasets without versions are left alone; a ``--load-versions`` pin still
+    wins (Kedro reads it before the cache). Used by :class:`~calib_pipeline.hooks.OwnVersionsHook`
+    in the process that saved, and by the Dask runner (:mod:`calib_pipeline.runner`) for what
+    its workers saved."""
+    dataset = catalog.get(name, fallback_to_runtime_pattern=True)
+    if not isinstance(dataset, AbstractVersionedDataset):
+        return
+    version = dataset.resolve_save_version()  # the session's, or the one the save cached
+    dataset.release()  # drops a "latest" version cached before the save
+    if version is not None and dataset._exists_function(str(dataset._get_versioned_path(version))):
+        dataset._cached_load_version = version  # Kedro's cache; there is no public setter

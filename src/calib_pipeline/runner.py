@@ -17,8 +17,9 @@ How a run crosses processes:
 
 - **Data.** Every task gets the session's catalog, pickled once by the driver (cloudpickle),
   so a worker saves under the session's save version -- one version per ``kedro run`` -- to
-  the same (shared) storage, and loads what other nodes saved there, after dropping any
-  cached "latest" version. In-memory datasets made during the run (``shift_sets``) stay on
+  the same (shared) storage, and loads what other nodes of the run saved there at that
+  version (never a newer one another run saved in the meantime); inputs made by earlier
+  runs are read at their latest version. In-memory datasets made during the run (``shift_sets``) stay on
   the cluster as Dask futures and travel from worker to worker; the driver sees each once,
   when its task is collected, and keeps it only if a node of its own reads it.
 - **Hooks.** Hooks that offer ``for_worker()`` (the MLflow hook) give the driver a picklable
@@ -57,6 +58,8 @@ from kedro.pipeline import Pipeline
 from kedro.pipeline.node import Node
 from kedro.runner import AbstractRunner, SequentialRunner
 from kedro.runner.task import Task
+
+from calib_pipeline.kedro_datasets import read_own_version
 
 # Dask logs every scheduler and worker event at INFO, into Kedro's handlers: WARNING unless
 # the user's Dask config says otherwise, read by this process and inherited by local workers.
@@ -231,12 +234,17 @@ class TaskContext:
 
 
 def run_node_on_worker(
-    node: Node, context: TaskContext, shared_inputs: dict[str, NodeOutcome]
+    node: Node,
+    context: TaskContext,
+    shared_inputs: dict[str, NodeOutcome],
+    saved_this_run: frozenset[str] = frozenset(),
 ) -> NodeOutcome:
     """The Dask task of one node: load its inputs from the session's catalog (and its
     in-memory inputs from the tasks that made them), run it with the worker hooks, save
-    its outputs. Never raises: a failure is part of the outcome, so the hooks' reports of
-    a failed node reach the driver too."""
+    its outputs. An input in ``saved_this_run`` is read at the run's save version (another
+    run may have saved a newer one since); other inputs at their latest version. Never
+    raises: a failure is part of the outcome, so the hooks' reports of a failed node reach
+    the driver too."""
     outcome = NodeOutcome(node=node.name, pid=os.getpid(), host=socket.gethostname())
     with _logs_sent_to_driver(context.log_topic, context.log_levels):
         try:
@@ -244,8 +252,10 @@ def run_node_on_worker(
             for name in node.inputs:
                 if name in shared_inputs:
                     catalog.get(name).save(shared_inputs[name].memory_outputs[name])
+                elif name in saved_this_run:
+                    read_own_version(catalog, name)  # never a newer version of another run
                 elif not _in_memory(catalog, name):
-                    catalog.release(name)  # drop a "latest" version the driver had cached
+                    catalog.release(name)  # made by an earlier run: its latest version
             hook_manager = _create_hook_manager()
             for hook in context.hooks:
                 hook_manager.register(hook)
@@ -349,6 +359,7 @@ class _DistributedRun:
         self._in_flight: dict[distributed.Future, Node] = {}
         self._local_ready: list[Node] = []
         self._shared: dict[str, distributed.Future] = {}  # in-memory dataset -> future holding it
+        self._saved: set[str] = set()  # persisted datasets this run has saved (at its version)
         self._load_counts = Counter(chain.from_iterable(n.inputs for n in pipeline.nodes))
         self._position = {node: index for index, node in enumerate(pipeline.nodes)}  # topological
         self._memory = {n for nd in pipeline.nodes for n in nd.outputs if _in_memory(catalog, n)}
@@ -399,8 +410,9 @@ class _DistributedRun:
 
     def _submit(self, node: Node) -> None:
         shared = {name: self._shared_input(name) for name in node.inputs if name in self._memory}
+        saved_this_run = frozenset(n for n in node.inputs if n in self._saved)
         future = self.client.submit(
-            run_node_on_worker, node, self._context, shared,
+            run_node_on_worker, node, self._context, shared, saved_this_run,
             key=f"{node.name}-{uuid.uuid4().hex[:8]}", pure=False, resources=self._resources,
             priority=self._position[node],  # later stages first: a run's results arrive early
         )
@@ -427,7 +439,8 @@ class _DistributedRun:
             raise outcome.error
         for name in node.outputs:
             if name not in self._memory:
-                self.catalog.release(name)  # load the worker's version, not a cached one
+                read_own_version(self.catalog, name)  # the worker's, not another run's
+                self._saved.add(name)
                 continue
             if name in self._read_on_driver:
                 self.catalog.get(name).save(outcome.memory_outputs[name])
@@ -438,6 +451,10 @@ class _DistributedRun:
     def _run_on_driver(self, node: Node) -> None:
         Task(node=node, catalog=self.catalog, is_async=self.is_async,
              hook_manager=self.hook_manager, run_id=self.run_id).execute()
+        for name in node.outputs:
+            if name not in self._memory:
+                read_own_version(self.catalog, name)  # also without OwnVersionsHook
+                self._saved.add(name)
         logger.info("Completed node %s", node.name)
         self._completed(node)
 
