@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from calib_pipeline.retention import main, plan, versioned_folders
+from calib_pipeline.retention import Lineage, lineage, main, plan, versioned_folders
 
 VERSIONS = ["2026-11-20T10.00.00.000Z", "2026-11-21T10.00.00.000Z", "2026-11-22T10.00.00.000Z"]
 
@@ -39,6 +39,60 @@ def test_plan_keeps_the_newest_versions_per_artifact_and_never_raw_data(data_dir
     assert todo.kept == {VERSIONS[1], VERSIONS[2], "2026-11-23T10.00.00.000Z"}
     with pytest.raises(ValueError, match="--keep must be at least 1"):
         plan(data_dir, keep=0)
+
+
+def version_folders(data, *artifacts_and_versions):
+    for artifact, versions in artifacts_and_versions:
+        for version in versions:
+            (data / artifact / version).mkdir(parents=True)
+            (data / artifact / version / "x").write_text("x")
+
+
+def test_kept_versions_keep_the_versions_of_earlier_stages_they_were_made_from(tmp_path):
+    v = [f"2026-11-2{day}T10.00.00.000Z" for day in range(6)]
+    data = tmp_path / "data"
+    split = "02_intermediate/digits/splits/standard.json"
+    checkpoint, logits = "06_models/digits/ce/seed_0/checkpoint.pt", "07_model_output/digits/ce/seed_0/logits.pt"
+    other_checkpoint = "06_models/digits/focal/seed_0/checkpoint.pt"
+    report, fashion_split = "08_reporting/digits/focal/summary", "02_intermediate/fashion_mnist/splits/standard.json"
+    version_folders(
+        data,
+        (split, [v[0], v[2], v[3], v[4]]),  # the split was remade by later runs
+        (checkpoint, [v[0], v[1]]),  # trained at v0 on split v0; v1 reused split v0
+        (logits, [v[1], v[2]]),  # made at v2 from the checkpoint of v1
+        (other_checkpoint, [v[0], v[3]]),
+        (report, [v[0], v[2], v[5]]),
+        (fashion_split, [v[0], v[1]]),
+    )
+    todo = plan(data, keep=1)
+    kept = {str(folder.relative_to(data)): sorted(set(folder_versions(folder)) - set(todo.delete.get(folder, [])))
+            for folder in versioned_folders(data)}
+    assert kept == {
+        # v4 newest; v0 read by the kept ce checkpoint, v2 by the kept logits, v3 by focal's checkpoint
+        split: [v[0], v[2], v[3], v[4]],
+        checkpoint: [v[1]],  # newest, and what the kept logits (v2) and report (v5) read
+        logits: [v[2]],
+        other_checkpoint: [v[3]],
+        report: [v[5]],
+        fashion_split: [v[1]],  # another protocol: digits' versions keep nothing of it
+    }
+    assert todo.kept == {v[0], v[1], v[2], v[3], v[4], v[5]}
+
+
+def folder_versions(folder):
+    return [p.name for p in folder.iterdir()]
+
+
+def test_lineage_of_the_catalog_layout(tmp_path):
+    data = tmp_path
+    assert lineage(data / "02_intermediate/digits/splits/meta.json", data) == Lineage(0, "digits", None)
+    assert lineage(data / "07_model_output/digits/ce/seed_1/shift_logits.pt", data) == Lineage(2, "digits", ("ce", "seed_1"))
+    assert lineage(data / "06_models/digits/ce/seed_1/calibrators.pt", data) == Lineage(3, "digits", ("ce", "seed_1"))
+    assert lineage(data / "08_reporting/digits/focal/table_1", data) == Lineage(4, "digits", None)
+    assert lineage(data / "08_reporting/score/mine/metrics.parquet", data) is None  # from a user's file
+    assert not Lineage(2, "digits", ("ce", "seed_1")).reads(Lineage(1, "digits", ("ce", "seed_0")))
+    assert Lineage(4, "digits", None).reads(Lineage(1, "digits", ("ce", "seed_0")))
+    assert not Lineage(1, "digits", ("ce", "seed_0")).reads(Lineage(2, "digits", ("ce", "seed_0")))
 
 
 def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow_runs(data_dir, tmp_path, capsys):

@@ -1,10 +1,12 @@
-"""Retention: keep the newest N versions of every versioned artifact, prune the rest.
+"""Retention: keep the newest N versions of every versioned artifact and what they were
+made from, prune the rest.
 
 Kedro keeps every version of a versioned dataset forever: each ``kedro run`` adds a full
 copy of every checkpoint, logits file and report. This command keeps the newest ``--keep``
-versions of each artifact (a folder whose entries are Kedro save versions) and deletes the
-older ones, then deletes the MLflow runs of versions no artifact keeps (their nested runs
-and artifacts too). It only prints what it would do unless ``--apply`` is given.
+versions of each artifact (a folder whose entries are Kedro save versions), and the versions
+of earlier stages they were made from (:func:`plan`), and deletes the other versions; then
+it deletes the MLflow runs of versions no artifact keeps (their nested runs and artifacts
+too). It only prints what it would do unless ``--apply`` is given.
 
     python -m calib_pipeline.retention --keep 3            # dry run: what would go, and its size
     python -m calib_pipeline.retention --keep 3 --apply    # delete it
@@ -50,16 +52,81 @@ def versioned_folders(data_dir: Path) -> list[Path]:
     return sorted(folders)
 
 
+# Stage of each per-run artifact (file name under <layer>/<protocol>/<method>/<seed>/): an
+# artifact is made from artifacts of lower stages (catalog: conf/base/catalog.yml).
+RUN_ARTIFACT_STAGES = {
+    "checkpoint.pt": 1, "history.parquet": 1,  # training, from the split
+    "logits.pt": 2, "shift_logits.pt": 2,  # from the checkpoint and the split
+    "calibrators.pt": 3,  # from the logits
+}
+SPLIT_STAGE, REPORT_STAGE = 0, 4
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where an artifact folder sits: its stage, protocol and run ((method, seed); None for
+    splits and study reports, which span the runs of their protocol)."""
+
+    stage: int
+    protocol: str
+    run: tuple[str, str] | None
+
+    def reads(self, other: Lineage) -> bool:
+        """Whether an artifact here may have been made from ``other``'s artifact."""
+        return (other.protocol == self.protocol and other.stage < self.stage
+                and (other.run is None or self.run is None or other.run == self.run))
+
+
+def lineage(folder: Path, data_dir: Path) -> Lineage | None:
+    """The :class:`Lineage` of a versioned folder of the catalog's layout; None for others
+    (e.g. ``score`` reports, made from a user's file)."""
+    parts = folder.relative_to(data_dir).parts
+    if len(parts) == 4 and parts[0] == "02_intermediate" and parts[2] == "splits":
+        return Lineage(SPLIT_STAGE, parts[1], None)
+    if len(parts) == 5 and parts[0] in ("06_models", "07_model_output") and parts[4] in RUN_ARTIFACT_STAGES:
+        return Lineage(RUN_ARTIFACT_STAGES[parts[4]], parts[1], (parts[2], parts[3]))
+    if len(parts) >= 3 and parts[0] == "08_reporting" and parts[1] != "score":
+        return Lineage(REPORT_STAGE, parts[1], None)
+    return None
+
+
 def plan(data_dir: Path, keep: int) -> Plan:
-    """What ``--keep`` deletes under ``data_dir`` (nothing is touched)."""
+    """What ``--keep`` deletes under ``data_dir`` (nothing is touched).
+
+    Each artifact keeps its newest ``keep`` versions, and every kept version keeps what it
+    may have been made from: in each artifact of an earlier stage of its protocol (its own
+    run's, or every run's for a study report), the newest version not newer than it -- the
+    version that was "latest" when its run loaded it. So a kept checkpoint keeps the split it
+    was trained on, and kept logits the checkpoint they came from, even where later runs
+    made newer versions of those. (A run that read a version pinned with ``--load-versions``
+    or saved by a concurrent run is not traced: retention keeps the version its timestamp
+    implies.)
+    """
     if keep < 1:
         raise ValueError(f"--keep must be at least 1, got {keep}")
+    folders = {folder: sorted((p.name for p in folder.iterdir()), reverse=True)  # newest first
+               for folder in versioned_folders(data_dir)}
+    lineages = {folder: lineage(folder, data_dir) for folder in folders}
+    kept = {folder: set(versions[:keep]) for folder, versions in folders.items()}
+    todo = [(folder, version) for folder, versions in kept.items() for version in versions]
+    while todo:  # stages strictly decrease along the way, so this ends
+        folder, version = todo.pop()
+        made = lineages[folder]
+        if made is None:
+            continue
+        for source, versions in folders.items():
+            if lineages[source] is None or not made.reads(lineages[source]):
+                continue
+            read = next((v for v in versions if v <= version), None)
+            if read is not None and read not in kept[source]:
+                kept[source].add(read)
+                todo.append((source, read))
     result = Plan()
-    for folder in versioned_folders(data_dir):
-        versions = sorted((p.name for p in folder.iterdir()), reverse=True)  # newest first
-        result.kept.update(versions[:keep])
-        if versions[keep:]:
-            result.delete[folder] = versions[keep:]
+    for folder, versions in folders.items():
+        result.kept.update(kept[folder])
+        pruned = [v for v in versions if v not in kept[folder]]
+        if pruned:
+            result.delete[folder] = pruned
     return result
 
 
