@@ -52,8 +52,8 @@ bench: $(STAMP)  ## performance ratios (see benchmarks/README.md)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
 
 KEEP ?= 3
-prune: $(STAMP)  ## keep the newest KEEP versions of every artifact and their MLflow runs; dry run unless APPLY=1
-	$(BIN)/python -m calib_pipeline.retention --keep $(KEEP) $(if $(APPLY),--apply)
+prune: $(STAMP)  ## keep the newest KEEP versions of every artifact and their MLflow runs (RESUME=1: and prune finished resume states); dry run unless APPLY=1
+	$(BIN)/python -m calib_pipeline.retention --keep $(KEEP) $(if $(RESUME),--resume-states) $(if $(APPLY),--apply)
 
 clean-outputs:  ## delete generated data, run logs and the local MLflow store (keeps raw data); irreversible
 	find data/02_intermediate data/06_models data/07_model_output data/08_reporting -mindepth 1 ! -name .gitkeep -delete

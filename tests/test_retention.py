@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from calib_pipeline.retention import Lineage, lineage, main, plan, versioned_folders
+from calib_pipeline.retention import Lineage, lineage, main, plan, stale_resume_states, versioned_folders
 
 VERSIONS = ["2026-11-20T10.00.00.000Z", "2026-11-21T10.00.00.000Z", "2026-11-22T10.00.00.000Z"]
 
@@ -120,3 +120,44 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
     remaining = {r.info.run_id for r in client.search_runs([experiment], max_results=100)}
     assert not set(runs[VERSIONS[0]]) & remaining, "runs of pruned versions are gone"
     assert set(runs[VERSIONS[1]]) | set(runs[VERSIONS[2]]) | {running} <= remaining
+
+
+def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only_when_asked(tmp_path, capsys):
+    import fcntl
+
+    import torch
+
+    data = tmp_path / "data"
+    old, new = VERSIONS[0], VERSIONS[1]
+    checkpoints = data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt"
+    for version, configuration in ((old, "a0"), (new, "b1")):
+        (checkpoints / version).mkdir(parents=True)
+        torch.save({"provenance": {"fingerprint": configuration}, "weights": torch.zeros(3)},
+                   checkpoints / version / "checkpoint.pt")
+    resume = data / "06_models" / "digits" / "resume" / "ce" / "seed_0"
+    for configuration, complete in (("a0", True), ("b1", True), ("c2", False), ("d3", True), ("e4", True)):
+        (resume / configuration).mkdir(parents=True)
+        torch.save({"complete": complete, "fingerprint": configuration}, resume / configuration / "latest.pt")
+    (resume / "f5").mkdir()
+    (resume / "f5" / "latest.pt").write_bytes(b"truncated")
+    other_seed = data / "06_models" / "digits" / "resume" / "ce" / "seed_1" / "g6"  # no checkpoint kept at all
+    other_seed.mkdir(parents=True)
+    torch.save({"complete": True}, other_seed / "latest.pt")
+
+    with open(resume / "d3" / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a training of configuration d3 is running
+        todo = plan(data, keep=1)
+        stale = stale_resume_states(data, todo)
+        assert [p.relative_to(data / "06_models" / "digits" / "resume").as_posix() for p in stale] == [
+            "ce/seed_0/a0",  # its checkpoint (the old version) is pruned
+            "ce/seed_0/e4",  # finished, no checkpoint of it at all
+            "ce/seed_1/g6",
+        ]  # kept: b1 (the kept checkpoint's), c2 (unfinished), d3 (locked), f5 (unreadable)
+
+        assert main(["--keep", "1", "--data", str(data), "--no-mlflow", "--apply"]) == 0
+        assert "1 version folder(s), 0 resume state(s)" in capsys.readouterr().out
+        assert (resume / "a0").exists(), "resume states are pruned only with --resume-states"
+        assert main(["--keep", "1", "--data", str(data), "--no-mlflow", "--resume-states", "--apply"]) == 0
+        assert "0 version folder(s), 3 resume state(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in resume.iterdir()) == ["b1", "c2", "d3", "f5"]
+    assert not other_seed.exists() and sorted(p.name for p in checkpoints.iterdir()) == [new]

@@ -10,11 +10,14 @@ too). It only prints what it would do unless ``--apply`` is given.
 
     python -m calib_pipeline.retention --keep 3            # dry run: what would go, and its size
     python -m calib_pipeline.retention --keep 3 --apply    # delete it
+    python -m calib_pipeline.retention --keep 3 --resume-states  # and finished resume states
+                                                           # no kept checkpoint was trained with
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
@@ -130,6 +133,65 @@ def plan(data_dir: Path, keep: int) -> Plan:
     return result
 
 
+def stale_resume_states(data_dir: Path, todo: Plan) -> list[Path]:
+    """Resume folders (``06_models/<protocol>/resume/<method>/<seed>/<configuration>/``) of
+    completed trainings that no checkpoint kept by ``todo`` was trained with.
+
+    A folder is kept while its configuration fingerprint is that of a kept checkpoint of its
+    (method, seed) -- a rerun of that configuration then reuses it instead of training --,
+    while its training is unfinished (an interrupted run resumes from it), while a process
+    holds its lock, and when its state cannot be read (never deleted on a guess).
+    """
+    stale = []
+    for run_dir in sorted(data_dir.glob("06_models/*/resume/*/*")):
+        protocol, method, seed = run_dir.parts[-4], run_dir.parts[-2], run_dir.parts[-1]
+        checkpoints = data_dir / "06_models" / protocol / method / seed / "checkpoint.pt"
+        pruned = set(todo.delete.get(checkpoints, []))
+        kept = [v for v in (sorted(p.name for p in checkpoints.iterdir()) if checkpoints.is_dir() else [])
+                if v not in pruned and VERSION.match(v)]
+        trained_with = {_checkpoint_fingerprint(checkpoints / v / "checkpoint.pt") for v in kept}
+        for folder in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+            if folder.name not in trained_with and _completed_state(folder) and not _locked(folder):
+                stale.append(folder)
+    return stale
+
+
+def _checkpoint_fingerprint(path: Path) -> str | None:
+    """The configuration fingerprint in a checkpoint's provenance record (None if unreadable);
+    memory-mapped, so the weights are not read."""
+    import torch
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return str(checkpoint["provenance"]["fingerprint"])
+    except Exception:  # noqa: BLE001 -- an unreadable checkpoint names no configuration
+        return None
+
+
+def _completed_state(folder: Path) -> bool:
+    import torch
+
+    try:
+        state = torch.load(folder / "latest.pt", map_location="cpu", weights_only=True, mmap=True)
+        return state.get("complete") is True
+    except Exception:  # noqa: BLE001 -- missing or unreadable: not known to be complete
+        return False
+
+
+def _locked(folder: Path) -> bool:
+    """Whether a training holds the folder's lock now (see ``CheckpointStore.lock``)."""
+    lock = folder / ".lock"
+    if not lock.exists():
+        return False
+    with open(lock, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
 def size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -179,22 +241,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=Path(data_root()), help="data folder (default: CALIB_DATA_DIR or data/)")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(project_root()) / 'mlflow.db'}")
     parser.add_argument("--no-mlflow", action="store_true", help="leave MLflow runs alone")
+    parser.add_argument("--resume-states", action="store_true",
+                        help="also delete completed resume states of configurations no kept checkpoint was trained with")
     parser.add_argument("--apply", action="store_true", help="delete (default: only print the plan)")
     args = parser.parse_args(argv)
     try:
         todo = plan(args.data, args.keep)
     except ValueError as error:
         parser.error(str(error))
+    states = stale_resume_states(args.data, todo) if args.resume_states else []
     total = 0
-    for path in todo.paths:
+    for path in [*todo.paths, *states]:
         total += size(path)
         print(f"{'delete' if args.apply else 'would delete'} {path}")
     runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, todo.kept)
-    print(f"{len(todo.paths)} version folder(s), {total / 2**20:.1f} MiB; {len(runs)} MLflow run(s) of pruned versions")
+    print(f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), {total / 2**20:.1f} MiB; "
+          f"{len(runs)} MLflow run(s) of pruned versions")
     if not args.apply:
         print("dry run: nothing deleted (add --apply)")
         return 0
-    for path in todo.paths:
+    for path in [*todo.paths, *states]:
         shutil.rmtree(path)
     if runs:
         delete_runs(args.tracking_uri, runs)
