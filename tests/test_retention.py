@@ -5,7 +5,14 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from calib_pipeline.retention import Lineage, lineage, main, plan, stale_resume_states, versioned_folders
+from calib_pipeline.retention import (
+    Lineage,
+    lineage,
+    main,
+    plan,
+    stale_resume_states,
+    versioned_folders,
+)
 
 VERSIONS = ["2026-11-20T10.00.00.000Z", "2026-11-21T10.00.00.000Z", "2026-11-22T10.00.00.000Z"]
 

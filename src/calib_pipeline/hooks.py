@@ -60,8 +60,8 @@ import pandas as pd
 from kedro.framework.hooks import hook_impl
 
 from calib_pipeline.kedro_datasets import read_own_version
-from calib_pipeline.protocols import PROTOCOL
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
+from calib_pipeline.protocols import PROTOCOL
 
 logger = logging.getLogger(__name__)
 # the run's console lines (calib_pipeline.console, conf/logging.yml)
