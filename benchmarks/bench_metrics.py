@@ -15,9 +15,11 @@ one by default for 1-3 -- for every side of a ratio):
    Each condition also prints the mean number of runnable tasks on the machine while it ran
    (the script's own threads included) and the 1-minute load average at its end: a "quiet"
    row on a shared machine is only as quiet as those say.
+5. (``--breakdown`` only) ECE's time at the default thread count in units of one read of the
+   logits, and each pass of the top-label scan on one thread: what bounds the speed-up.
 
 Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]
-[--busy 0,1,2] [--competitor spin|matmul] [--only-load]`` (``--quick`` shrinks the sizes
+[--busy 0,1,2] [--competitor spin|matmul] [--only-load] [--breakdown]`` (``--quick`` shrinks the sizes
 tenfold for a smoke run; its ratios are not the targets' figures).
 """
 
@@ -225,6 +227,65 @@ def bench_loaded_ece(n: int, repeats: int, busy_counts: list[int], competitor: s
             print("    (not quiet: other processes were running; rerun on an idle machine)")
 
 
+def bench_breakdown(n: int, repeats: int) -> None:
+    """Where the ECE's time goes, in units of one read of the logits (``amax`` over rows):
+    at the current thread count, and per pass of the scan's blocks on one thread."""
+    logits, labels = random_predictions((n,), 100, seed=0)
+    t = median_seconds(
+        {
+            "read": lambda: torch.amax(logits, dim=1),
+            "scan": lambda: _metrics_kernels._scan(logits, labels, True, None),
+            "ece": lambda: metrics.ece(logits, labels, closure="left"),
+            "torchmetrics": lambda: multiclass_calibration_error(
+                logits, labels, num_classes=100, n_bins=15, norm="l1"
+            ),
+        },
+        repeats,
+    )
+    read = t["read"]
+    print(f"[5] where ECE's time goes on {n:,} x 100 ({torch.get_num_threads()} thread(s)),"
+          " in reads of the logits (amax over rows)")
+    for name in ("read", "scan", "ece", "torchmetrics"):
+        print(f"    {name:12s} {t[name] * 1e3:8.1f} ms = {t[name] / read:5.2f} reads")
+    print(f"    ECE at 5x torchmetrics must take <= {t['torchmetrics'] / 5 * 1e3:.1f} ms ="
+          f" {t['torchmetrics'] / 5 / read:.2f} reads, binning and validation included;"
+          f" a kernel that only read the logits once would be {t['torchmetrics'] / read:.1f}x")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = _metrics_kernels._block_rows(n, 100, on_cuda=False)
+    blocks = [logits[start : start + rows] for start in range(0, n - rows + 1, rows)]
+    work, peak = torch.empty(rows, 100), torch.empty(rows)
+    mass, ones = torch.empty(rows), torch.ones(100)
+    # realistic inputs of the later passes (the first block's), never overwritten
+    difference = blocks[0] - blocks[0].amax(dim=1, keepdim=True)
+    scaled = difference * _metrics_kernels.LOG2_E
+    powers = scaled.exp2()
+    index = torch.arange(rows) * 100 + labels[:rows]
+    label_score = torch.empty(rows)
+
+    def each_block(step: Callable[[torch.Tensor], object]) -> Callable[[], None]:
+        return lambda: [step(block) for block in blocks]
+
+    passes = median_seconds(
+        {
+            "amax (reads the block)": each_block(lambda b: torch.amax(b, dim=1, out=peak)),
+            "sub (block - max)": each_block(lambda b: torch.sub(b, peak.unsqueeze(1), out=work)),
+            "mul by log2 e": each_block(lambda b: torch.mul(difference, _metrics_kernels.LOG2_E, out=work)),
+            "amin (NaN/inf witness)": each_block(lambda b: torch.amin(scaled)),
+            "exp2": each_block(lambda b: torch.exp2(scaled, out=work)),
+            "mv (row sums)": each_block(lambda b: torch.mv(powers, ones, out=mass)),
+            "label scores": each_block(
+                lambda b: torch.index_select(b.reshape(-1), 0, index, out=label_score)),
+        },
+        repeats,
+    )
+    torch.set_num_threads(threads)
+    print(f"    one thread, per pass over all {len(blocks)} blocks of {rows} rows (the scan runs"
+          " these in place on one buffer; here the later ones read another)")
+    for name, seconds in passes.items():
+        print(f"      {name:24s} {seconds * 1e3:7.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -242,9 +303,14 @@ def main() -> None:
     )
     parser.add_argument("--competitor", choices=sorted(COMPETITORS), default="spin")
     parser.add_argument("--only-load", action="store_true", help="run [4] only")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="run [5] only: ECE's time in reads of the logits, per pass")
     args = parser.parse_args()
     default_threads = torch.get_num_threads()
     scale = 10 if args.quick else 1
+    if args.breakdown:
+        bench_breakdown(1_000_000 // scale, args.repeats)
+        return
     if not args.only_load:
         torch.set_num_threads(args.threads)
         print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
