@@ -168,3 +168,9 @@ def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only
         assert "0 version folder(s), 3 resume state(s)" in capsys.readouterr().out
     assert sorted(p.name for p in resume.iterdir()) == ["b1", "c2", "d3", "f5"]
     assert not other_seed.exists() and sorted(p.name for p in checkpoints.iterdir()) == [new]
+
+
+def test_a_data_folder_that_does_not_exist_is_an_error_not_an_empty_plan(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--data", str(tmp_path / "nowhere"), "--no-mlflow"])
+    assert exit_.value.code == 2 and "nowhere: no such folder" in capsys.readouterr().err

@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also delete completed resume states of configurations no kept checkpoint was trained with")
     parser.add_argument("--apply", action="store_true", help="delete (default: only print the plan)")
     args = parser.parse_args(argv)
+    if not args.data.is_dir():
+        parser.error(f"--data {args.data}: no such folder (set CALIB_DATA_DIR or pass --data)")
     try:
         todo = plan(args.data, args.keep)
     except ValueError as error:
