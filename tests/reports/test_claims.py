@@ -291,6 +291,15 @@ def test_zero_spread_falls_back_to_the_exact_sign_test():
     assert none["verdict"] == INCONCLUSIVE and "exactly no effect" in none["note"]
 
 
+def test_seeds_whose_effects_cancel_point_nowhere():
+    # e.g. |T - 1| of focal minus CE's on a 0.1 temperature grid: +0.1, 0, -0.1
+    cancelled = judge([0.1, 0.0, -0.1], expect="lower")
+    assert cancelled["verdict"] == INCONCLUSIVE and cancelled["p_value"] == pytest.approx(1.0)
+    assert cancelled["note"] == "the mean effect is exactly zero" and cancelled["seeds_needed"] is None
+    against = judge([0.1, 0.05, -0.1], expect="lower")
+    assert against["note"] == "the observed effect points against the claim"
+
+
 def test_one_sided_tests_halve_the_p_value_and_use_the_matching_interval():
     effects = [-0.02, -0.05, 0.01, -0.03, -0.04]
     two = judge(effects, expect="lower")

@@ -330,7 +330,9 @@ def _directional(
     out = {**stats, "p_value": p_value}
     if holds or contradicted:
         return {**out, "verdict": HOLDS if holds else CONTRADICTED}
-    if sign * mean <= 0:
+    if mean == 0.0:  # the seeds' effects cancel: no direction to size a sample for
+        return {**out, "verdict": INCONCLUSIVE, "note": "the mean effect is exactly zero"}
+    if sign * mean < 0:
         return {
             **out,
             "verdict": INCONCLUSIVE,
