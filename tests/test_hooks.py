@@ -355,8 +355,36 @@ def test_the_git_commit_is_the_projects_head():
     assert tags["git.commit"] == head == tags["mlflow.source.git.commit"] and tags["git.dirty"] in ("true", "false")
 
 
+def test_a_run_reads_the_inputs_it_does_not_make_at_their_latest_version_when_it_started(tmp_path):
+    from kedro.io import DataCatalog, MemoryDataset, Version
+    from kedro.pipeline import Pipeline, node
+
+    from calib_pipeline.hooks import OwnVersionsHook
+    from calib_pipeline.kedro_datasets import TorchDataset
+
+    earlier, ours, theirs = "2026-11-26T07.00.00.000Z", "2026-11-26T08.00.00.000Z", "2026-11-26T08.00.00.500Z"
+    logits, pinned = str(tmp_path / "logits.pt"), str(tmp_path / "pinned.pt")
+    TorchDataset(filepath=logits, version=Version(None, earlier)).save({"run": "earlier"})
+    for version in (earlier, ours):
+        TorchDataset(filepath=pinned, version=Version(None, version)).save({"run": version})
+    catalog = DataCatalog({
+        "ce.seed_0.logits": TorchDataset(filepath=logits, version=Version(None, ours)),
+        "ce.seed_0.pinned": TorchDataset(filepath=pinned, version=Version(earlier, ours)),  # --load-versions
+        "never_made": TorchDataset(filepath=str(tmp_path / "missing.pt"), version=Version(None, ours)),
+        "params:x": MemoryDataset(1),
+    })
+    pipeline = Pipeline([node(lambda *a: 0, ["ce.seed_0.logits", "ce.seed_0.pinned", "never_made", "params:x"],
+                              "out", name="report")])
+    OwnVersionsHook().before_pipeline_run({}, pipeline, catalog)  # a missing input is the preflight's to report
+    TorchDataset(filepath=logits, version=Version(None, theirs)).save({"run": "theirs"})  # a concurrent run
+    assert catalog.load("ce.seed_0.logits") == {"run": "earlier"}
+    assert catalog.load("ce.seed_0.pinned") == {"run": earlier}, "a --load-versions pin still wins"
+    assert TorchDataset(filepath=logits, version=Version(None, None)).load() == {"run": "theirs"}
+
+
 def test_a_run_reads_back_the_version_it_saved_not_a_newer_one_of_another_run(tmp_path):
     from kedro.io import DataCatalog, Version
+    from kedro.pipeline import Pipeline
 
     from calib_pipeline.hooks import OwnVersionsHook
     from calib_pipeline.kedro_datasets import TorchDataset
@@ -365,7 +393,7 @@ def test_a_run_reads_back_the_version_it_saved_not_a_newer_one_of_another_run(tm
     path = str(tmp_path / "logits.pt")
     catalog = DataCatalog({"ce.seed_0.logits": TorchDataset(filepath=path, version=Version(None, ours))})
     hook = OwnVersionsHook()
-    hook.before_pipeline_run({}, None, catalog)
+    hook.before_pipeline_run({}, Pipeline([]), catalog)
     catalog.save("ce.seed_0.logits", {"run": "ours"})
     TorchDataset(filepath=path, version=Version(None, theirs)).save({"run": "theirs"})  # a concurrent run
     hook.after_dataset_saved("ce.seed_0.logits", None, None)

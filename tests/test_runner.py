@@ -93,7 +93,7 @@ def read_model_file(model: dict[str, int]) -> int:
 ANOTHER_RUN = "2099-01-01T00.00.00.000Z"  # a run started after ours: its version is "latest"
 
 
-def save_as_another_run(path: str, model: dict[str, int]) -> str:
+def save_as_another_run(path: str, after: object) -> str:
     """A concurrent run saving a newer version of the model while ours is between stages."""
     TorchDataset(filepath=path, version=Version(None, ANOTHER_RUN)).save({"weights": -99})
     return "saved"
@@ -189,6 +189,25 @@ def test_a_run_reads_its_own_versions_not_newer_ones_another_run_saved_meanwhile
     })
     reader = Pipeline([node(read_model_after, ["model", "saved"], "seen", name="logits", tags=["logits"])])
     assert run(reader, later, cluster)["seen"].load() == -99
+
+
+def test_inputs_of_earlier_runs_are_read_at_the_versions_latest_when_the_run_started(cluster, tmp_path):
+    from calib_pipeline.hooks import OwnVersionsHook
+
+    path = str(tmp_path / "model.pt")
+    TorchDataset(filepath=path, version=Version(None, "2026-11-25T10.00.00.000Z")).save({"weights": 5})
+    catalog = DataCatalog(datasets={
+        "params:path": MemoryDataset(path),
+        "model": TorchDataset(filepath=path, version=Version(None, SAVE_VERSION)),
+    })
+    pipeline = Pipeline([
+        node(save_as_another_run, ["params:path", "params:path"], "saved", name="other_run"),
+        node(read_model_after, ["model", "saved"], "seen_in_worker", name="logits", tags=["logits"]),
+        node(read_model_after, ["model", "saved"], "seen_in_driver", name="report"),
+    ])
+    OwnVersionsHook().before_pipeline_run({}, pipeline, catalog)  # as the session calls it
+    outputs = run(pipeline, catalog, cluster)
+    assert (outputs["seen_in_worker"].load(), outputs["seen_in_driver"].load()) == (5, 5)
 
 
 class WorkerSideHook:

@@ -59,7 +59,7 @@ from typing import Any
 import pandas as pd
 from kedro.framework.hooks import hook_impl
 
-from calib_pipeline.kedro_datasets import read_own_version
+from calib_pipeline.kedro_datasets import read_latest_version_of_now, read_own_version
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.protocols import PROTOCOL
 
@@ -107,15 +107,18 @@ def producing_stage(dataset: str) -> str | None:
 
 
 class OwnVersionsHook:
-    """Once a run has saved a versioned artifact, it reads that version back, never a newer
-    one another run saved in the meantime.
+    """A run reads one consistent set of versions: of the inputs it does not make, the
+    latest versions at its start; of what it saves, the version it saved -- never a newer
+    one that another run saved in the meantime.
 
-    Kedro resolves "latest" per load: with two runs in one project, a run's posthoc node could
-    otherwise load the other run's logits (the provenance checks then refuse the mix). After
-    each save this pins the dataset's load version to the run's own save version. It sets
-    Kedro's per-dataset version cache (``_cached_load_version``), which Kedro itself fills on
-    the first load and clears before the next save -- there is no public setter
-    (:func:`read_own_version`).
+    Kedro resolves "latest" per dataset at its first load: with two runs in one project, a
+    run's posthoc node could otherwise load the other run's logits (the provenance checks
+    then refuse the mix), and a reporting run could combine one method's old logits with
+    another's new ones. Before the run this resolves the latest version of each of the
+    pipeline's free inputs (:func:`read_latest_version_of_now`); after each save it pins the
+    dataset's load version to the run's own save version (:func:`read_own_version`: Kedro's
+    per-dataset version cache, ``_cached_load_version``, which Kedro itself fills on the
+    first load and clears before the next save -- there is no public setter).
     """
 
     def __init__(self) -> None:
@@ -124,6 +127,8 @@ class OwnVersionsHook:
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
         self._catalog = catalog
+        for name in sorted(pipeline.inputs()):
+            read_latest_version_of_now(catalog, name)
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:

@@ -304,3 +304,18 @@ def read_own_version(catalog: Any, name: str) -> None:
     dataset.release()  # drops a "latest" version cached before the save
     if version is not None and dataset._exists_function(str(dataset._get_versioned_path(version))):
         dataset._cached_load_version = version  # Kedro's cache; there is no public setter
+
+
+def read_latest_version_of_now(catalog: Any, name: str) -> None:
+    """Fix the version of ``name`` that the run reads to the latest one now, at the run's
+    start: for inputs the run does not make, so that all its nodes read one consistent set
+    of earlier runs' artifacts, even if another run saves newer versions while it runs.
+    A ``--load-versions`` pin still wins; a dataset with no version yet is left alone (the
+    run's preflight reports it). Uses Kedro's own resolution, which caches the version.
+    Names that only the runtime pattern would make (in-memory datasets that other hooks
+    register, e.g. ``run_info``) are left alone.
+    """
+    dataset = catalog.get(name)
+    if isinstance(dataset, AbstractVersionedDataset):
+        with contextlib.suppress(DatasetError):  # VersionNotFoundError is a DatasetError
+            dataset.resolve_load_version()

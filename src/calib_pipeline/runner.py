@@ -19,7 +19,7 @@ How a run crosses processes:
   so a worker saves under the session's save version -- one version per ``kedro run`` -- to
   the same (shared) storage, and loads what other nodes of the run saved there at that
   version (never a newer one another run saved in the meantime); inputs made by earlier
-  runs are read at their latest version. In-memory datasets made during the run (``shift_sets``) stay on
+  runs are read at the versions that were latest when the run started. In-memory datasets made during the run (``shift_sets``) stay on
   the cluster as Dask futures and travel from worker to worker; the driver sees each once,
   when its task is collected, and keeps it only if a node of its own reads it.
 - **Hooks.** Hooks that offer ``for_worker()`` (the MLflow hook) give the driver a picklable
@@ -242,7 +242,8 @@ def run_node_on_worker(
     """The Dask task of one node: load its inputs from the session's catalog (and its
     in-memory inputs from the tasks that made them), run it with the worker hooks, save
     its outputs. An input in ``saved_this_run`` is read at the run's save version (another
-    run may have saved a newer one since); other inputs at their latest version. Never
+    run may have saved a newer one since); other inputs at the version the driver's catalog
+    fixed at the start of the run (``OwnVersionsHook``), or else their latest. Never
     raises: a failure is part of the outcome, so the hooks' reports of a failed node reach
     the driver too."""
     outcome = NodeOutcome(node=node.name, pid=os.getpid(), host=socket.gethostname())
@@ -254,8 +255,7 @@ def run_node_on_worker(
                     catalog.get(name).save(shared_inputs[name].memory_outputs[name])
                 elif name in saved_this_run:
                     read_own_version(catalog, name)  # never a newer version of another run
-                elif not _in_memory(catalog, name):
-                    catalog.release(name)  # made by an earlier run: its latest version
+                # an input of earlier runs: the version the driver fixed at the run's start
             hook_manager = _create_hook_manager()
             for hook in context.hooks:
                 hook_manager.register(hook)
