@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from calib_pipeline.models.layers import pooled_features
 from calib_pipeline.models.registry import MODELS, ClassifierNet
 from calib_pipeline.registry import check_int
 
@@ -36,8 +37,7 @@ class SmallCNN(ClassifierNet):
             nn.Conv2d(width, 2 * width, 3, padding=1, bias=False),
             nn.BatchNorm2d(2 * width),
             nn.ReLU(inplace=True),
-            nn.AdaptiveAvgPool2d(pool_grid),
-            nn.Flatten(),
+            *pooled_features(pool_grid),
             nn.Linear(2 * width * pool_grid * pool_grid, feature_dim),
             nn.ReLU(inplace=True),
         )
