@@ -29,6 +29,7 @@ import argparse
 import os
 import statistics
 import time
+import traceback
 import warnings
 from dataclasses import dataclass
 
@@ -194,16 +195,37 @@ def syncs_per_epoch(case: Case, device: torch.device) -> int:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
-def _report(case: Case, seconds: dict[str, list[float]], timed_from: int) -> None:
-    rate = {k: case.images / statistics.median(v[timed_from:]) for k, v in seconds.items()}
-    bare, paper = rate["bare"], rate["paper"]
+def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int) -> None:
+    """The table; a loop that failed (None) is listed as such and left out of the ratios."""
+    rate = {k: None if v is None else case.images / statistics.median(v[timed_from:])
+            for k, v in seconds.items()}
+    nan = float("nan")
+    bare, paper = rate["bare"] or nan, rate["paper"] or nan
     print(f"\n{case.model}, {case.images} images of {case.size}x{case.size}, batch {BATCH}")
     print(f"{'loop':24s} {'images/s':>10s} {'x bare':>8s} {'x paper':>8s}")
     for label, value in rate.items():
-        print(f"{label:24s} {value:10.0f} {value / bare:8.2f} {value / paper:8.2f}", flush=True)
-    if case.model == "resnet18":
-        best = max(v for k, v in rate.items() if k.startswith("engine"))
-        print(f"fastest engine mode vs the 13.6k images/s before this engine: {best / ANCHOR_RESNET18:.2f}x")
+        if value is None:
+            print(f"{label:24s} {'failed':>10s}", flush=True)
+        else:
+            print(f"{label:24s} {value:10.0f} {value / bare:8.2f} {value / paper:8.2f}", flush=True)
+    engines = [v for k, v in rate.items() if k.startswith("engine") and v is not None]
+    if case.model == "resnet18" and engines:
+        print(f"fastest engine mode vs the 13.6k images/s before this engine: "
+              f"{max(engines) / ANCHOR_RESNET18:.2f}x")
+
+
+def _timed(label: str, loop, *args) -> list[float] | None:
+    """Run one loop; on a failure print the traceback and go on with the others (None)."""
+    started = time.perf_counter()
+    try:
+        seconds = loop(*args)
+    except Exception:  # noqa: BLE001 -- one broken mode must not cost the rest of a GPU lease
+        print(f"  {label} FAILED after {time.perf_counter() - started:.0f} s:", flush=True)
+        traceback.print_exc()
+        return None
+    print(f"  {label}: {len(seconds)} epochs in {time.perf_counter() - started:.1f} s, "
+          f"seconds per epoch {[round(s, 3) for s in seconds]}", flush=True)
+    return seconds
 
 
 def main() -> None:
@@ -221,15 +243,25 @@ def main() -> None:
     print(f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
           f"median of epochs 2..{args.epochs}; compile backend {accelerate.COMPILE_BACKEND}", flush=True)
     workers = 0 if smoke else min(8, os.cpu_count() or 1)
+    failed = False
     for case in cases:
-        seconds = {"bare": bare_epochs(case, device, args.epochs),
-                   "paper": paper_epochs(case, device, args.epochs, workers)}
+        seconds = {"bare": _timed(f"{case.model}: bare", bare_epochs, case, device, args.epochs),
+                   "paper": _timed(f"{case.model}: paper", paper_epochs, case, device, args.epochs,
+                                   workers)}
         for label, options in MODES.items():
-            print(f"  {case.model}: {label} ...", flush=True)
-            seconds[label] = engine_epochs(case, device, args.epochs, options)
+            seconds[label] = _timed(f"{case.model}: {label}", engine_epochs, case, device,
+                                    args.epochs, options)
         _report(case, seconds, timed_from=1)
+        failed |= any(v is None for v in seconds.values())
         if device.type == "cuda":
-            print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}", flush=True)
+            try:
+                print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}",
+                      flush=True)
+            except Exception:  # noqa: BLE001
+                failed = True
+                traceback.print_exc()
+    if failed:
+        raise SystemExit("some loops failed (tracebacks above)")
 
 
 if __name__ == "__main__":
