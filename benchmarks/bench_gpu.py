@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from calib_pipeline.calibration.losses import build_objective
-from calib_pipeline.calibration.methods import ObjectiveLearner
+from calib_pipeline.calibration.losses import OBJECTIVES, build_objective
+from calib_pipeline.calibration.methods import MethodSpec, ObjectiveLearner, build_method
 from calib_pipeline.models import build_model
 from calib_pipeline.training import Normalizer, Split, TrainConfig, accelerate, engine, train_model
 from calib_pipeline.training.data import CROP_PADDING, apply_augmentation, draw_augmentation
@@ -55,10 +55,20 @@ class Case:
     images: int  # training images per epoch
     size: int  # image side
     val: int = 1_000  # val images the engine evaluates every epoch
+    name: str = ""  # the label, when not the model's name
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
 
 
 # Multiples of the batch: one graph per model (a last short batch would add one compilation).
 GPU_CASES = [Case("resnet18", {}, 25_600, 32), Case("wrn_28_10", {}, 6_400, 32)]
+# The papers' other architectures (``--models``), for docs/performance.md's cost table;
+# resnet18@64 is Tiny-ImageNet's image size.
+EXTRA_CASES = [Case("resnet50", {}, 6_400, 32), Case("resnet110", {}, 6_400, 32),
+               Case("wrn_26_10", {}, 6_400, 32), Case("densenet121", {}, 6_400, 32),
+               Case("vgg16_bn", {}, 12_800, 32), Case("resnet18", {}, 12_800, 64, name="resnet18@64")]
 SMOKE_CASES = [Case("small_cnn", {}, 256, 16, val=64), Case("resnet20", {}, 128, 16, val=64)]
 MODES = {  # label -> TrainConfig speed options
     "engine fp32": {},
@@ -160,16 +170,26 @@ def paper_epochs(case: Case, device: torch.device, epochs: int, workers: int) ->
     return times
 
 
-def engine_epochs(case: Case, device: torch.device, epochs: int, options: dict) -> list[float]:
-    """Seconds per epoch of ``train_model`` (from its history), val evaluation included."""
+def engine_epochs(
+    case: Case, device: torch.device, epochs: int, options: dict, learner: str = "cross_entropy"
+) -> list[float]:
+    """Seconds per epoch of ``train_model`` (from its history), val evaluation included.
+
+    ``learner`` is an objective's or a meta-learner's registry name; a meta-learner gets a
+    meta-val split of ``case.val`` images, as the ``meta`` split would give it."""
     images, labels = _data(case, device)
-    val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
+    held_out = Case(case.model, case.params, case.val, case.size)  # same model, val-sized
+    val_images, val_labels = _data(held_out, device)
     config = TrainConfig(epochs=epochs, batch_size=BATCH, lr=0.01, augment="crop_flip",
                          track_test=False, device=device.type, eval_batch_size=1_000, **options)
+    model = _model(case, device)
+    meta = learner not in OBJECTIVES
+    spec = MethodSpec(key=learner, meta_learner=learner) if meta else MethodSpec(key=learner, objective=learner)
     result = train_model(
-        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")),
+        model, build_method(spec, num_classes=10, feature_dim=model.feature_dim),
         Split(images, labels), Split(val_images, val_labels), config,
-        normalization=(MEAN, STD), seed=0, description=case.model,
+        normalization=(MEAN, STD), seed=0, description=case.label,
+        meta_val=Split(val_images, val_labels) if meta else None,
     )
     return [row["seconds"] for row in result.history]
 
@@ -192,7 +212,10 @@ def syncs_per_epoch(case: Case, device: torch.device) -> int:
             engine._train_epoch(run, 2)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    for where in sorted({f"{w.filename}:{w.lineno}" for w in syncs}):
+        print(f"  a sync at {where}", flush=True)
+    return len(syncs)
 
 
 def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int) -> None:
@@ -200,16 +223,17 @@ def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int)
     rate = {k: None if v is None else case.images / statistics.median(v[timed_from:])
             for k, v in seconds.items()}
     nan = float("nan")
-    bare, paper = rate["bare"] or nan, rate["paper"] or nan
-    print(f"\n{case.model}, {case.images} images of {case.size}x{case.size}, batch {BATCH}")
+    bare, paper = rate.get("bare") or nan, rate.get("paper") or nan
+    print(f"\n{case.label}, {case.images} images of {case.size}x{case.size}, batch {BATCH}")
     print(f"{'loop':24s} {'images/s':>10s} {'x bare':>8s} {'x paper':>8s}")
     for label, value in rate.items():
         if value is None:
             print(f"{label:24s} {'failed':>10s}", flush=True)
         else:
-            print(f"{label:24s} {value:10.0f} {value / bare:8.2f} {value / paper:8.2f}", flush=True)
+            ratios = "".join(f"{value / r:8.2f}" if r == r else f"{'--':>8s}" for r in (bare, paper))
+            print(f"{label:24s} {value:10.0f} {ratios}", flush=True)
     engines = [v for k, v in rate.items() if k.startswith("engine") and v is not None]
-    if case.model == "resnet18" and engines:
+    if case.label == "resnet18" and engines:
         print(f"fastest engine mode vs the 13.6k images/s before this engine: "
               f"{max(engines) / ANCHOR_RESNET18:.2f}x")
 
@@ -233,27 +257,44 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run (CI)")
     parser.add_argument("--models", nargs="*", help="subset of the cases by model name")
     parser.add_argument("--epochs", type=int, default=3, help="first one is warm-up")
+    parser.add_argument("--loops", nargs="*", help="subset of the loops by label "
+                        "(bare, paper, 'engine fp32', ...)")
+    parser.add_argument("--learner", default="cross_entropy",
+                        help="objective or meta-learner of the engine loops (bare and paper "
+                        "always train CE; a meta-learner gets a meta-val split)")
+    parser.add_argument("--no-syncs", action="store_true", help="skip the host-sync count")
     args = parser.parse_args()
     smoke = args.smoke or not torch.cuda.is_available()
     device = torch.device("cpu" if smoke else "cuda")
-    cases = [c for c in (SMOKE_CASES if smoke else GPU_CASES) if not args.models or c.model in args.models]
+    pool = SMOKE_CASES if smoke else GPU_CASES + EXTRA_CASES
+    cases = [c for c in pool if c.label in (args.models or [c.label for c in pool[:2]])]
+    if args.models and len(cases) != len(args.models):
+        parser.error(f"--models: choose from {[c.label for c in pool]}")
+    wanted = args.loops or ["bare", "paper", *MODES]
+    if unknown := set(wanted) - {"bare", "paper", *MODES}:
+        parser.error(f"--loops: unknown {sorted(unknown)}")
     if smoke:
         accelerate.COMPILE_BACKEND = "aot_eager"  # no C++ compiler run on a CI CPU
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
-          f"median of epochs 2..{args.epochs}; compile backend {accelerate.COMPILE_BACKEND}", flush=True)
+          f"median of epochs 2..{args.epochs}; compile backend {accelerate.COMPILE_BACKEND}; "
+          f"engine learner {args.learner}", flush=True)
     workers = 0 if smoke else min(8, os.cpu_count() or 1)
     failed = False
     for case in cases:
-        seconds = {"bare": _timed(f"{case.model}: bare", bare_epochs, case, device, args.epochs),
-                   "paper": _timed(f"{case.model}: paper", paper_epochs, case, device, args.epochs,
-                                   workers)}
+        seconds: dict[str, list[float] | None] = {}
+        if "bare" in wanted:
+            seconds["bare"] = _timed(f"{case.label}: bare", bare_epochs, case, device, args.epochs)
+        if "paper" in wanted:
+            seconds["paper"] = _timed(f"{case.label}: paper", paper_epochs, case, device,
+                                      args.epochs, workers)
         for label, options in MODES.items():
-            seconds[label] = _timed(f"{case.model}: {label}", engine_epochs, case, device,
-                                    args.epochs, options)
+            if label in wanted:
+                seconds[label] = _timed(f"{case.label}: {label}", engine_epochs, case, device,
+                                        args.epochs, options, args.learner)
         _report(case, seconds, timed_from=1)
         failed |= any(v is None for v in seconds.values())
-        if device.type == "cuda":
+        if device.type == "cuda" and not args.no_syncs:
             try:
                 print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}",
                       flush=True)
