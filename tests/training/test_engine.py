@@ -1,5 +1,9 @@
+import math
+from dataclasses import dataclass, field
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from calib_pipeline.calibration.losses import build_objective
 from calib_pipeline.calibration.methods import ObjectiveLearner
@@ -222,3 +226,52 @@ def test_epoch_logits_are_written_once_per_epoch_and_survive_a_resume(digits, tm
         assert len(resumed.epoch_logits[split]) == 3
         for a, b in zip(full.epoch_logits[split], resumed.epoch_logits[split]):
             assert torch.equal(a, b)
+
+
+@dataclass
+class _ScriptedLearner(ObjectiveLearner):
+    """Reports, without training, a loss and logits fixed by each sample's id (the value of
+    all its pixels) and the epoch: sample ``i`` is misclassified in epoch ``e`` when
+    ``(i + e) % 3 == 0``; the loss of a batch is the mean of its ids."""
+
+    steps_per_epoch: int = 1
+    report_logits: bool = True
+    calls: list = field(default_factory=list)
+
+    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None):
+        epoch = len(self.calls) // self.steps_per_epoch + 1
+        self.calls.append(epoch)
+        ids = torch.round((inputs[:, 0, 0, 0] * 0.25 + 0.5) * 255).long()
+        wrong = (ids + epoch) % 3 == 0
+        logits = F.one_hot(torch.where(wrong, (targets + 1) % 10, targets), 10).float()
+        stats = {"loss": ids.double().mean(), "batch": torch.tensor(float(len(ids)))}
+        return {**stats, "logits": logits} if self.report_logits else stats
+
+
+@pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler.step\(\)`")  # no optimizer step
+@pytest.mark.parametrize("report_logits", [True, False])
+def test_train_statistics_and_learned_epochs_are_exact(report_logits):
+    """100 samples in batches of 32 (the last one holds 4): the epoch's loss weights each
+    batch by its size, the accuracy and the learned epochs follow the scripted mistakes."""
+    ids = torch.arange(100)
+    images = ids.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 1, 8, 8).contiguous()
+    labels = torch.randint(0, 10, (100,), generator=torch.Generator().manual_seed(0))
+    learner = _ScriptedLearner(build_objective("cross_entropy"), steps_per_epoch=4,
+                               report_logits=report_logits)
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    config = TrainConfig(epochs=3, batch_size=32, device="cpu")
+    result = train_model(model, learner, Split(images, labels), Split(images[:20], labels[:20]),
+                         config, normalization=((0.5,), (0.25,)), seed=3)
+    assert learner.calls == [1] * 4 + [2] * 4 + [3] * 4
+    for epoch, row in enumerate(result.history, start=1):
+        assert row["train_loss"] == pytest.approx(49.5, abs=1e-12)  # mean id, not of batch means
+        assert row["train_batch"] == pytest.approx(25.0, abs=1e-12)  # (32 * 3 + 4) / 4 steps
+        expected = ((ids + epoch) % 3 != 0).double().mean().item()
+        if report_logits:
+            assert row["train_accuracy"] == pytest.approx(expected, abs=1e-12)
+        else:
+            assert math.isnan(row["train_accuracy"])
+    # last misclassified in epoch 3 (i % 3 == 0: never learned, 0), 2 (learned in 3), 1 (in 2)
+    learned = torch.tensor([0, 3, 2])[ids % 3] if report_logits else torch.ones(100, dtype=torch.long)
+    assert torch.equal(result.learned_epoch, learned)

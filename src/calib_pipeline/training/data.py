@@ -105,7 +105,11 @@ def augment_batch(images: torch.Tensor, mode: str, generator: torch.Generator) -
 
 
 class BatchStream:
-    """Shuffled mini-batches of a device-resident split."""
+    """Shuffled mini-batches of a device-resident split.
+
+    ``order`` is the permutation of the pass in progress (or last finished): batch ``i``
+    holds ``order[i * batch_size : (i + 1) * batch_size]``.
+    """
 
     def __init__(
         self,
@@ -124,6 +128,7 @@ class BatchStream:
         self.batch_size = min(batch_size, len(images))
         self.generator = generator
         self.drop_last = drop_last
+        self.order: torch.Tensor | None = None
 
     def __len__(self) -> int:
         n = len(self.images)
@@ -131,7 +136,7 @@ class BatchStream:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         order = torch.randperm(len(self.images), generator=self.generator, device=self.generator.device)
-        order = order.to(self.images.device)
+        order = self.order = order.to(self.images.device)
         for start in range(0, len(order) - (self.batch_size - 1 if self.drop_last else 0), self.batch_size):
             index = order[start : start + self.batch_size]
             yield index, self.images[index], self.labels[index]

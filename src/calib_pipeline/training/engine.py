@@ -347,18 +347,26 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
     reports none, as the meta-learners do); those logits also mark the samples still
     misclassified in this epoch. Every other statistic a learner reports is averaged over
     the epoch's steps. Nothing in the loop waits for the device: the epoch's augmentation
-    is drawn up front on the device, bookkeeping is ``index_put`` / ``where`` and the
-    statistics accumulate on the device until ``_evaluate_epoch`` reads them once.
+    is drawn up front on the device and the statistics accumulate on the device until
+    ``_evaluate_epoch`` reads them once.
+
+    At batch 128 a GPU step is bound by kernel launches, so the per-step bookkeeping is one
+    copy for the loss and two kernels for the misclassified flags, written into
+    per-epoch buffers by position; the sums, the accuracy and the learned-epoch update
+    (``last_wrong``) happen once, after the loop. A sample is visited once per epoch, so
+    this gives the numbers a per-step update gave.
     """
     run.model.train()
-    loss_sum = torch.zeros((), device=run.device, dtype=torch.float64)
-    correct_sum = torch.zeros((), device=run.device, dtype=torch.float64)
-    seen_logits = False
-    learner_sums: dict[str, torch.Tensor] = {}
-    draws = draw_augmentation(len(run.batches.labels), run.config.augment, run.generator)
-    for position, (index, images, labels) in enumerate(run.batches):
-        start = position * run.batches.batch_size
-        batch_draws = None if draws is None else draws[start : start + len(labels)]
+    batches, device = run.batches, run.device
+    num_samples, num_steps = len(batches.labels), len(batches)
+    step_loss = torch.zeros(num_steps, device=device, dtype=torch.float64)
+    wrong = torch.zeros(num_samples, device=device, dtype=torch.bool)  # by position
+    counted = 0  # samples whose batch reported logits
+    learner_steps: dict[str, torch.Tensor] = {}
+    draws = draw_augmentation(num_samples, run.config.augment, run.generator)
+    for position, (_, images, labels) in enumerate(batches):
+        start, size = position * batches.batch_size, len(labels)
+        batch_draws = None if draws is None else draws[start : start + size]
         inputs = apply_augmentation(run.normalizer(images), batch_draws)
         meta_inputs = meta_labels = None
         if run.meta_batches is not None:
@@ -366,25 +374,30 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             meta_inputs = run.normalizer(meta_images)
         accelerate.begin_step(run.uses_graphs)
         stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
-        loss_sum += stats.pop("loss").detach().double() * len(labels)
+        step_loss[position] = stats.pop("loss").detach()
         logits = stats.pop("logits", None)
-        if logits is not None and logits.shape[0] == len(labels):
-            seen_logits = True
-            wrong = logits.detach().argmax(1) != labels
-            correct_sum += (~wrong).sum()
-            # index_put with the batch's indices (not a boolean mask, whose nonzero syncs)
-            run.last_wrong[index] = torch.where(wrong, epoch, run.last_wrong[index])
+        if logits is not None and logits.shape[0] == size:
+            counted += size
+            torch.ne(logits.detach().argmax(1), labels, out=wrong[start : start + size])
         for key, value in stats.items():
-            learner_sums[key] = learner_sums.get(key, 0) + value.detach().double()
-    num_samples = len(run.batches.labels)
+            if key not in learner_steps:
+                learner_steps[key] = torch.zeros(num_steps, device=device, dtype=torch.float64)
+            learner_steps[key][position] = value.detach()
+    # Every batch is full but the last (BatchStream); weight the batch means by their sizes.
+    weights = torch.full((num_steps,), float(batches.batch_size), device=device, dtype=torch.float64)
+    if not batches.drop_last:
+        weights[-1] = num_samples - batches.batch_size * (num_steps - 1)
+    if counted:
+        # index_put over the epoch's order (a boolean mask's nonzero would sync)
+        order = batches.order
+        run.last_wrong[order] = torch.where(wrong, epoch, run.last_wrong[order])
+    correct = counted - wrong.sum(dtype=torch.float64)
     return _EpochTraining(
         stats={
-            "train_loss": loss_sum / num_samples,
-            "train_accuracy": (
-                correct_sum / num_samples if seen_logits else correct_sum * float("nan")
-            ),
+            "train_loss": (step_loss * weights).sum() / num_samples,
+            "train_accuracy": correct / num_samples if counted else correct * float("nan"),
         },
-        learner_stats={f"train_{k}": v / len(run.batches) for k, v in learner_sums.items()},
+        learner_stats={f"train_{k}": v.sum() / num_steps for k, v in learner_steps.items()},
     )
 
 
