@@ -199,6 +199,42 @@ def engine_epochs(
     return [row["seconds"] for row in result.history]
 
 
+def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, float]:
+    """Median seconds of each phase of an engine epoch (fp32, CE): the training loop, the
+    scheduler step, the evaluation and the weight selection, each ended by a device sync --
+    to find where an epoch loses against the bare loop."""
+    images, labels = _data(case, device)
+    val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
+    config = TrainConfig(epochs=epochs + 1, batch_size=BATCH, lr=0.01, augment="crop_flip",
+                         track_test=False, device=device.type, eval_batch_size=1_000)
+    run = engine._setup(
+        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
+        train=Split(images, labels), val=Split(val_images, val_labels), test=None,
+        meta_val=None, normalization=(MEAN, STD), seed=0, record_epoch_logits=False,
+        description="phases",
+    )
+    phases: dict[str, list[float]] = {"train loop": [], "scheduler": [], "evaluate": [], "select": []}
+    for epoch in range(1, epochs + 2):  # the first is warm-up
+        _sync(device)
+        marks = [time.perf_counter()]
+        trained = engine._train_epoch(run, epoch)
+        _sync(device)
+        marks.append(time.perf_counter())
+        run.scheduler.step()
+        marks.append(time.perf_counter())
+        row = engine._evaluate_epoch(run, epoch, trained)
+        _sync(device)
+        marks.append(time.perf_counter())
+        run.selected = engine._select(run.selected, -epoch, epoch, run.model)  # select: last
+        _sync(device)
+        marks.append(time.perf_counter())
+        if epoch > 1:
+            for (name, values), begin, end in zip(phases.items(), marks, marks[1:]):
+                values.append(end - begin)
+    del row
+    return {name: statistics.median(values) for name, values in phases.items()}
+
+
 def syncs_per_epoch(case: Case, device: torch.device) -> int:
     """Host synchronisations CUDA reports during one engine training epoch (fp32)."""
     images, labels = _data(case, device)
@@ -268,6 +304,9 @@ def main() -> None:
                         help="objective or meta-learner of the engine loops (bare and paper "
                         "always train CE; a meta-learner gets a meta-val split)")
     parser.add_argument("--no-syncs", action="store_true", help="skip the host-sync count")
+    parser.add_argument("--phases", action="store_true",
+                        help="also time the phases of an engine fp32 epoch (train loop, "
+                        "scheduler, evaluation, selection)")
     args = parser.parse_args()
     smoke = args.smoke or not torch.cuda.is_available()
     device = torch.device("cpu" if smoke else "cuda")
@@ -299,6 +338,16 @@ def main() -> None:
                                         args.epochs, options, args.learner)
         _report(case, seconds, timed_from=1)
         failed |= any(v is None for v in seconds.values())
+        if args.phases:
+            try:
+                split = epoch_phases(case, device, args.epochs)
+            except Exception:  # noqa: BLE001
+                failed = True
+                traceback.print_exc()
+            else:
+                total = sum(split.values())
+                print("engine fp32 epoch phases (median s): " + ", ".join(
+                    f"{k} {v:.4f} ({v / total:.1%})" for k, v in split.items()), flush=True)
         if device.type == "cuda" and not args.no_syncs:
             try:
                 print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}",

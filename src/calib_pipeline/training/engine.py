@@ -71,7 +71,8 @@ class TrainResult:
 
 @dataclass
 class Selected:
-    """The weights kept under ``config.select``: their score, epoch and (CPU) weights."""
+    """The weights kept under ``config.select``: their score, epoch and weights (on the
+    training device; the checkpoint and the result hold CPU copies)."""
 
     score: float = float("inf")
     epoch: int = 0
@@ -384,9 +385,13 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
                 learner_steps[key] = torch.zeros(num_steps, device=device, dtype=torch.float64)
             learner_steps[key][position] = value.detach()
     # Every batch is full but the last (BatchStream); weight the batch means by their sizes.
-    weights = torch.full((num_steps,), float(batches.batch_size), device=device, dtype=torch.float64)
-    if not batches.drop_last:
-        weights[-1] = num_samples - batches.batch_size * (num_steps - 1)
+    # (Built with fills: writing a Python number into a device tensor copies it from the host
+    # and waits.)
+    last = batches.batch_size if batches.drop_last else num_samples - batches.batch_size * (num_steps - 1)
+    weights = torch.cat([
+        torch.full((num_steps - 1,), float(batches.batch_size), device=device, dtype=torch.float64),
+        torch.full((1,), float(last), device=device, dtype=torch.float64),
+    ])
     if counted:
         # index_put over the epoch's order (a boolean mask's nonzero would sync)
         order = batches.order
@@ -444,11 +449,19 @@ def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str,
 
 
 def _select(selected: Selected, score: float, epoch: int, model: nn.Module) -> Selected:
-    """Keep this epoch's weights (a CPU copy) if they score lower than the kept ones."""
+    """Keep this epoch's weights if they score lower than the kept ones.
+
+    The copy stays on the training device (with ``select: last`` it is made every epoch, and
+    a copy to the host would wait for the device each time); ``_on_cpu`` moves it when a
+    checkpoint or the result is written."""
     if score < selected.score:
-        weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         return Selected(score, epoch, weights)
     return selected
+
+
+def _on_cpu(state_dict: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+    return None if state_dict is None else {k: v.cpu() for k, v in state_dict.items()}
 
 
 def _save_state(run: _Run, store: CheckpointStore, fingerprint: str, epoch: int) -> None:
@@ -465,7 +478,7 @@ def _save_state(run: _Run, store: CheckpointStore, fingerprint: str, epoch: int)
         "selected": {
             "score": run.selected.score,
             "epoch": run.selected.epoch,
-            "state_dict": run.selected.state_dict,
+            "state_dict": _on_cpu(run.selected.state_dict),
         },
     }
     if not state["complete"]:
@@ -487,7 +500,7 @@ def _result(run: _Run) -> TrainResult:
     learned = torch.where(last_wrong < final_epoch, last_wrong + 1, torch.zeros_like(last_wrong))
     learned = torch.where(last_wrong < 0, torch.ones_like(last_wrong), learned)
     return TrainResult(
-        state_dict=run.selected.state_dict,
+        state_dict=_on_cpu(run.selected.state_dict),
         selected_epoch=run.selected.epoch,
         history=run.history,
         learned_epoch=learned,
@@ -537,10 +550,9 @@ def _split_stats(prefix: str, logits: torch.Tensor, labels: torch.Tensor) -> dic
     sample_nll = -log_probs.gather(1, labels.view(-1, 1)).squeeze(1)
     entropy = -(log_probs.exp() * log_probs).sum(1)
     correct = logits.argmax(1) == labels
-    nan = torch.tensor(float("nan"), dtype=torch.float64, device=logits.device)
-
     def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return values[mask].mean() if bool(mask.any()) else nan
+        # NaN for an empty mask (0 / 0); no boolean indexing, whose nonzero would wait
+        return torch.where(mask, values, 0.0).sum() / mask.sum()
 
     return {
         f"{prefix}_accuracy": correct.double().mean(),
