@@ -1,7 +1,10 @@
+import copy
+
 import pytest
 import torch
 
 from calib_pipeline.models import build_model, model_from_checkpoint, model_names
+from calib_pipeline.models.layers import GridPool
 
 
 @pytest.mark.parametrize(
@@ -76,3 +79,35 @@ def test_checkpoint_round_trip():
     restored = model_from_checkpoint(checkpoint)
     x = torch.randn(4, 1, 8, 8)
     assert torch.equal(restored(x), model(x))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_grid_pool_passes_a_map_of_its_size_through_and_pools_any_other(channels_last):
+    reference = torch.nn.AdaptiveAvgPool2d(4)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    same = torch.randn(3, 5, 4, 4, generator=torch.Generator().manual_seed(0)).to(memory_format=fmt)
+    larger = torch.randn(3, 5, 9, 7, generator=torch.Generator().manual_seed(1)).to(memory_format=fmt)
+    pool = GridPool(4)
+    assert pool(same) is same  # skipped, not recomputed
+    assert torch.equal(pool(same), reference(same))
+    assert torch.equal(pool(larger), reference(larger))
+    assert pool(larger).shape == (3, 5, 4, 4)
+
+
+def test_small_cnn_dense_trains_exactly_as_with_a_plain_adaptive_pool():
+    """Outputs and gradients are bit-identical to the network with torch's pooling module."""
+    torch.manual_seed(0)
+    model = build_model("small_cnn_dense", in_channels=1, num_classes=10, image_size=8)
+    plain = copy.deepcopy(model)
+    pools = [name for name, module in plain.named_modules() if isinstance(module, GridPool)]
+    assert len(pools) == 1
+    parent, _, child = pools[0].rpartition(".")
+    setattr(plain.get_submodule(parent), child, torch.nn.AdaptiveAvgPool2d(8))
+    assert model.state_dict().keys() == plain.state_dict().keys()
+    x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    y = torch.arange(16) % 10
+    for net in (model, plain):
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+    assert torch.equal(model(x), plain(x))
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert torch.equal(p.grad, q.grad), name
