@@ -31,6 +31,7 @@ rows, ``--learner fl_gamma_sece`` times a meta-learner's engine loop.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -271,7 +272,7 @@ def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int)
         if value is None:
             print(f"{label:24s} {'failed':>10s}", flush=True)
         else:
-            ratios = "".join(f"{value / r:8.2f}" if r == r else f"{'--':>8s}" for r in (bare, paper))
+            ratios = "".join(f"{'--':>8s}" if math.isnan(r) else f"{value / r:8.2f}" for r in (bare, paper))
             print(f"{label:24s} {value:10.0f} {ratios}", flush=True)
     engines = [v for k, v in rate.items() if k.startswith("engine") and v is not None]
     if case.label == "resnet18" and engines:

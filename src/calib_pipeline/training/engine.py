@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -461,6 +460,7 @@ def _select(selected: Selected, score: float, epoch: int, model: nn.Module) -> S
 
 
 def _on_cpu(state_dict: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+    """``state_dict`` with its tensors on the CPU (as checkpoints and results hold them)."""
     return None if state_dict is None else {k: v.cpu() for k, v in state_dict.items()}
 
 
@@ -550,6 +550,7 @@ def _split_stats(prefix: str, logits: torch.Tensor, labels: torch.Tensor) -> dic
     sample_nll = -log_probs.gather(1, labels.view(-1, 1)).squeeze(1)
     entropy = -(log_probs.exp() * log_probs).sum(1)
     correct = logits.argmax(1) == labels
+
     def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # NaN for an empty mask (0 / 0); no boolean indexing, whose nonzero would wait
         return torch.where(mask, values, 0.0).sum() / mask.sum()
