@@ -200,20 +200,25 @@ def engine_epochs(
     return [row["seconds"] for row in result.history]
 
 
+def _ce_run(case: Case, device: torch.device, epochs: int, description: str) -> engine._Run:
+    """An engine run of CE set up as ``engine_epochs`` sets it up, to drive epoch by epoch."""
+    images, labels = _data(case, device)
+    val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
+    config = TrainConfig(epochs=epochs, batch_size=BATCH, lr=0.01, augment="crop_flip",
+                         track_test=False, device=device.type, eval_batch_size=1_000)
+    return engine._setup(
+        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
+        train=Split(images, labels), val=Split(val_images, val_labels), test=None,
+        meta_val=None, normalization=(MEAN, STD), seed=0, record_epoch_logits=False,
+        description=description,
+    )
+
+
 def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, float]:
     """Median seconds of each phase of an engine epoch (fp32, CE): the training loop, the
     scheduler step, the evaluation and the weight selection, each ended by a device sync --
     to find where an epoch loses against the bare loop."""
-    images, labels = _data(case, device)
-    val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
-    config = TrainConfig(epochs=epochs + 1, batch_size=BATCH, lr=0.01, augment="crop_flip",
-                         track_test=False, device=device.type, eval_batch_size=1_000)
-    run = engine._setup(
-        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
-        train=Split(images, labels), val=Split(val_images, val_labels), test=None,
-        meta_val=None, normalization=(MEAN, STD), seed=0, record_epoch_logits=False,
-        description="phases",
-    )
+    run = _ce_run(case, device, epochs + 1, "phases")
     phases: dict[str, list[float]] = {"train loop": [], "scheduler": [], "evaluate": [], "select": []}
     for epoch in range(1, epochs + 2):  # the first is warm-up
         _sync(device)
@@ -223,7 +228,7 @@ def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, flo
         marks.append(time.perf_counter())
         run.scheduler.step()
         marks.append(time.perf_counter())
-        row = engine._evaluate_epoch(run, epoch, trained)
+        engine._evaluate_epoch(run, epoch, trained)
         _sync(device)
         marks.append(time.perf_counter())
         run.selected = engine._select(run.selected, -epoch, epoch, run.model)  # select: last
@@ -232,20 +237,12 @@ def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, flo
         if epoch > 1:
             for (name, values), begin, end in zip(phases.items(), marks, marks[1:]):
                 values.append(end - begin)
-    del row
     return {name: statistics.median(values) for name, values in phases.items()}
 
 
 def syncs_per_epoch(case: Case, device: torch.device) -> int:
     """Host synchronisations CUDA reports during one engine training epoch (fp32)."""
-    images, labels = _data(case, device)
-    config = TrainConfig(epochs=1, batch_size=BATCH, augment="crop_flip", device=device.type)
-    run = engine._setup(
-        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
-        train=Split(images, labels), val=Split(images[:256], labels[:256]), test=None,
-        meta_val=None, normalization=(MEAN, STD), seed=0, record_epoch_logits=False,
-        description="syncs",
-    )
+    run = _ce_run(case, device, 2, "syncs")
     engine._train_epoch(run, 1)  # warm-up: first-use allocations may sync
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
