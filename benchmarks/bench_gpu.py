@@ -25,7 +25,8 @@ backend) so CI can check the script; its numbers mean nothing for a GPU.
 Measured on one H100 (torch 2.11): the default run took 148 s wall with --epochs 4; the
 table is in docs/performance.md. ``--models`` adds the papers' other architectures
 (resnet50, resnet110, wrn_26_10, densenet121, vgg16_bn, resnet18@64), ``--loops`` picks
-rows, ``--learner fl_gamma_sece`` times a meta-learner's engine loop.
+rows, ``--learner fl_gamma_sece`` times a meta-learner's engine loop, ``--host-overhead``
+times only what the host spends per step (bare loop vs engine on ResNet-18 at width 2).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from torch.utils.data import DataLoader, Dataset
 from calib_pipeline.calibration.losses import OBJECTIVES, build_objective
 from calib_pipeline.calibration.methods import MethodSpec, ObjectiveLearner, build_method
 from calib_pipeline.models import build_model
+from calib_pipeline.models.resnet import CifarResNet
 from calib_pipeline.training import Normalizer, Split, TrainConfig, accelerate, engine, train_model
 from calib_pipeline.training.data import CROP_PADDING, apply_augmentation, draw_augmentation
 
@@ -62,6 +64,8 @@ class Case:
     size: int  # image side
     val: int = 1_000  # val images the engine evaluates every epoch
     name: str = ""  # the label, when not the model's name
+    batch: int = BATCH
+    widths: tuple[int, ...] = ()  # a CIFAR ResNet-18 with these stage widths (--host-overhead)
 
     @property
     def label(self) -> str:
@@ -76,6 +80,11 @@ EXTRA_CASES = [Case("resnet50", {}, 6_400, 32), Case("resnet110", {}, 6_400, 32)
                Case("wrn_26_10", {}, 6_400, 32), Case("densenet121", {}, 6_400, 32),
                Case("vgg16_bn", {}, 12_800, 32), Case("resnet18", {}, 12_800, 64, name="resnet18@64")]
 SMOKE_CASES = [Case("small_cnn", {}, 256, 16, val=64), Case("resnet20", {}, 128, 16, val=64)]
+# ResNet-18's layers at width 2 on 8 x 8 images, batch 4: the same operations per step as
+# ResNet-18 with almost no arithmetic, so a step's time is the host's dispatch (and, on a GPU,
+# launch) cost and the engine's per-step overhead over the bare loop shows (--host-overhead).
+HOST_CASE = Case("resnet18", {}, 800, 8, val=16, name="resnet18 at width 2", batch=4,
+                 widths=(2, 2, 2, 2))
 MODES = {  # label -> TrainConfig speed options
     "engine fp32": {},
     "engine bf16+cl": {"precision": "bf16", "channels_last": True},
@@ -92,6 +101,8 @@ def _data(case: Case, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]
 
 def _model(case: Case, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)
+    if case.widths:
+        return CifarResNet(3, 10, [2, 2, 2, 2], list(case.widths)).to(device)
     return build_model(case.model, in_channels=3, num_classes=10, image_size=case.size,
                        **case.params).to(device)
 
@@ -117,8 +128,8 @@ def bare_epochs(case: Case, device: torch.device, epochs: int) -> list[float]:
         _sync(device)
         started = time.perf_counter()
         order = torch.randperm(len(labels), generator=generator, device=device)
-        for start in range(0, len(order), BATCH):
-            index = order[start : start + BATCH]
+        for start in range(0, len(order), case.batch):
+            index = order[start : start + case.batch]
             draws = draw_augmentation(len(index), "crop_flip", generator)
             x = apply_augmentation(normalizer(images[index]), draws)
             loss = F.cross_entropy(model(x), labels[index])
@@ -154,7 +165,7 @@ class _HostImages(Dataset):
 def paper_epochs(case: Case, device: torch.device, epochs: int, workers: int) -> list[float]:
     """Seconds per epoch of the papers' loop style."""
     images, labels = _data(case, device)
-    loader = DataLoader(_HostImages(images, labels), batch_size=BATCH, shuffle=True,
+    loader = DataLoader(_HostImages(images, labels), batch_size=case.batch, shuffle=True,
                         num_workers=workers, pin_memory=device.type == "cuda",
                         persistent_workers=workers > 0)
     model = _model(case, device)
@@ -186,7 +197,7 @@ def engine_epochs(
     images, labels = _data(case, device)
     held_out = Case(case.model, case.params, case.val, case.size)  # same model, val-sized
     val_images, val_labels = _data(held_out, device)
-    config = TrainConfig(epochs=epochs, batch_size=BATCH, lr=0.01, augment="crop_flip",
+    config = TrainConfig(epochs=epochs, batch_size=case.batch, lr=0.01, augment="crop_flip",
                          track_test=False, device=device.type, eval_batch_size=1_000, **options)
     model = _model(case, device)
     meta = learner not in OBJECTIVES
@@ -204,7 +215,7 @@ def _ce_run(case: Case, device: torch.device, epochs: int, description: str) -> 
     """An engine run of CE set up as ``engine_epochs`` sets it up, to drive epoch by epoch."""
     images, labels = _data(case, device)
     val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
-    config = TrainConfig(epochs=epochs, batch_size=BATCH, lr=0.01, augment="crop_flip",
+    config = TrainConfig(epochs=epochs, batch_size=case.batch, lr=0.01, augment="crop_flip",
                          track_test=False, device=device.type, eval_batch_size=1_000)
     return engine._setup(
         _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
@@ -263,7 +274,7 @@ def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int)
             for k, v in seconds.items()}
     nan = float("nan")
     bare, paper = rate.get("bare") or nan, rate.get("paper") or nan
-    print(f"\n{case.label}, {case.images} images of {case.size}x{case.size}, batch {BATCH}")
+    print(f"\n{case.label}, {case.images} images of {case.size}x{case.size}, batch {case.batch}")
     print(f"{'loop':24s} {'images/s':>10s} {'x bare':>8s} {'x paper':>8s}")
     for label, value in rate.items():
         if value is None:
@@ -275,6 +286,29 @@ def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int)
     if case.label == "resnet18" and engines:
         print(f"fastest engine mode vs the 13.6k images/s before this engine: "
               f"{max(engines) / ANCHOR_RESNET18:.2f}x")
+
+
+def host_overhead(device: torch.device, epochs: int, rounds: int) -> None:
+    """Per-step milliseconds of the bare loop and the engine (fp32) on :data:`HOST_CASE`,
+    alternating round by round so that a drifting machine moves both; medians at the end.
+
+    With almost no arithmetic a step costs what the host spends issuing it, so the
+    difference is what the engine adds per step (its per-epoch evaluation of 16 images
+    included)."""
+    case, rows = HOST_CASE, []
+    steps = case.images // case.batch
+    print(f"\nhost overhead: {case.label}, batch {case.batch}, {case.size}x{case.size}, "
+          f"{steps} steps per epoch, median of epochs 2..{epochs}, {rounds} rounds", flush=True)
+    for number in range(1, rounds + 1):
+        bare = statistics.median(bare_epochs(case, device, epochs)[1:]) / steps
+        eng = statistics.median(engine_epochs(case, device, epochs, {})[1:]) / steps
+        rows.append((bare, eng))
+        print(f"  round {number}: bare {bare * 1e3:.3f} ms/step, engine fp32 {eng * 1e3:.3f} "
+              f"ms/step, engine - bare {(eng - bare) * 1e3:+.3f} ms ({eng / bare - 1:+.1%})",
+              flush=True)
+    bare, eng = (statistics.median(column) for column in zip(*rows))
+    print(f"median: bare {bare * 1e3:.3f} ms/step, engine fp32 {eng * 1e3:.3f} ms/step; the "
+          f"engine runs at {bare / eng:.3f}x the bare loop's steps per second", flush=True)
 
 
 def _timed(label: str, loop, *args) -> list[float] | None:
@@ -302,10 +336,18 @@ def main() -> None:
                         help="objective or meta-learner of the engine loops (bare and paper "
                         "always train CE; a meta-learner gets a meta-val split)")
     parser.add_argument("--no-syncs", action="store_true", help="skip the host-sync count")
+    parser.add_argument("--host-overhead", action="store_true",
+                        help="only time the bare loop and the engine per step on ResNet-18 at "
+                        "width 2, batch 4 (host cost, almost no arithmetic), alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --host-overhead")
     parser.add_argument("--phases", action="store_true",
                         help="also time the phases of an engine fp32 epoch (train loop, "
                         "scheduler, evaluation, selection)")
     args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs: at least 2 (the first is warm-up)")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     smoke = args.smoke or not torch.cuda.is_available()
     device = torch.device("cpu" if smoke else "cuda")
     pool = SMOKE_CASES if smoke else GPU_CASES + EXTRA_CASES
@@ -321,6 +363,9 @@ def main() -> None:
     print(f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
           f"median of epochs 2..{args.epochs}; compile backend {accelerate.COMPILE_BACKEND}; "
           f"engine learner {args.learner}", flush=True)
+    if args.host_overhead:
+        host_overhead(device, args.epochs, args.rounds)
+        return
     workers = 0 if smoke else min(8, os.cpu_count() or 1)
     failed = False
     for case in cases:

@@ -49,9 +49,29 @@ def test_bench_gpu_times_a_meta_learner_and_the_phases_of_an_epoch():
         assert f"{name} " in phases
 
 
+@pytest.mark.slow
+def test_bench_gpu_host_overhead_alternates_bare_and_engine_rounds():
+    done = _bench("--host-overhead", "--epochs", "2", "--rounds", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any("resnet18 at width 2, batch 4, 8x8, 200 steps per epoch" in line for line in lines)
+    rounds = [line for line in lines if line.strip().startswith("round ")]
+    assert [line.split(":")[0].strip() for line in rounds] == ["round 1", "round 2"]
+    for line in rounds:
+        bare = float(line.split("bare ")[1].split(" ms")[0])
+        engine = float(line.split("engine fp32 ")[1].split(" ms")[0])
+        difference = float(line.split("engine - bare ")[1].split(" ms")[0])
+        assert bare > 0 and engine > 0 and difference == pytest.approx(engine - bare, abs=2e-3)
+    median = lines[-1]
+    assert median.startswith("median: bare ") and "x the bare loop's steps per second" in median
+    assert "\nsmall_cnn, " not in done.stdout  # only the host probe ran
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--models", "resnet9000"), "--models: choose from"),
     (("--loops", "engine fp64"), "--loops: unknown ['engine fp64']"),
+    (("--epochs", "1"), "--epochs: at least 2"),
+    (("--host-overhead", "--rounds", "0"), "--rounds: at least 1"),
 ])
 def test_bench_gpu_rejects_unknown_models_and_loops(args, message):
     done = _bench(*args)
