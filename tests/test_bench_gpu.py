@@ -77,3 +77,42 @@ def test_bench_gpu_rejects_unknown_models_and_loops(args, message):
     done = _bench(*args)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def _vmap_bench(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DO_NOT_TRACK": "1"}
+    return subprocess.run([sys.executable, "benchmarks/bench_vmap_seeds.py", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_bench_vmap_seeds_checks_equal_training_before_it_times():
+    done = _vmap_bench("--seeds", "2", "--images", "256", "--repeats", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = done.stdout.splitlines()[-1].split()
+    assert row[0] == "2" and float(row[1]) > 0 and float(row[2]) > 0
+    # the times are printed to 0.1 ms, the ratio to 0.01: equal within that rounding
+    assert float(row[3].rstrip("x")) == pytest.approx(float(row[1]) / float(row[2]), rel=0.05)
+    assert float(row[4]) <= 1e-4  # vmapped weights and BN statistics equal the one-by-one ones
+
+
+@pytest.mark.parametrize("args", [("--seeds", "0"), ("--images", "64"), ("--repeats", "0")])
+def test_bench_vmap_seeds_rejects_bad_sizes(args):
+    done = _vmap_bench(*args)
+    assert done.returncode == 2 and "--seeds >= 1, --images >= 128" in done.stderr
+
+
+def test_bench_vmap_seeds_difference_sees_other_weights():
+    import importlib.util
+
+    from torch.func import stack_module_state
+
+    spec = importlib.util.spec_from_file_location("bench_vmap_seeds", ROOT / "benchmarks/bench_vmap_seeds.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    import torch
+
+    cpu = torch.device("cpu")
+    same = stack_module_state(bench._models(2, cpu))
+    assert bench._largest_difference(bench._models(2, cpu), *same) == 0.0
+    other = stack_module_state(bench._models(3, cpu)[1:])  # seeds 1, 2 where 0, 1 are expected
+    assert bench._largest_difference(bench._models(2, cpu), *other) > 1e-3
