@@ -584,3 +584,34 @@ def test_focal_second_derivative_is_finite_on_saturated_samples():
     (grad_logits,) = torch.autograd.grad(loss, logits, create_graph=True)
     (grad_gamma,) = torch.autograd.grad(grad_logits.square().sum(), gamma)
     assert torch.isfinite(loss) and torch.isfinite(grad_logits).all() and torch.isfinite(grad_gamma).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "fused"),
+    [
+        ("cross_entropy", {}, True),
+        ("label_smoothing", {"epsilon": 0.1}, True),
+        ("mixup", {}, True),  # cross-entropy on mixed (probability) targets
+        ("composite", {"secondary": "mmce", "beta": 2.0}, True),  # nll primary + a batch term
+        ("focal", {"gamma": 2.0}, False),
+        ("entropy_regularized", {"beta": 0.1}, False),
+    ],
+)
+@pytest.mark.parametrize("soft", [False, True])
+def test_fused_batch_mean_equals_the_mean_of_the_per_sample_loss(name, params, fused, soft):
+    """CE-type primaries reduce inside F.cross_entropy; value and gradient are the per-sample
+    mean's (class indices and probability targets), and other primaries keep .mean()."""
+    objective = build_objective(name, **params)
+    assert (objective._fused_mean is not None) == fused
+    logits, labels = _batch()
+    targets = F.one_hot(labels, logits.shape[1]).double() * 0.7 + 0.1 if soft else labels
+    fused_logits = logits.clone().requires_grad_(True)
+    loss = objective(fused_logits, targets)
+    loss.backward()
+    plain_logits = logits.clone().requires_grad_(True)
+    expected = objective._primary(plain_logits, targets).mean()
+    if objective._secondary is not None:
+        expected = expected + objective._beta * objective._secondary(plain_logits, targets)
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(fused_logits.grad, plain_logits.grad)

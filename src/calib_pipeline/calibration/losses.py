@@ -64,6 +64,22 @@ def weight_l2(model: nn.Module) -> Tensor:
     return torch.stack(squares).sum()
 
 
+def _fused_mean_options(primary: PerSampleLoss) -> dict[str, float] | None:
+    """``F.cross_entropy`` options that give ``mean_i primary`` in one op, or None.
+
+    Cross-entropy and label smoothing are ``F.cross_entropy(reduction="none")``; their batch
+    mean is the same call with torch's own mean reduction (sum / N for class indices and for
+    probabilities), which saves the per-sample vector, a ``mean`` and its backward on every
+    step (two of the engine's ~20 operations per step beyond a bare loop's; see
+    docs/performance.md, "What the engine adds per step").
+    """
+    if primary is elementwise.cross_entropy:
+        return {}
+    if isinstance(primary, partial) and primary.func is elementwise.label_smoothing and not primary.args:
+        return {"label_smoothing": primary.keywords["epsilon"]}
+    return None
+
+
 class Objective:
     """A training objective ``mean_i PL + beta * SL + l2 * ||W||^2``; see the module docstring.
 
@@ -85,6 +101,7 @@ class Objective:
         self.name = name
         self.hyperparameters = hyperparameters
         self._primary = primary
+        self._fused_mean = _fused_mean_options(primary)
         self._secondary = secondary
         self._beta = beta
         self._l2 = l2
@@ -92,7 +109,10 @@ class Objective:
     def __call__(self, logits: Tensor, targets: Tensor, **context: Any) -> Tensor:
         """The batch loss (0-d). ``context['model']`` is required when ``l2 > 0``."""
         targets = prepare_targets(logits, targets)
-        loss = self._primary(logits, targets).mean()
+        if self._fused_mean is not None:
+            loss = F.cross_entropy(logits, targets, **self._fused_mean)
+        else:
+            loss = self._primary(logits, targets).mean()
         if self._secondary is not None and self._beta != 0.0:
             loss = loss + self._beta * self._secondary(logits, targets)
         if self._l2 != 0.0:

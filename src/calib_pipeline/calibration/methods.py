@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from calib_pipeline.calibration.losses import build_objective
 from calib_pipeline.calibration.meta import build_meta_learner
-from calib_pipeline.calibration.precision import autocast, check_precision
+from calib_pipeline.calibration.precision import autocast, check_precision, upcast
 
 # ``check_method`` builds with these to validate names and hyperparameters cheaply.
 _CHECK_NUM_CLASSES = 2
@@ -143,7 +143,7 @@ class ObjectiveLearner:
             )
         with autocast(inputs.device.type, self.precision):
             logits = (model if self.forward is None else self.forward)(inputs)
-        loss = self.objective(logits.float(), targets, model=model)
+        loss = self.objective(upcast(logits), targets, model=model)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip:

@@ -350,19 +350,19 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
     is drawn up front on the device and the statistics accumulate on the device until
     ``_evaluate_epoch`` reads them once.
 
-    At batch 128 a GPU step is bound by kernel launches, so the per-step bookkeeping is one
-    copy for the loss and two kernels for the misclassified flags, written into
-    per-epoch buffers by position; the sums, the accuracy and the learned-epoch update
-    (``last_wrong``) happen once, after the loop. A sample is visited once per epoch, so
-    this gives the numbers a per-step update gave.
+    At batch 128 a GPU step is bound by kernel launches, so the per-step bookkeeping is two
+    kernels for the misclassified flags, written into a per-epoch buffer by position, and
+    the step's (detached) loss and statistics kept in lists; stacking them, the sums, the
+    accuracy and the learned-epoch update (``last_wrong``) happen once, after the loop. A
+    sample is visited once per epoch, so this gives the numbers a per-step update gave.
     """
     run.model.train()
     batches, device = run.batches, run.device
     num_samples, num_steps = len(batches.labels), len(batches)
-    step_loss = torch.zeros(num_steps, device=device, dtype=torch.float64)
+    step_losses: list[torch.Tensor] = []
     wrong = torch.zeros(num_samples, device=device, dtype=torch.bool)  # by position
     counted = 0  # samples whose batch reported logits
-    learner_steps: dict[str, torch.Tensor] = {}
+    learner_steps: dict[str, list[torch.Tensor]] = {}
     draws = draw_augmentation(num_samples, run.config.augment, run.generator)
     for position, (_, images, labels) in enumerate(batches):
         start, size = position * batches.batch_size, len(labels)
@@ -374,15 +374,13 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             meta_inputs = run.normalizer(meta_images)
         accelerate.begin_step(run.uses_graphs)
         stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
-        step_loss[position] = stats.pop("loss").detach()
+        step_losses.append(stats.pop("loss").detach())
         logits = stats.pop("logits", None)
         if logits is not None and logits.shape[0] == size:
             counted += size
-            torch.ne(logits.detach().argmax(1), labels, out=wrong[start : start + size])
+            torch.ne(logits.argmax(1), labels, out=wrong[start : start + size])  # argmax: no grad
         for key, value in stats.items():
-            if key not in learner_steps:
-                learner_steps[key] = torch.zeros(num_steps, device=device, dtype=torch.float64)
-            learner_steps[key][position] = value.detach()
+            learner_steps.setdefault(key, []).append(value.detach())
     # Every batch is full but the last (BatchStream); weight the batch means by their sizes.
     # (Built with fills: writing a Python number into a device tensor copies it from the host
     # and waits.)
@@ -396,12 +394,16 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
         order = batches.order
         run.last_wrong[order] = torch.where(wrong, epoch, run.last_wrong[order])
     correct = counted - wrong.sum(dtype=torch.float64)
+    step_loss = torch.stack(step_losses).to(torch.float64)
     return _EpochTraining(
         stats={
             "train_loss": (step_loss * weights).sum() / num_samples,
             "train_accuracy": correct / num_samples if counted else correct * float("nan"),
         },
-        learner_stats={f"train_{k}": v.sum() / num_steps for k, v in learner_steps.items()},
+        learner_stats={
+            f"train_{k}": torch.stack(v).to(torch.float64).sum() / num_steps
+            for k, v in learner_steps.items()
+        },
     )
 
 
