@@ -132,7 +132,10 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.seeds) < 1 or args.images < BATCH or args.repeats < 1:
         parser.error("--seeds >= 1, --images >= 128 and --repeats >= 1")
-    device = torch.device(args.device)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        parser.error(f"--device: {error}")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"

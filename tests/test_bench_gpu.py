@@ -116,3 +116,8 @@ def test_bench_vmap_seeds_difference_sees_other_weights():
     assert bench._largest_difference(bench._models(2, cpu), *same) == 0.0
     other = stack_module_state(bench._models(3, cpu)[1:])  # seeds 1, 2 where 0, 1 are expected
     assert bench._largest_difference(bench._models(2, cpu), *other) > 1e-3
+
+
+def test_bench_vmap_seeds_rejects_an_unknown_device():
+    done = _vmap_bench("--device", "gpu0")
+    assert done.returncode == 2 and "--device:" in done.stderr
