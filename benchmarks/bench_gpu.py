@@ -341,14 +341,16 @@ def main() -> None:
     parser.add_argument("--host-overhead", action="store_true",
                         help="only time the bare loop and the engine per step on ResNet-18 at "
                         "width 2, batch 4 (host cost, almost no arithmetic), alternating")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of --host-overhead")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds of the loops, alternating (default 1; 3 with --host-overhead)")
     parser.add_argument("--phases", action="store_true",
                         help="also time the phases of an engine fp32 epoch (train loop, "
                         "scheduler, evaluation, selection)")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs: at least 2 (the first is warm-up)")
-    if args.rounds < 1:
+    rounds = args.rounds if args.rounds is not None else 3 if args.host_overhead else 1
+    if rounds < 1:
         parser.error("--rounds: at least 1")
     smoke = args.smoke or not torch.cuda.is_available()
     device = torch.device("cpu" if smoke else "cuda")
@@ -363,25 +365,32 @@ def main() -> None:
         accelerate.COMPILE_BACKEND = "aot_eager"  # no C++ compiler run on a CI CPU
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
-          f"median of epochs 2..{args.epochs}; compile backend {accelerate.COMPILE_BACKEND}; "
+          f"median of epochs 2..{args.epochs}" + (f" of {rounds} alternating rounds" if rounds > 1 else "")
+          + f"; compile backend {accelerate.COMPILE_BACKEND}; "
           f"engine learner {args.learner}", flush=True)
     if args.host_overhead:
-        host_overhead(device, args.epochs, args.rounds)
+        host_overhead(device, args.epochs, rounds)
         return
     workers = 0 if smoke else min(8, os.cpu_count() or 1)
     failed = False
     for case in cases:
         seconds: dict[str, list[float] | None] = {}
-        if "bare" in wanted:
-            seconds["bare"] = _timed(f"{case.label}: bare", bare_epochs, case, device, args.epochs)
-        if "paper" in wanted:
-            seconds["paper"] = _timed(f"{case.label}: paper", paper_epochs, case, device,
-                                      args.epochs, workers)
-        for label, options in MODES.items():
-            if label in wanted:
-                seconds[label] = _timed(f"{case.label}: {label}", engine_epochs, case, device,
-                                        args.epochs, options, args.learner)
-        _report(case, seconds, timed_from=1)
+        for number in range(1, rounds + 1):  # the loops alternate round by round
+            name = case.label if rounds == 1 else f"{case.label} (round {number})"
+            timed: dict[str, list[float] | None] = {}
+            if "bare" in wanted:
+                timed["bare"] = _timed(f"{name}: bare", bare_epochs, case, device, args.epochs)
+            if "paper" in wanted:
+                timed["paper"] = _timed(f"{name}: paper", paper_epochs, case, device,
+                                        args.epochs, workers)
+            for label, options in MODES.items():
+                if label in wanted:
+                    timed[label] = _timed(f"{name}: {label}", engine_epochs, case, device,
+                                          args.epochs, options, args.learner)
+            for label, times in timed.items():  # each round's warm-up epoch left out
+                kept = seconds.get(label, [])
+                seconds[label] = None if times is None or kept is None else [*kept, *times[1:]]
+        _report(case, seconds, timed_from=0)
         failed |= any(v is None for v in seconds.values())
         if args.phases:
             try:

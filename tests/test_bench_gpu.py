@@ -121,3 +121,18 @@ def test_bench_vmap_seeds_difference_sees_other_weights():
 def test_bench_vmap_seeds_rejects_an_unknown_device():
     done = _vmap_bench("--device", "gpu0")
     assert done.returncode == 2 and "--device:" in done.stderr
+
+
+def test_bench_gpu_rounds_alternate_the_loops_and_pool_their_epochs():
+    done = _bench("--epochs", "2", "--rounds", "2", "--models", "small_cnn", "--loops", "bare",
+                  "engine fp32")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "median of epochs 2..2 of 2 alternating rounds" in out
+    order = [line.split(": ")[0].strip() + ": " + line.split(": ")[1] for line in out.splitlines()
+             if "(round " in line]
+    assert order == ["small_cnn (round 1): bare", "small_cnn (round 1): engine fp32",
+                     "small_cnn (round 2): bare", "small_cnn (round 2): engine fp32"]
+    table = out.split("\nsmall_cnn, ")[1].splitlines()
+    assert [row.split()[0] for row in table[2:4]] == ["bare", "engine"]
+    assert table[2].split()[2] == "1.00" and float(table[3].split()[3]) > 0
