@@ -275,3 +275,29 @@ def test_train_statistics_and_learned_epochs_are_exact(report_logits):
     # last misclassified in epoch 3 (i % 3 == 0: never learned, 0), 2 (learned in 3), 1 (in 2)
     learned = torch.tensor([0, 3, 2])[ids % 3] if report_logits else torch.ones(100, dtype=torch.long)
     assert torch.equal(result.learned_epoch, learned)
+
+
+@dataclass
+class _VectorLossLearner(_ScriptedLearner):
+    """Breaks the step protocol: a per-sample loss (or statistic) instead of a 0-d one."""
+
+    vector: str = "loss"
+
+    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None):
+        stats = super().step(model, optimizer, inputs, targets)
+        stats[self.vector] = torch.ones(len(targets))
+        return stats
+
+
+@pytest.mark.parametrize("vector", ["loss", "batch"])
+def test_a_learner_that_reports_non_scalar_statistics_is_refused(vector):
+    """Stacked per step, a per-sample loss would broadcast into wrong epoch statistics."""
+    images = torch.zeros(32, 1, 8, 8, dtype=torch.uint8)
+    labels = torch.zeros(32, dtype=torch.long)
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    learner = _VectorLossLearner(build_objective("cross_entropy"), vector=vector)
+    with pytest.raises(ValueError, match=rf"_VectorLossLearner.step must return 0-d tensors.*'{vector}': \(32,\)"):
+        train_model(model, learner, Split(images, labels), Split(images[:8], labels[:8]),
+                    TrainConfig(epochs=1, batch_size=32, device="cpu"),
+                    normalization=((0.5,), (0.25,)), seed=0)

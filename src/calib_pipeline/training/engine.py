@@ -374,7 +374,13 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             meta_inputs = run.normalizer(meta_images)
         accelerate.begin_step(run.uses_graphs)
         stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
-        step_losses.append(stats.pop("loss").detach())
+        loss = stats.pop("loss")
+        if loss.ndim != 0 or any(value.ndim != 0 for key, value in stats.items() if key != "logits"):
+            raise ValueError(
+                f"{type(run.learner).__name__}.step must return 0-d tensors (besides 'logits'); "
+                f"got shapes { {k: tuple(v.shape) for k, v in {'loss': loss, **stats}.items()} }"
+            )
+        step_losses.append(loss.detach())
         logits = stats.pop("logits", None)
         if logits is not None and logits.shape[0] == size:
             counted += size
