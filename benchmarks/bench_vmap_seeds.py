@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from _timing import seconds_per_call
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from calib_pipeline.models import build_model
@@ -43,11 +43,6 @@ def _models(seeds: int, device: torch.device) -> list[nn.Module]:
 def _orders(seeds: int, n: int, device: torch.device) -> list[torch.Tensor]:
     return [torch.randperm(n, generator=torch.Generator().manual_seed(100 + s)).to(device)
             for s in range(seeds)]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def one_by_one(models: list[nn.Module], images: torch.Tensor, labels: torch.Tensor,
@@ -115,11 +110,8 @@ def measure(seeds: int, n: int, device: torch.device, repeats: int) -> tuple[flo
     for _ in range(repeats):  # alternating, fresh models each time
         for label, loop in (("one by one", one_by_one), ("vmap", all_at_once)):
             models = _models(seeds, device)
-            _sync(device)
-            started = time.perf_counter()
-            loop(models, images, labels, orders)
-            _sync(device)
-            times[label].append(time.perf_counter() - started)
+            times[label].append(seconds_per_call(
+                lambda: loop(models, images, labels, orders), 1, device))  # noqa: B023 -- called now
     return statistics.median(times["one by one"]), statistics.median(times["vmap"]), difference
 
 

@@ -101,11 +101,12 @@ def test_bench_vmap_seeds_rejects_bad_sizes(args):
     assert done.returncode == 2 and "--seeds >= 1, --images >= 128" in done.stderr
 
 
-def test_bench_vmap_seeds_difference_sees_other_weights():
+def test_bench_vmap_seeds_difference_sees_other_weights(monkeypatch):
     import importlib.util
 
     from torch.func import stack_module_state
 
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as when run as a script
     spec = importlib.util.spec_from_file_location("bench_vmap_seeds", ROOT / "benchmarks/bench_vmap_seeds.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -387,13 +387,12 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             torch.ne(logits.argmax(1), labels, out=wrong[start : start + size])  # argmax: no grad
         for key, value in stats.items():
             learner_steps.setdefault(key, []).append(value.detach())
-    # Every batch is full but the last (BatchStream); weight the batch means by their sizes.
-    # (Built with fills: writing a Python number into a device tensor copies it from the host
-    # and waits.)
-    last = batches.batch_size if batches.drop_last else num_samples - batches.batch_size * (num_steps - 1)
+    # Every batch is full but the last (BatchStream), whose size the loop ended with; weight
+    # the batch means by their sizes. (Built with fills: writing a Python number into a
+    # device tensor copies it from the host and waits.)
     weights = torch.cat([
         torch.full((num_steps - 1,), float(batches.batch_size), device=device, dtype=torch.float64),
-        torch.full((1,), float(last), device=device, dtype=torch.float64),
+        torch.full((1,), float(size), device=device, dtype=torch.float64),
     ])
     if counted:
         # index_put over the epoch's order (a boolean mask's nonzero would sync)
