@@ -14,6 +14,10 @@ from calib_pipeline.calibration import _metrics_binning as binning
 from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import metrics as M
 
+# every test runs with both scans of CPU logits (fused and eager torch)
+pytestmark = pytest.mark.usefixtures("scan_path")
+
+
 SHORT_AND_LONG_ROWS = [2, 3, 10, kernels.SHORT_ROWS - 1, kernels.SHORT_ROWS, 100]
 
 

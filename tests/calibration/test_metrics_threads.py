@@ -18,6 +18,9 @@ from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import _metrics_threads as blocking
 from calib_pipeline.calibration import metrics as M
 
+# every test runs with both scans of CPU logits (fused and eager torch)
+pytestmark = pytest.mark.usefixtures("scan_path")
+
 
 @pytest.fixture
 def threads():

@@ -9,10 +9,15 @@ and probabilities. The metrics themselves live in ``_metrics_hard`` and ``_metri
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from calib_pipeline.calibration._metrics_threads import run_blocks
@@ -171,6 +176,8 @@ def _scan(
     :func:`_finiteness_witness`, taken from its statistics, is not finite, instead of a
     separate pass that reads all scores once more.
     """
+    if logits and flat.device.type == "cpu" and flat.dtype in FUSED_DTYPES and _fused() is not None:
+        return _scan_fused(flat, targets, on_non_finite)
     n, n_classes = flat.shape
     dtype, device = flat.dtype, flat.device
     rows = _block_rows(n, n_classes, flat.is_cuda)
@@ -215,6 +222,72 @@ def _scan(
     if bounds is not None and not bool(torch.isfinite(bounds).all()):
         on_non_finite()
     return top if mass is None else mass[:n], correct, suspect
+
+
+# dtypes of logits that the compiled scan of ``_metrics_fused`` takes on CPU
+FUSED_DTYPES = (torch.float32, torch.float64)
+
+
+@functools.cache
+def _fused() -> Any:
+    """The ``_metrics_fused`` module (imported at the first scan, as it imports numba), or
+    None without numba: then the eager scan runs, after a warning, once per process."""
+    if importlib.util.find_spec("numba") is None:
+        warnings.warn(
+            "numba is not installed: the metrics scan CPU logits with the eager torch kernels"
+            " (same results to rounding, about half as fast); install the project's"
+            " dependencies to get it",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    return importlib.import_module("calib_pipeline.calibration._metrics_fused")
+
+
+def _scan_fused(
+    flat: torch.Tensor,
+    targets: torch.Tensor,
+    on_non_finite: Callable[[], None] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_scan` of float32/float64 logits on CPU by the compiled kernel of
+    ``_metrics_fused``, which reads each row once; blocks as :func:`_scan` cuts them, spread
+    over the threads by :func:`~._metrics_threads.run_blocks`, each thread with its own work
+    buffer. ``on_non_finite`` is called when a block's witness is not finite.
+    """
+    fused = _fused()
+    n, n_classes = flat.shape
+    flat, targets = flat.contiguous(), targets.contiguous()
+    rows = _block_rows(n, n_classes, on_cuda=False)
+    n_blocks = -(-n // rows)
+    confidence = torch.empty(n, dtype=flat.dtype)
+    correct = torch.empty(n, dtype=torch.bool)
+    suspect = torch.empty_like(correct)
+    dtype = flat.numpy().dtype
+    witness = np.zeros(n_blocks, dtype=dtype)
+    numbers, coefficients = fused.constants(dtype)
+    chunk = fused.chunk_rows(n_classes)
+
+    def scan_blocks(blocks: Iterator[int]) -> None:
+        work = np.empty(chunk * n_classes, dtype=dtype)
+        peaks = np.empty(chunk, dtype=dtype)
+        for index in blocks:
+            part = slice(index * rows, min(n, (index + 1) * rows))
+            witness[index] = fused.scan_block(
+                flat[part].numpy(),
+                targets[part].numpy(),
+                confidence[part].numpy(),
+                correct[part].numpy(),
+                suspect[part].numpy(),
+                work,
+                peaks,
+                numbers,
+                coefficients,
+            )
+
+    run_blocks(scan_blocks, n_blocks, on_cuda=False)
+    if on_non_finite is not None and not np.isfinite(witness).all():
+        on_non_finite()
+    return confidence, correct, suspect
 
 
 def _top_label_from_scores(
