@@ -16,7 +16,8 @@ one by default for 1-3 -- for every side of a ratio):
    (the script's own threads included) and the 1-minute load average at its end: a "quiet"
    row on a shared machine is only as quiet as those say.
 5. (``--breakdown`` only) ECE's time at the default thread count in units of one read of the
-   logits, and each pass of the top-label scan on one thread: what bounds the speed-up.
+   logits: the compiled scan (numba) and the eager torch scan that runs without numba, and
+   each pass of the eager scan on one thread.
 
 Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]
 [--busy 0,1,2] [--competitor spin|matmul] [--only-load] [--breakdown]`` (``--quick`` shrinks the sizes
@@ -227,6 +228,16 @@ def bench_loaded_ece(n: int, repeats: int, busy_counts: list[int], competitor: s
             print("    (not quiet: other processes were running; rerun on an idle machine)")
 
 
+def eager_scan(logits: torch.Tensor, labels: torch.Tensor) -> object:
+    """The scan as it runs without numba: the eager torch kernels, block by block."""
+    fused = _metrics_kernels._fused
+    _metrics_kernels._fused = lambda: None
+    try:
+        return _metrics_kernels._scan(logits, labels, True, None)
+    finally:
+        _metrics_kernels._fused = fused
+
+
 def bench_breakdown(n: int, repeats: int) -> None:
     """Where the ECE's time goes, in units of one read of the logits (``amax`` over rows):
     at the current thread count, and per pass of the scan's blocks on one thread."""
@@ -235,10 +246,11 @@ def bench_breakdown(n: int, repeats: int) -> None:
     t = median_seconds(
         {
             "read": lambda: torch.amax(logits, dim=1),
-            # torch's fused row kernel (max, exp, sum, scale in one read of each row): the
-            # cheapest eager op that computes what the scan needs, and only part of it
+            # torch's fused row kernel (max, exp, sum, scale in one read of each row): what
+            # an eager scan could at best build on (it yields only part of what is needed)
             "softmax": lambda: torch.softmax(logits, 1, out=probabilities),
             "scan": lambda: _metrics_kernels._scan(logits, labels, True, None),
+            "eager scan": lambda: eager_scan(logits, labels),
             "ece": lambda: metrics.ece(logits, labels, closure="left"),
             "torchmetrics": lambda: multiclass_calibration_error(
                 logits, labels, num_classes=100, n_bins=15, norm="l1"
@@ -249,14 +261,11 @@ def bench_breakdown(n: int, repeats: int) -> None:
     read = t["read"]
     print(f"[5] where ECE's time goes on {n:,} x 100 ({torch.get_num_threads()} thread(s)),"
           " in reads of the logits (amax over rows)")
-    for name in ("read", "softmax", "scan", "ece", "torchmetrics"):
+    for name in ("read", "softmax", "scan", "eager scan", "ece", "torchmetrics"):
         print(f"    {name:12s} {t[name] * 1e3:8.1f} ms = {t[name] / read:5.2f} reads")
     print(f"    ECE at 5x torchmetrics must take <= {t['torchmetrics'] / 5 * 1e3:.1f} ms ="
           f" {t['torchmetrics'] / 5 / read:.2f} reads, binning and validation included;"
           f" a kernel that only read the logits once would be {t['torchmetrics'] / read:.1f}x")
-    print(f"    softmax + ECE - scan = {(t['softmax'] + t['ece'] - t['scan']) * 1e3:.1f} ms: the ECE if"
-          " its scan cost no more than torch's fused softmax (which yields neither the row"
-          " max nor the NaN/inf check)")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     rows = _metrics_kernels._block_rows(n, 100, on_cuda=False)
@@ -287,8 +296,8 @@ def bench_breakdown(n: int, repeats: int) -> None:
         repeats,
     )
     torch.set_num_threads(threads)
-    print(f"    one thread, per pass over all {len(blocks)} blocks of {rows} rows (the scan runs"
-          " these in place on one buffer; here the later ones read another)")
+    print(f"    one thread, per pass of the eager scan over all {len(blocks)} blocks of {rows}"
+          " rows (it runs these in place on one buffer; here the later ones read another)")
     for name, seconds in passes.items():
         print(f"      {name:24s} {seconds * 1e3:7.1f} ms")
 
