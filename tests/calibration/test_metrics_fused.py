@@ -24,30 +24,30 @@ def _logits(n, k, dtype=torch.float32, seed=0, scale=3.0):
     return logits.to(dtype), torch.randint(0, k, (n,), generator=g)
 
 
-def _scan(logits, labels, path, monkeypatch):
+def _top_label(logits, labels, path, monkeypatch):
     with monkeypatch.context() as patch:
         if path == "eager":
             patch.setattr(kernels, "_fused", lambda: None)
-        return kernels._scan(logits, labels, True, None)
+        return kernels._top_label_from_scores(logits, labels, "logits")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("k", [2, 3, 10, 23, 24, 100, 1000])
+@pytest.mark.parametrize("k", [2, 3, 10, 15, 16, 23, 24, 100, 1000])
 def test_the_fused_scan_agrees_with_the_eager_scan_and_the_softmax(monkeypatch, k, dtype):
     logits, labels = _logits(max(300, 30_000 // k), k, dtype, seed=k)
-    # rows whose two first classes tie for the maximum: argmax must confirm them
-    logits[:5, :2] = logits[:5].amax(1, keepdim=True) + 1
-    labels[:5] = 1
-    fused_stats = _scan(logits, labels, "fused", monkeypatch)
-    eager_stats = _scan(logits, labels, "eager", monkeypatch)
-    for found, expected in zip(fused_stats[1:], eager_stats[1:], strict=True):
-        assert torch.equal(found, expected)  # correctness and the rows to confirm
-    assert fused_stats[2][:5].all()
+    # rows where a class before the label ties with it for the maximum: argmax (the first
+    # maximal class) is not the label; and rows where the tie comes after the label
+    logits[:10, :2] = logits[:10].amax(1, keepdim=True) + 1
+    labels[:5], labels[5:10] = 1, 0
+    argmax_correct = logits.argmax(1) == labels
+    assert not argmax_correct[:5].any() and argmax_correct[5:10].all()
     softmax = torch.softmax(logits.double(), 1).amax(1)
-    for confidence in (fused_stats[0], eager_stats[0]):
+    for path in ("fused", "eager"):
+        confidence, correct = _top_label(logits, labels, path, monkeypatch)
+        assert torch.equal(correct, argmax_correct), path
         assert confidence.dtype == dtype
         error = ((confidence.double() - softmax).abs() / softmax).max().item()
-        assert error <= 4 * EPS[dtype] if dtype == torch.float32 else error <= 16 * EPS[dtype]
+        assert error <= (4 if dtype == torch.float32 else 16) * EPS[dtype], path
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -119,16 +119,17 @@ def test_without_a_writable_cache_folder_the_kernel_compiles_uncached(monkeypatc
 
     monkeypatch.setattr(fused.numba, "njit", no_cache_folder)
     with pytest.warns(fused.NumbaWarning, match="NUMBA_CACHE_DIR"):
-        kernel = fused._compile()
-    logits, labels = _logits(64, 5, seed=3)
-    out = torch.empty(64), torch.empty(64, dtype=torch.bool), torch.empty(64, dtype=torch.bool)
+        kernel = fused._compile(fused._scan_block)
+    k = fused.SHORT_ROWS + 4
+    logits, labels = _logits(64, k, seed=3)
+    out = torch.empty(64), torch.empty(64, dtype=torch.bool)
     numbers, coefficients = fused.constants(np.dtype(np.float32))
-    rows = fused.chunk_rows(5)
+    rows = fused.chunk_rows(k)
     witness = kernel(
         logits.numpy(),
         labels.numpy(),
         *(x.numpy() for x in out),
-        np.empty(rows * 5, np.float32),
+        np.empty(rows * k, np.float32),
         np.empty(rows, np.float32),
         numbers,
         coefficients,

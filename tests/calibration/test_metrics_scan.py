@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from calib_pipeline.calibration import _metrics_binning as binning
+from calib_pipeline.calibration import _metrics_fused as fused
 from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import metrics as M
 
@@ -18,7 +19,11 @@ from calib_pipeline.calibration import metrics as M
 pytestmark = pytest.mark.usefixtures("scan_path")
 
 
-SHORT_AND_LONG_ROWS = [2, 3, 10, kernels.SHORT_ROWS - 1, kernels.SHORT_ROWS, 100]
+# around the short-row limits of the eager scan (24) and of the compiled one (16)
+SHORT_AND_LONG_ROWS = sorted(
+    {2, 3, 10, kernels.SHORT_ROWS - 1, kernels.SHORT_ROWS, 100}
+    | {fused.SHORT_ROWS - 1, fused.SHORT_ROWS}
+)
 
 
 def _logits(n, k, seed=0, scale=3.0):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from calib_pipeline.calibration import _metrics_binning as binning
+from calib_pipeline.calibration import _metrics_fused as fused
 from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import _metrics_threads as blocking
 from calib_pipeline.calibration import metrics as M
@@ -127,6 +128,7 @@ CASES = {
     "one sample": ((1,), 3),
     "short rows": ((1001,), 10),
     "transposition limit": ((4097,), kernels.SHORT_ROWS),
+    "compiled transposition limit": ((2049,), fused.SHORT_ROWS),
     "long rows": ((3001,), 100),
     "batched runs": ((7, 333), 5),
     "batched long rows": ((3, 650), 40),

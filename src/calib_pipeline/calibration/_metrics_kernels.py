@@ -164,10 +164,11 @@ def _scan(
     targets: torch.Tensor,
     logits: bool,
     on_non_finite: Callable[[], None] | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Confidence, correctness by label score (the label scores the row maximum) and which
     of those rows argmax must confirm (two classes could tie for the maximum), of n x K
-    scores (:func:`_finish_block`).
+    scores (:func:`_finish_block`); for CPU logits the compiled scan (:func:`_scan_fused`),
+    whose correctness is exact (the first maximal class), and None for the rows to confirm.
 
     One cache-sized block at a time, so each block is read from memory once and its
     temporaries stay in a work buffer that each thread reuses; the blocks are spread over
@@ -248,7 +249,7 @@ def _scan_fused(
     flat: torch.Tensor,
     targets: torch.Tensor,
     on_non_finite: Callable[[], None] | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, None]:
     """:func:`_scan` of float32/float64 logits on CPU by the compiled kernel of
     ``_metrics_fused``, which reads each row once; blocks as :func:`_scan` cuts them, spread
     over the threads by :func:`~._metrics_threads.run_blocks`, each thread with its own work
@@ -261,25 +262,33 @@ def _scan_fused(
     n_blocks = -(-n // rows)
     confidence = torch.empty(n, dtype=flat.dtype)
     correct = torch.empty(n, dtype=torch.bool)
-    suspect = torch.empty_like(correct)
     dtype = flat.numpy().dtype
     witness = np.zeros(n_blocks, dtype=dtype)
     numbers, coefficients = fused.constants(dtype)
-    chunk = fused.chunk_rows(n_classes)
+    short = n_classes < fused.SHORT_ROWS
 
     def scan_blocks(blocks: Iterator[int]) -> None:
-        work = np.empty(chunk * n_classes, dtype=dtype)
-        peaks = np.empty(chunk, dtype=dtype)
+        if short:
+            chunk = fused.SHORT_CHUNK_ROWS
+            kernel = fused.scan_block_short
+            buffers = (
+                np.empty((n_classes, chunk), dtype=dtype),
+                np.empty(chunk, dtype=dtype),
+                np.empty(chunk, dtype=dtype),
+                np.empty(chunk, dtype=np.int64),
+            )
+        else:
+            chunk = fused.chunk_rows(n_classes)
+            kernel = fused.scan_block
+            buffers = (np.empty(chunk * n_classes, dtype=dtype), np.empty(chunk, dtype=dtype))
         for index in blocks:
             part = slice(index * rows, min(n, (index + 1) * rows))
-            witness[index] = fused.scan_block(
+            witness[index] = kernel(
                 flat[part].numpy(),
                 targets[part].numpy(),
                 confidence[part].numpy(),
                 correct[part].numpy(),
-                suspect[part].numpy(),
-                work,
-                peaks,
+                *buffers,
                 numbers,
                 coefficients,
             )
@@ -287,7 +296,7 @@ def _scan_fused(
     run_blocks(scan_blocks, n_blocks, on_cuda=False)
     if on_non_finite is not None and not np.isfinite(witness).all():
         on_non_finite()
-    return confidence, correct, suspect
+    return confidence, correct, None
 
 
 def _top_label_from_scores(
@@ -307,8 +316,8 @@ def _top_label_from_scores(
     flat = scores.reshape(-1, scores.shape[-1])
     targets = labels.reshape(-1)
     confidence, correct, unconfirmed = _scan(flat, targets, inputs == "logits", on_non_finite)
-    suspect = unconfirmed.nonzero().squeeze(1)
-    if suspect.numel():
+    suspect = None if unconfirmed is None else unconfirmed.nonzero().squeeze(1)
+    if suspect is not None and suspect.numel():
         argmax = flat.index_select(0, suspect).argmax(dim=1)
         correct[suspect] = argmax == targets.index_select(0, suspect)
     return confidence.reshape(labels.shape), correct.reshape(labels.shape)
