@@ -109,6 +109,23 @@ def test_without_numba_the_eager_scan_runs_after_one_warning(monkeypatch, fresh_
         assert M.ece(logits, labels) == eager
 
 
+def test_a_numba_that_fails_to_import_falls_back_with_the_reason(monkeypatch, fresh_fused_lookup):
+    logits, labels = _logits(500, 30, seed=4)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "_fused", lambda: None)
+        eager = M.ece(logits, labels)
+    import_module = kernels.importlib.import_module
+
+    def broken(name, *args):
+        if name.endswith("_metrics_fused"):
+            raise ImportError("Numba needs NumPy 2.5 or less")
+        return import_module(name, *args)
+
+    monkeypatch.setattr(kernels.importlib, "import_module", broken)
+    with pytest.warns(RuntimeWarning, match=r"numba failed to import \(Numba needs NumPy"):
+        assert M.ece(logits, labels) == eager
+
+
 def test_without_a_writable_cache_folder_the_kernel_compiles_uncached(monkeypatch):
     njit = fused.numba.njit
 

@@ -232,17 +232,22 @@ FUSED_DTYPES = (torch.float32, torch.float64)
 @functools.cache
 def _fused() -> Any:
     """The ``_metrics_fused`` module (imported at the first scan, as it imports numba), or
-    None without numba: then the eager scan runs, after a warning, once per process."""
+    None where numba is missing or fails to import: then the eager scan runs, after a
+    warning that says why, once per process."""
     if importlib.util.find_spec("numba") is None:
-        warnings.warn(
-            "numba is not installed: the metrics scan CPU logits with the eager torch kernels"
-            " (same results to rounding, about half as fast); install the project's"
-            " dependencies to get it",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-        return None
-    return importlib.import_module("calib_pipeline.calibration._metrics_fused")
+        reason = "numba is not installed"
+    else:
+        try:
+            return importlib.import_module("calib_pipeline.calibration._metrics_fused")
+        except ImportError as error:  # e.g. a numba built for another NumPy
+            reason = f"numba failed to import ({error})"
+    warnings.warn(
+        f"{reason}: the metrics scan CPU logits with the eager torch kernels (same results"
+        " to rounding, about half as fast); install the project's dependencies to get it",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return None
 
 
 def _scan_fused(
