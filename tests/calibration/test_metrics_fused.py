@@ -84,6 +84,12 @@ def test_the_constants_follow_the_dtype_and_the_stated_degrees():
     assert fused.chunk_rows(10 * fused.CHUNK_ELEMENTS) == 1
 
 
+def _eager_ece(logits, labels, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "_fused", lambda: None)
+        return M.ece(logits, labels)
+
+
 @pytest.fixture
 def fresh_fused_lookup():
     kernels._fused.cache_clear()
@@ -93,9 +99,7 @@ def fresh_fused_lookup():
 
 def test_without_numba_the_eager_scan_runs_after_one_warning(monkeypatch, fresh_fused_lookup):
     logits, labels = _logits(500, 10, seed=2)
-    with monkeypatch.context() as patch:
-        patch.setattr(kernels, "_fused", lambda: None)
-        eager = M.ece(logits, labels)
+    eager = _eager_ece(logits, labels, monkeypatch)
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
@@ -111,9 +115,7 @@ def test_without_numba_the_eager_scan_runs_after_one_warning(monkeypatch, fresh_
 
 def test_a_numba_that_fails_to_import_falls_back_with_the_reason(monkeypatch, fresh_fused_lookup):
     logits, labels = _logits(500, 30, seed=4)
-    with monkeypatch.context() as patch:
-        patch.setattr(kernels, "_fused", lambda: None)
-        eager = M.ece(logits, labels)
+    eager = _eager_ece(logits, labels, monkeypatch)
     import_module = kernels.importlib.import_module
 
     def broken(name, *args):
