@@ -315,8 +315,10 @@ def _top_label_from_scores(
     Works on detached ``(..., K)`` scores in their dtype (:func:`_scan`; ``on_non_finite``
     as there). For logits the confidence is 1 / sum_k exp(z_k - max_j z_j). Ties for the
     maximum resolve to the first maximal class (torch/NumPy argmax): a sample is correct iff
-    its label scores the maximum and, where two classes could tie (sum_k exp(z_k - max) >= 2
-    for logits, p_max <= 1/2 + tolerance for probabilities), argmax confirms it.
+    its label scores the maximum and no class before it does. The compiled scan of CPU
+    logits decides this in its kernel; after the eager scan, where two classes could tie
+    (sum_k exp(z_k - max) >= 2 for logits, p_max <= 1/2 + tolerance for probabilities),
+    argmax confirms the rows whose label scores the maximum.
     """
     flat = scores.reshape(-1, scores.shape[-1])
     targets = labels.reshape(-1)
