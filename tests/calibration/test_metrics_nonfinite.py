@@ -11,6 +11,7 @@ import torch
 
 from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import metrics as M
+from tests.calibration.scan_tolerance import CONFIDENCE_RTOL
 
 # every test runs with both scans of CPU logits (fused and eager torch)
 pytestmark = pytest.mark.usefixtures("scan_path")
@@ -51,8 +52,6 @@ def test_finite_logits_whose_differences_overflow_are_accepted(k):
     logits[9, :2] = torch.tensor([3e38, -3e38])  # (z - max) log2 e overflows to -inf
     pred = kernels.Predictions.single(logits, labels, "logits")
     expected = torch.softmax(logits.double(), 1).amax(1)
-    # 4 float32 ulps: over 200,000 rows of such logits the fused kernel's largest relative
-    # error was 3.8e-7 and the eager torch scan's 4.4e-7
-    rtol = 4 * torch.finfo(torch.float32).eps
+    rtol = CONFIDENCE_RTOL[torch.float32]
     assert torch.allclose(pred.confidence[0].double(), expected, rtol=rtol, atol=0)
     assert pred.confidence[0, 9] == 1.0
