@@ -247,6 +247,12 @@ def test_bootstrap_resamples_score_exactly_the_resampled_data():
         np.testing.assert_allclose(got, direct[key], rtol=1e-5, atol=1e-9, err_msg=key)
 
 
+@pytest.mark.parametrize("values", [torch.rand(50), torch.rand(50) > 0.5, torch.rand(50, 7)])
+def test_the_resampling_gather_equals_advanced_indexing(values):
+    index = torch.randint(0, 50, (4, 50), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(kernels._gather(values, index), values[index])
+
+
 def test_bootstrap_of_probability_input_and_options():
     logits, labels = _data(n=300, k=5)
     probs = torch.softmax(logits.double(), -1)

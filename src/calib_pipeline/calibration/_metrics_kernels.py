@@ -442,6 +442,17 @@ class Predictions:
         return self.cached("probs", compute)
 
 
+def _gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` for an index of any shape into dim 0 of ``values``: index_select
+    of the flattened index. On a quiet CPU as fast as advanced indexing for float32 and
+    twice as fast for bool / int64 (16 x 10,000 indices, 2 threads); beside busy processes
+    advanced indexing stalls in its parallel regions (2.2-6.4 ms against 0.10-0.19 ms), and
+    ``bootstrap_ci`` of ECE (1,000 resamples of 10,000 x 100) took 0.71-0.84 s with it
+    against 0.18-0.21 s (0.21-0.22 s either way when quiet)."""
+    picked = values.index_select(0, index.reshape(-1))
+    return picked.view(*index.shape, *values.shape[1:])
+
+
 class _ResampledPredictions(Predictions):
     """Resampled runs of a single-run parent; gathers the parent's cached statistics."""
 
@@ -449,24 +460,24 @@ class _ResampledPredictions(Predictions):
         self.parent = parent
         self.index = index
         self.inputs = parent.inputs
-        self.labels = parent.labels[0][index]
+        self.labels = _gather(parent.labels[0], index)
         self._cache = {}
 
     @property
     def scores(self) -> torch.Tensor:  # type: ignore[override]
-        return self.cached("scores", lambda: self.parent.scores[0][self.index])
+        return self.cached("scores", lambda: _gather(self.parent.scores[0], self.index))
 
     @property
     def n_classes(self) -> int:
         return self.parent.n_classes
 
     def _top_label(self) -> torch.Tensor:
-        self._cache["correct"] = self.parent.correct[0][self.index]
-        return self.parent.confidence[0][self.index]
+        self._cache["correct"] = _gather(self.parent.correct[0], self.index)
+        return _gather(self.parent.confidence[0], self.index)
 
     @property
     def log_probs(self) -> torch.Tensor:
-        return self.cached("log_probs", lambda: self.parent.log_probs[0][self.index])
+        return self.cached("log_probs", lambda: _gather(self.parent.log_probs[0], self.index))
 
 
 # --------------------------------------------------------------------------- binning
