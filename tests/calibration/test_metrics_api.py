@@ -247,6 +247,18 @@ def test_bootstrap_resamples_score_exactly_the_resampled_data():
         np.testing.assert_allclose(got, direct[key], rtol=1e-5, atol=1e-9, err_msg=key)
 
 
+@pytest.mark.parametrize("key", ["nll", "brier", "mean_entropy"])
+def test_a_resampled_view_gathers_per_sample_terms_not_the_scores(key):
+    logits, labels = _data(n=200, k=6)
+    base = kernels.Predictions.single(logits, labels, "logits")
+    index = torch.randint(0, 200, (5, 200), generator=torch.Generator().manual_seed(2))
+    view = base.resample(index)
+    value = M.build_metric(key).runs(view)
+    assert not {"scores", "log_probs", "probs"} & set(view._cache)  # N x K never gathered
+    rescored = M.calibration_metrics_batched(logits[index], labels[index], keys=[key])[key]
+    np.testing.assert_allclose(value.double().numpy(), rescored, rtol=1e-12)
+
+
 @pytest.mark.parametrize("values", [torch.rand(50), torch.rand(50) > 0.5, torch.rand(50, 7)])
 def test_the_resampling_gather_equals_advanced_indexing(values):
     index = torch.randint(0, 50, (4, 50), generator=torch.Generator().manual_seed(1))

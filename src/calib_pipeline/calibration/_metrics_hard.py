@@ -28,15 +28,22 @@ def nll(pred: Predictions) -> torch.Tensor:
 
     +inf if a probability input gives a label probability 0 (no clipping).
     """
-    picked = pred.log_probs.gather(-1, pred.labels.unsqueeze(-1)).squeeze(-1)
-    return -picked.to(torch.float64).mean(-1)
+    return -pred.per_sample("label_log_prob", _label_log_prob).to(torch.float64).mean(-1)
+
+
+def _label_log_prob(pred: Predictions) -> torch.Tensor:
+    return pred.log_probs.gather(-1, pred.labels.unsqueeze(-1)).squeeze(-1)
 
 
 def brier(pred: Predictions) -> torch.Tensor:
     """Multiclass Brier score (1/N) sum_i sum_k (p_ik - 1[y_i = k])^2, in [0, 2]."""
+    return pred.per_sample("brier", _brier_terms).mean(-1)
+
+
+def _brier_terms(pred: Predictions) -> torch.Tensor:
     probs = pred.probs.to(torch.float64)
     true_prob = probs.gather(-1, pred.labels.unsqueeze(-1)).squeeze(-1)
-    return (probs.square().sum(-1) - 2 * true_prob + 1).mean(-1)
+    return probs.square().sum(-1) - 2 * true_prob + 1
 
 
 def mean_confidence(pred: Predictions) -> torch.Tensor:
@@ -46,8 +53,12 @@ def mean_confidence(pred: Predictions) -> torch.Tensor:
 
 def mean_entropy(pred: Predictions) -> torch.Tensor:
     """(1/N) sum_i -sum_k p_ik log p_ik in nats (0 log 0 = 0)."""
+    return pred.per_sample("entropy", _entropy).mean(-1)
+
+
+def _entropy(pred: Predictions) -> torch.Tensor:
     probs = pred.probs.to(torch.float64)
-    return -torch.special.xlogy(probs, probs).sum(-1).mean(-1)
+    return -torch.special.xlogy(probs, probs).sum(-1)
 
 
 def ece(

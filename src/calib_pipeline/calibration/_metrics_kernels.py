@@ -380,6 +380,11 @@ class Predictions:
             self._cache[key] = compute()
         return self._cache[key]
 
+    def per_sample(self, key: str, compute: Callable[[Predictions], torch.Tensor]) -> torch.Tensor:
+        """R x N per-sample statistic ``compute(self)``, computed once; a resampled view
+        gathers its parent's instead of gathering the N x K scores it is computed from."""
+        return self.cached(key, lambda: compute(self))
+
     def _check_finite(self) -> None:
         if self._unchecked is not None:
             check_finite(self._unchecked, "logits")
@@ -478,6 +483,11 @@ class _ResampledPredictions(Predictions):
     @property
     def log_probs(self) -> torch.Tensor:
         return self.cached("log_probs", lambda: _gather(self.parent.log_probs[0], self.index))
+
+    def per_sample(self, key: str, compute: Callable[[Predictions], torch.Tensor]) -> torch.Tensor:
+        return self.cached(
+            key, lambda: _gather(self.parent.per_sample(key, compute)[0], self.index)
+        )
 
 
 # --------------------------------------------------------------------------- binning
