@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
+from calib_pipeline.calibration._metrics_kernels import _gather
 from calib_pipeline.calibration._metrics_threads import run_blocks
 
 SCHEMES = ("width", "mass")
@@ -35,7 +36,7 @@ def _width_index(confidence: torch.Tensor, edges: torch.Tensor, closure: str) ->
     infinity = torch.tensor([torch.inf], dtype=edges.dtype, device=edges.device)
     upper = torch.cat([edges[1:-1], infinity])
     guess = confidence.mul(edges.shape[0] - 1).sub_(0.25).int()
-    high = upper.index_select(0, guess.reshape(-1)).view(guess.shape)
+    high = _gather(upper, guess)
     if closure == "right":  # bin j is (e_j, e_{j+1}], bin 0 also holds 0
         return guess.add_(confidence > high)
     return guess.add_(confidence >= high)  # [e_j, e_{j+1}), 1 in the last
