@@ -14,6 +14,8 @@ import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 
@@ -111,21 +113,28 @@ def check_range(
     low_inclusive: bool = True,
     high_inclusive: bool = True,
 ) -> float:
-    """Validate a scalar hyperparameter; the error quotes the value and the valid range."""
+    """Validate a finite scalar hyperparameter; the error quotes the value and the valid range.
+
+    ``True``/``False`` are not numbers here (YAML reads ``yes`` as ``True``, which would
+    otherwise pass as 1.0), and neither NaN nor ±inf is: an infinite γ, α, λ or learning
+    rate has no meaning and would only surface later as NaN weights.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if number != number:
-        raise ValueError(f"{name} must not be NaN")
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
     ok = True
     if low is not None:
         ok &= number >= low if low_inclusive else number > low
     if high is not None:
         ok &= number <= high if high_inclusive else number < high
     if not ok:
-        left = "[" if low_inclusive else "("
-        right = "]" if high_inclusive else ")"
+        left = "[" if low_inclusive and low is not None else "("
+        right = "]" if high_inclusive and high is not None else ")"
         lo = "-inf" if low is None else low
         hi = "inf" if high is None else high
         raise ValueError(f"{name} must be in {left}{lo}, {hi}{right}, got {value!r}")

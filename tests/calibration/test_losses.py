@@ -291,9 +291,15 @@ def test_sb_ece_tends_to_hard_ece_as_temperature_vanishes(label_binned, p, norm)
 
 
 @pytest.mark.parametrize(("name", "params"), EVERY_CONFIGURATION)
-@pytest.mark.parametrize("scale", [1.0, 200.0], ids=["moderate", "saturated"])
-def test_every_objective_has_finite_gradients(name, params, scale):
+@pytest.mark.parametrize(
+    ("scale", "all_correct"),
+    [(1.0, False), (200.0, False), (200.0, True)],
+    ids=["moderate", "saturated", "saturated_all_correct"],
+)
+def test_every_objective_has_finite_gradients(name, params, scale, all_correct):
     logits, labels = _batch(scale=scale)
+    if all_correct:  # margins > 100: float32 softmax is exactly one-hot, calibration error 0
+        logits = logits / scale + 200.0 * F.one_hot(labels, logits.shape[-1])
     logits = logits.float().requires_grad_(True)
     loss = build_objective(name, **params)(logits, labels)
     loss.backward()
@@ -506,21 +512,25 @@ def test_defaults_are_the_papers_values():
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
-        ("focal", {"gamma": -1}, r"gamma must be in \[0.0, inf\], got -1"),
+        ("focal", {"gamma": -1}, r"gamma must be in \[0.0, inf\), got -1"),
         ("focal", {"detach_pt": "yes"}, "detach_pt must be true or false"),
         ("label_smoothing", {"epsilon": 1.0}, r"epsilon must be in \[0.0, 1.0\), got 1.0"),
         ("label_smoothing", {"epsilon": -0.1}, "epsilon must be in"),
-        ("mixup", {"alpha": 0}, r"alpha must be in \(0.0, inf\], got 0"),
+        ("mixup", {"alpha": 0}, r"alpha must be in \(0.0, inf\), got 0"),
         ("entropy_regularized", {"beta": -0.1}, "beta must be in"),
-        ("inverse_focal", {"gamma": float("nan")}, "gamma must not be NaN"),
+        ("inverse_focal", {"gamma": float("nan")}, "gamma must be a finite number, got nan"),
         ("l1_logit_norm", {"alpha": "big"}, "alpha must be a number"),
+        ("focal", {"gamma": float("inf")}, "gamma must be a finite number, got inf"),
+        ("focal", {"gamma": True}, "gamma must be a number, got True"),
+        ("mixup", {"alpha": float("inf")}, "alpha must be a finite number, got inf"),
+        ("composite", {"beta": float("inf")}, "beta must be a finite number"),
         ("mmce", {"lam": -2}, "lam must be in"),
         ("mmce", {"width": 0}, "width must be in"),
         ("mmce", {"estimator": "kumar"}, "estimator must be one of"),
         ("avuc", {"kappa": 1.0}, r"kappa must be in \(0.0, 1.0\)"),
         ("soft_avuc", {"temperature": 0}, "temperature must be in"),
         ("sb_ece", {"n_bins": 0}, "n_bins must be an integer >= 1"),
-        ("sb_ece", {"p": 0.5}, r"p must be in \[1.0, inf\]"),
+        ("sb_ece", {"p": 0.5}, r"p must be in \[1.0, inf\)"),
         ("focal", {"gama": 2}, r"unknown parameter\(s\) \['gama'\]"),
         ("composite", {"primary": "ce"}, "valid primary loss names are: focal, mse, nll"),
         ("composite", {"secondary": "dece"}, "valid secondary loss names are: avuc, avuc_gs"),

@@ -407,6 +407,9 @@ def test_registry_names_and_defaults():
         ("ce_dece", {"tau_a": -1.0}, "tau_a"),
         ("ce_dece", {"tau_b": float("nan")}, "tau_b"),
         ("fl_gamma", {"meta_ce_weight": 0.0}, "meta loss is empty"),
+        ("fl_gamma_sece", {"tau": float("inf")}, "tau must be a finite number"),
+        ("fl_gamma_sece", {"meta_lr": float("inf")}, "meta_lr must be a finite number"),
+        ("fl_gamma_sece", {"meta_loss_weight": True}, "meta_loss_weight must be a number"),
     ],
 )
 def test_invalid_hyperparameters_are_rejected_at_build_time(name, params, message):

@@ -135,7 +135,7 @@ def test_a_misspelt_option_names_the_valid_ones():
         ),
         # out of range
         ("singh_table", {"alpha": 1.0}, r"alpha must be in \(0.0, 1.0\), got 1.0"),
-        ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\], got -1"),
+        ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\), got -1"),
         ("singh_density", {"bins": 1}, r"bins must be an integer >= 2, got 1"),
         (
             "optimal_ece_per_epoch",

@@ -340,7 +340,7 @@ def test_studies_without_shift_rows_get_a_note_not_a_crash():
             {"sets": ["cifar10_1"]},
             r"unknown option\(s\) \['sets'\]; valid options: metrics, include_clean",
         ),
-        ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\]"),
+        ("shift_tables", {"tolerance": -1}, r"tolerance must be in \[0.0, inf\)"),
         (
             "shift_tables",
             {"metrics": ["sece"]},

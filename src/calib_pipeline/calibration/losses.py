@@ -56,7 +56,9 @@ def weight_l2(model: nn.Module) -> Tensor:
     """``sum_W ||W||_2^2`` over the trainable parameters with at least two dimensions.
 
     Conv kernels and linear weight matrices count; biases and normalisation scales
-    (1-D) do not, as in Uncertainty Baselines' ``l2`` term used by Karandikar et al.
+    (1-D) do not. Karandikar et al. name only "the weight normalization term with l2
+    norm"; Uncertainty Baselines' code also counts the conv/dense biases
+    (docs/objectives.md).
     """
     squares = [w.square().sum() for w in model.parameters() if w.requires_grad and w.ndim >= 2]
     if not squares:
@@ -219,7 +221,7 @@ def build_objective(name: str, **hyperparameters: Any) -> Objective:
         >>> build_objective("focal", gamma=-1.0)
         Traceback (most recent call last):
         ...
-        ValueError: gamma must be in [0.0, inf], got -1.0
+        ValueError: gamma must be in [0.0, inf), got -1.0
     """
     return OBJECTIVES.build(name, **hyperparameters)
 

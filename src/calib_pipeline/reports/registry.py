@@ -138,7 +138,8 @@ def number(
     high_inclusive: bool = True,
 ) -> Option:
     """A real number within the given bounds."""
-    left, right = "[" if low_inclusive else "(", "]" if high_inclusive else ")"
+    left = "[" if low_inclusive and low is not None else "("
+    right = "]" if high_inclusive and high is not None else ")"
     interval = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
     return Option(
         f"a number in {interval}",
