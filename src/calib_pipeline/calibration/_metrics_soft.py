@@ -102,8 +102,20 @@ def sb_ece(
     n = confidence.shape[-1]
     if label_binned:
         deviation = (bin_acc.unsqueeze(-2) - confidence.unsqueeze(-1)).abs().pow(p)
-        return ((membership * deviation).sum((-1, -2)) / n).pow(1 / p)
-    return ((size / n) * (bin_acc - bin_conf).abs().pow(p)).sum(-1).pow(1 / p)
+        return _root((membership * deviation).sum((-1, -2)) / n, p)
+    return _root(((size / n) * (bin_acc - bin_conf).abs().pow(p)).sum(-1), p)
+
+
+def _root(total: torch.Tensor, p: float) -> torch.Tensor:
+    """``total ** (1/p)`` whose gradient at 0 is 0, not inf.
+
+    An all-correct batch whose softmax saturates at confidence 1 has SB-ECE exactly 0; the
+    p-th root's derivative there is infinite and inf * 0 would put NaN in every logit's
+    gradient (and one training step would make the weights NaN). 0 is SB-ECE's minimum,
+    so the subgradient 0 is the natural value; the value itself is unchanged.
+    """
+    positive = total > 0
+    return torch.where(positive, torch.where(positive, total, 1.0).pow(1 / p), 0.0)
 
 
 def dece(
