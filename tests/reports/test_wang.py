@@ -352,3 +352,19 @@ def test_max_logit_histograms_bad_input(study):
         ValueError, match="learned_epoch has 5 entries but the train split has 240 rows"
     ):
         build_report("max_logit_histograms", StudyResults(**{**study.__dict__, "logits": broken}))
+
+
+def test_max_logit_histograms_leave_out_runs_without_learned_epochs(study):
+    untracked = {
+        key: {**run, "learned_epoch": torch.full((N_TRAIN,), -1)} if key[0] == "ce" else run
+        for key, run in study.logits.items()
+    }
+    with pytest.warns(UserWarning, match="ce seed 0: left out of the learned-epoch analysis"):
+        out = build_report(
+            "max_logit_histograms", StudyResults(**{**study.__dict__, "logits": untracked})
+        )
+    assert "ce" not in set(out["max_logit_by_learned_epoch"]["method"])
+    assert set(out["max_logit_by_learned_epoch"]["method"]) == set(METHODS) - {"ce"}
+    nothing = {key: {**run, "learned_epoch": torch.full((N_TRAIN,), -1)} for key, run in study.logits.items()}
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="no run of study .* tracked"):
+        build_report("max_logit_histograms", StudyResults(**{**study.__dict__, "logits": nothing}))

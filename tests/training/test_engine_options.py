@@ -101,7 +101,7 @@ def test_a_training_epoch_never_reads_device_values_back(digits, method, augment
         trained = engine._train_epoch(run, 1)
     assert not reads.calls, f"{len(reads.calls)} host reads; first: {reads.calls[0]}"
     assert torch.isfinite(trained.stats["train_loss"])
-    if method in ("cross_entropy", "focal", "mixup"):  # bookkeeping ran: some sample was wrong
+    if method in ("cross_entropy", "focal"):  # bookkeeping ran (mixup reports no logits)
         assert int((run.last_wrong == 1).sum()) > 0
 
 

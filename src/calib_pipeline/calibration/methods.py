@@ -134,10 +134,13 @@ class ObjectiveLearner:
             meta_inputs, meta_targets: unused; a plain objective learns from the train batch only.
 
         Returns:
-            The detached batch ``loss`` and the batch ``logits`` (computed on mixed inputs
-            for mixup).
+            The detached batch ``loss`` and, unless the objective mixes the batch, the
+            batch ``logits`` (the engine scores them against ``targets`` for the train
+            accuracy and the learned epochs; mixup's logits are of mixed inputs, which
+            have no single label, so it reports none).
         """
-        if hasattr(self.objective, "mix_batch"):
+        mixes = hasattr(self.objective, "mix_batch")
+        if mixes:
             inputs, targets = self.objective.mix_batch(
                 inputs, targets, self.generator, num_classes=getattr(model, "num_classes", None)
             )
@@ -149,6 +152,8 @@ class ObjectiveLearner:
         if self.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
         optimizer.step()
+        if mixes:
+            return {"loss": loss.detach()}
         return {"loss": loss.detach(), "logits": logits.detach()}
 
     def with_training_options(

@@ -993,6 +993,14 @@ def learned_epoch_samples(results: StudyResults) -> tuple[dict[str, pd.DataFrame
                 f"{method} seed {seed}: learned_epoch has {learned.shape[0]} entries but the train split "
                 f"has {max_logit.shape[0]} rows"
             )
+        if (learned < 0).all():  # engine.NOT_TRACKED: the steps never scored the train batch
+            warnings.warn(
+                f"{method} seed {seed}: left out of the learned-epoch analysis -- its training "
+                "steps score no clean train batch (a meta-learner, or mixup's mixed inputs), so "
+                "its learned epochs are unknown",
+                stacklevel=2,
+            )
+            continue
         pooled.setdefault(method, []).append(
             pd.DataFrame({"max_logit": max_logit, "learned_epoch": learned})
         )
@@ -1003,6 +1011,11 @@ def learned_epoch_samples(results: StudyResults) -> tuple[dict[str, pd.DataFrame
                 "spearman": float(_spearman(learned, max_logit)),
                 "max_logit_std": float(max_logit.std(ddof=1)),
             }
+        )
+    if not pooled:
+        raise ValueError(
+            f"no run of study {results.study!r} tracked learned epochs (meta-learners and mixup "
+            "do not): the learned-epoch analysis needs a plain objective"
         )
     return {m: pd.concat(frames, ignore_index=True) for m, frames in pooled.items()}, pd.DataFrame(
         per_run

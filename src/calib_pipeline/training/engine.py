@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 # Layout of the resume state; a state of another layout is discarded like one of another
 # configuration (it cannot be continued by this engine).
 RESUME_STATE_LAYOUT = 4
+# learned_epoch of a run whose steps never scored the clean train batch (meta-learners, mixup)
+NOT_TRACKED = -1
 
 # ``config.select`` -> the score of an epoch's history row; the lowest score is kept, the
 # earliest epoch on ties.
@@ -148,7 +151,10 @@ def train_model(
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every
         training sample (Wang et al. §5.1: the epoch from which it stays correctly
-        classified, 0 if never learned) and the learner's state (None for a plain objective).
+        classified, 0 if never learned; -1 for every sample when the learner's steps
+        report no logits of the train batch -- meta-learners and mixup -- so neither
+        learned epochs nor ``train_accuracy``, which is then NaN, are known) and the
+        learner's state (None for a plain objective).
     """
     run = _setup(
         model, learner, config, train=train, val=val, test=test, meta_val=meta_val,
@@ -447,7 +453,7 @@ def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str,
         gamma = run.learner.gamma(part_features)
         if gamma is not None:
             stats[f"{part}_gamma_mean"] = gamma.double().mean()
-            stats[f"{part}_gamma_std"] = gamma.double().std()
+            stats[f"{part}_gamma_std"] = gamma.double().std(correction=0)
     names = list(stats)
     # One host sync per epoch for every statistic.
     values = torch.stack([stats[k].double().reshape(()) for k in names]).tolist()
@@ -506,6 +512,8 @@ def _result(run: _Run) -> TrainResult:
     # Learned in the epoch after its last mistake; never wrong: 1; wrong in the last epoch: 0.
     learned = torch.where(last_wrong < final_epoch, last_wrong + 1, torch.zeros_like(last_wrong))
     learned = torch.where(last_wrong < 0, torch.ones_like(last_wrong), learned)
+    if not any(math.isfinite(row["train_accuracy"]) for row in run.history):
+        learned = torch.full_like(last_wrong, NOT_TRACKED)  # no step scored the train batch
     return TrainResult(
         state_dict=_on_cpu(run.selected.state_dict),
         selected_epoch=run.selected.epoch,
