@@ -259,3 +259,29 @@ def test_registry_names_and_errors(tmp_path):
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_docs_show_the_layout_the_errors_quote(layout):
     assert LAYOUTS[layout] in DOCS.read_text(encoding="utf-8")
+
+
+def test_the_shift_plan_labels_tiny_imagenet_c_in_the_datasets_own_order(tmp_path):
+    """Tiny-ImageNet is labelled in wnids.txt order (not sorted): the plan passes that order
+    to the Tiny-ImageNet-C loader, so a corrupted image keeps its clean label."""
+    from calib_pipeline.data.datasets import ImageData
+    from calib_pipeline.data.shift_suites import plan_shift_sets
+
+    wnids = ["n02085620", "n01443537"]  # wnids.txt order: n02085620 is class 0
+    write_tiny_imagenet_c(tmp_path, "fog", 1, wnids)
+    images = torch.zeros(8, 3, 64, 64, dtype=torch.uint8)
+    labels = torch.tensor([0, 1] * 4)
+    data = ImageData("tiny_imagenet", images, labels, images[:4], labels[:4], 2,
+                     (0.5,) * 3, (0.25,) * 3, wnids)
+    splits = {"standard": {"seed": 0, "fractions": {"train": 0.5, "val": 0.5}}}
+    shift = {"corruption_source": "tiny_imagenet_c", "corruptions": ["fog"], "severities": [1],
+             "root": str(tmp_path)}
+    plan = plan_shift_sets(data, splits, shift)
+    _, shifted_labels = plan.images(plan.test_sets[0], "standard")
+    # n01443537 (folder read first; 2 files + the grey one) is class 1, n02085620 class 0
+    assert shifted_labels.tolist() == [1, 1, 1, 0, 0]
+    wrong = {**shift, "corruption_options": {"class_order": sorted(wnids)}}
+    with pytest.raises(ValueError, match="class_order differs from the label order of 'tiny_imagenet'"):
+        plan_shift_sets(data, splits, wrong)
+    same = {**shift, "corruption_options": {"class_order": wnids}}
+    assert plan_shift_sets(data, splits, same).images(plan.test_sets[0], "standard")[1].tolist() == [1, 1, 1, 0, 0]

@@ -298,6 +298,29 @@ def resolve_suites(
     return tests, vals, skipped
 
 
+def _in_label_order(settings: dict[str, Any], data: ImageData) -> dict[str, Any]:
+    """Label an official set whose loader takes ``class_order`` in the dataset's own order.
+
+    Tiny-ImageNet is labelled in the order of its ``wnids.txt``, which is not sorted; the
+    Tiny-ImageNet-C loader's own default (sorted wnid folders) would give every corrupted
+    image another class's label. A ``class_order`` other than the dataset's is refused:
+    the models trained here only know the dataset's order.
+    """
+    if settings["corruption_source"] != "tiny_imagenet_c" or not data.classes:
+        return settings
+    options = dict(settings["corruption_options"])
+    given = options.get("class_order")
+    if given is not None and list(given) != list(data.classes):
+        raise ValueError(
+            "shift.corruption_options.class_order differs from the label order of "
+            f"{data.name!r} (its wnids.txt: {list(data.classes)[:3]}...), so the corrupted "
+            "images would get other labels than the clean ones; leave class_order out "
+            "(the dataset's own order is used)"
+        )
+    options["class_order"] = list(data.classes)
+    return {**settings, "corruption_options": options}
+
+
 def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, Any]) -> ShiftPlan:
     """Plan the shifted sets and materialise those that fit the ``cache_mb`` budget.
 
@@ -310,7 +333,7 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
     Returns:
         The plan handed to every run's :func:`predict_shift_sets`.
     """
-    settings = shift_settings(shift)
+    settings = _in_label_order(shift_settings(shift), data)
     tests, vals, skipped = resolve_suites(settings, data.name, data.in_channels)
     _warn_skipped(skipped)
     clean = {"test": (data.test_images, data.test_labels)}
