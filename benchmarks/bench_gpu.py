@@ -131,7 +131,7 @@ def bare_epochs(case: Case, device: torch.device, epochs: int) -> list[float]:
         for start in range(0, len(order), case.batch):
             index = order[start : start + case.batch]
             draws = draw_augmentation(len(index), "crop_flip", generator)
-            x = apply_augmentation(normalizer(images[index]), draws)
+            x = normalizer(apply_augmentation(images[index], draws))
             loss = F.cross_entropy(model(x), labels[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -152,7 +152,7 @@ class _HostImages(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         image = self.images[i].float().div_(255)
-        image = F.pad(image, (CROP_PADDING,) * 4, mode="reflect")
+        image = F.pad(image, (CROP_PADDING,) * 4)
         dy, dx = torch.randint(0, 2 * CROP_PADDING + 1, (2,)).tolist()
         side = self.images.shape[-1]
         image = image[:, dy : dy + side, dx : dx + side]

@@ -56,3 +56,37 @@ def test_a_misspelt_override_fails_before_anything_runs():
     parameters = parameters_with("cifar10", "model.name=wrn_26_10,model.params.depth=28")
     with pytest.raises(ValueError, match=r"model 'wrn_26_10' got unknown parameter\(s\) \['depth'\]"):
         check_parameters(parameters)
+
+
+def parameters_from_run_file(env: str, params: dict) -> dict:
+    """Parameters as a Kedro session loads them from ``kedro run --config`` (nested params)."""
+    loader = OmegaConfigLoader(
+        conf_source=f"{project_root()}/conf", env=env, runtime_params=params, **CONFIG_LOADER_ARGS
+    )
+    return loader["parameters"]
+
+
+def test_the_papers_schedules_of_docs_models_md_pass_the_checks():
+    wang = parameters_from_run_file("cifar10", {
+        "model": {"name": "resnet32", "params": {"shortcut": "zero_pad"}},
+        "training": {"epochs": 200, "batch_size": 512, "weight_decay": 1.0e-4, "milestones": [100, 150]},
+    })
+    check_parameters(wang)
+    validate_buildable(parse_structure(wang), wang)
+    assert wang["training"]["milestones"] == [100, 150] and wang["training"]["lr"] == 0.1
+    singh = parameters_from_run_file("cifar10", {
+        "training": {"epochs": 300, "milestones": [150, 225]},
+        "methods": {"erl": {"training": {"lr_decay": 0.2}}},
+    })
+    check_parameters(singh)
+    structure = parse_structure(singh)
+    validate_buildable(structure, singh)
+    assert structure.methods["erl"].training == {"lr_decay": 0.2}
+    assert structure.methods["erl"].objective == "entropy_regularized", "the method keeps its own keys"
+
+
+def test_epochs_without_their_milestones_fail_before_anything_runs():
+    parameters = parameters_from_run_file("cifar10", {"training": {"epochs": 200}})
+    check_parameters(parameters)
+    with pytest.raises(ValueError, match=r"milestones \[250\] would never lower the learning rate"):
+        validate_buildable(parse_structure(parameters), parameters)

@@ -82,7 +82,7 @@ def test_bad_structure_is_rejected(parameters, mutate, message):
         (lambda p: p["methods"]["ls"].update({"sweep": {"epsilon": [1.0]}}), "method 'ls_epsilon_1p0': .*epsilon"),
         (lambda p: p["methods"].update({"x": {"objective": "nope"}}), "method 'x': unknown objective 'nope'; valid"),
         (lambda p: p["splits"]["standard"]["fractions"].update({"train": 0.5}), "split 'standard': .*sum to 1"),
-        (lambda p: p["training"].update({"epochs": -3}), "epochs must be a positive integer"),
+        (lambda p: p["training"].update({"epochs": -3}), "epochs must be an integer >= 1, got -3"),
         (lambda p: p["calibrators"].update({"x": {"name": "nope"}}), "calibrator 'x': unknown calibrator"),
         (lambda p: p["studies"]["a"].update({"reports": {"reliability": {"n_bin": 20}}}),
          r"study 'a': report 'reliability' got unknown option\(s\) \['n_bin'\]; valid options: n_bins"),

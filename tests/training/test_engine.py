@@ -118,7 +118,16 @@ def test_best_val_error_selection_keeps_the_best_epoch(digits):
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"epochs": 0}, "epochs must be a positive integer"),
+        ({"epochs": 0}, "epochs must be an integer >= 1, got 0"),
+        ({"epochs": True}, "epochs must be an integer >= 1, got True"),
+        ({"eval_batch_size": 0}, "eval_batch_size must be an integer >= 1, got 0"),
+        ({"checkpoint_every": 1.5}, "checkpoint_every must be an integer >= 1"),
+        ({"num_threads": 0}, "num_threads must be an integer >= 1, got 0"),
+        ({"nesterov": "false"}, "nesterov must be true or false"),
+        ({"track_test": "no"}, "track_test must be true or false"),
+        ({"nesterov": True, "momentum": 0.0}, "nesterov needs momentum > 0"),
+        ({"epochs": 200, "milestones": [150, 250]}, r"milestones \[250\] would never lower"),
+        ({"epochs": 10, "milestones": [10]}, r"milestones \[10\] would never lower"),
         ({"lr": -0.1}, r"lr must be in \(0"),
         ({"milestones": [5, 3]}, "milestones must be increasing"),
         ({"select": "best"}, "select must be one of"),
@@ -149,6 +158,30 @@ def test_crop_flip_keeps_shape_and_content_statistics():
     assert not torch.equal(out, images)
     flipped = augment_batch(images, "none", generator)
     assert torch.equal(flipped, images)
+
+
+def test_crop_pads_black_pixels_like_the_papers_random_crop():
+    """Each image flipped, zero-padded by 4 in pixel space and cropped at its offsets -- what
+    torchvision's RandomCrop(32, padding=4) + RandomHorizontalFlip do before Normalize."""
+    from calib_pipeline.training.data import AugmentationDraws, Normalizer, apply_augmentation
+
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(1, 256, (6, 3, 8, 8), generator=generator, dtype=torch.uint8)
+    draws = AugmentationDraws(
+        torch.tensor([False, True, False, True, False, False]),
+        torch.tensor([0, 8, 4, 1, 7, 3]),
+        torch.tensor([0, 8, 4, 6, 2, 0]),
+    )
+    out = apply_augmentation(images, draws)
+    for i in range(6):
+        image = images[i].flip(-1) if draws.flip[i] else images[i]
+        padded = torch.nn.functional.pad(image, (4, 4, 4, 4))
+        dy, dx = int(draws.dy[i]), int(draws.dx[i])
+        assert torch.equal(out[i], padded[:, dy : dy + 8, dx : dx + 8]), i
+    assert int((out[0, :, :4, :4] != 0).sum()) == 0, "offset (0, 0): the top-left 4x4 is padding"
+    normalizer = Normalizer((0.5, 0.4, 0.3), (0.25, 0.2, 0.1), device=torch.device("cpu"))
+    corner = normalizer(out)[0, :, 0, 0]
+    assert torch.allclose(corner, torch.tensor([-2.0, -2.0, -3.0])), "black, then normalised"
 
 
 def test_batch_stream_covers_every_sample_once_per_epoch():

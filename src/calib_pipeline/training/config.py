@@ -46,10 +46,14 @@ class TrainConfig:
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.epochs, int) or self.epochs < 1:
-            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        check_int("epochs", self.epochs, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        check_int("eval_batch_size", self.eval_batch_size, low=1)
+        check_int("checkpoint_every", self.checkpoint_every, low=1)
+        if self.num_threads is not None:
+            check_int("num_threads", self.num_threads, low=1)
+        check_bool("nesterov", self.nesterov)
+        check_bool("track_test", self.track_test)
         check_range("lr", self.lr, low=0.0, low_inclusive=False)
         check_range("momentum", self.momentum, low=0.0, high=1.0, high_inclusive=False)
         check_range("weight_decay", self.weight_decay, low=0.0)
@@ -60,6 +64,15 @@ class TrainConfig:
             m < 1 for m in self.milestones
         ):
             raise ValueError(f"milestones must be increasing positive epochs, got {self.milestones}")
+        late = [m for m in self.milestones if m >= self.epochs]
+        if late:  # e.g. training.epochs=200 on an env whose milestones are [150, 250]
+            raise ValueError(
+                f"milestones {late} would never lower the learning rate: the run has "
+                f"{self.epochs} epochs and a milestone m takes effect after epoch m; set "
+                "training.milestones together with training.epochs"
+            )
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("nesterov needs momentum > 0 (SGD's Nesterov step is its momentum)")
         if self.augment not in ("none", "crop_flip", "flip"):
             raise ValueError(
                 f"augment must be one of 'none', 'crop_flip', 'flip', got {self.augment!r}"
@@ -71,8 +84,6 @@ class TrainConfig:
         check_precision(self.precision)
         check_bool("channels_last", self.channels_last)
         check_bool("compile", self.compile)
-        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every!r}")
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:

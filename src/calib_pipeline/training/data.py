@@ -80,7 +80,9 @@ def draw_augmentation(n: int, mode: str, generator: torch.Generator) -> Augmenta
 def apply_augmentation(images: torch.Tensor, draws: AugmentationDraws | None) -> torch.Tensor:
     """Random horizontal flip (p = 0.5) and, with crop offsets, a random 4-px-padded crop.
 
-    Crops are taken for the whole batch at once: the reflect-padded batch is unfolded with
+    Apply it to the raw (uint8) images, before normalisation: the padding is zeros --
+    black pixels, as the papers' ``RandomCrop(32, padding=4)`` pads before ``Normalize``.
+    Crops are taken for the whole batch at once: the padded batch is unfolded with
     per-sample offsets through ``gather`` on an index grid -- no per-sample loop, no sync.
     """
     if draws is None:
@@ -91,7 +93,7 @@ def apply_augmentation(images: torch.Tensor, draws: AugmentationDraws | None) ->
     if draws.dy is None or draws.dx is None:
         return images
     pad = CROP_PADDING
-    padded = torch.nn.functional.pad(images, (pad, pad, pad, pad), mode="reflect")
+    padded = torch.nn.functional.pad(images, (pad, pad, pad, pad))  # constant 0
     rows = (draws.dy.to(device).view(n, 1) + torch.arange(h, device=device)).view(n, 1, h, 1)
     cols = (draws.dx.to(device).view(n, 1) + torch.arange(w, device=device)).view(n, 1, 1, w)
     padded = padded.gather(2, rows.expand(n, c, h, padded.shape[-1]))

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 # Layout of the resume state; a state of another layout is discarded like one of another
 # configuration (it cannot be continued by this engine).
-RESUME_STATE_LAYOUT = 4
+RESUME_STATE_LAYOUT = 5  # 5: crops pad black pixels (4: reflected normalised ones)
 # learned_epoch of a run whose steps never scored the clean train batch (meta-learners, mixup)
 NOT_TRACKED = -1
 
@@ -373,7 +373,7 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
     for position, (_, images, labels) in enumerate(batches):
         start, size = position * batches.batch_size, len(labels)
         batch_draws = None if draws is None else draws[start : start + size]
-        inputs = apply_augmentation(run.normalizer(images), batch_draws)
+        inputs = run.normalizer(apply_augmentation(images, batch_draws))  # pads black pixels
         meta_inputs = meta_labels = None
         if run.meta_batches is not None:
             _, meta_images, meta_labels = next(run.meta_batches)
