@@ -137,7 +137,9 @@ def test_a_planted_effect_holds_its_reverse_is_contradicted_and_noise_is_inconcl
         )
     )
     assert table.loc["planted", "effect"] == pytest.approx(effects.mean())
-    assert table.loc["planted", "ci_high"] < 0 < table.loc["reverse", "p_value"] + 1
+    assert table.loc["planted", "ci_high"] < 0
+    # two-sided: the reverse claim is the same test, significant the other way
+    assert table.loc["reverse", "p_value"] == table.loc["planted", "p_value"]
     assert table.loc["planted", "p_value"] < 0.05 and table.loc["planted", "n_seeds"] == 5
 
 
@@ -277,18 +279,27 @@ def test_one_seed_is_inconclusive_without_a_spread():
     assert "one seed" in result["note"]
 
 
-def test_zero_spread_falls_back_to_the_exact_sign_test():
-    # the same effect on every seed: p = 2^(1-n) two-sided; 3 seeds are not enough
+def test_zero_spread_takes_the_t_tests_limit_so_agreement_never_weakens_a_verdict():
     three = judge([-0.1] * 3, expect="lower")
-    assert three["verdict"] == INCONCLUSIVE and three["p_value"] == 0.25
-    assert three["seeds_needed"] == 6 and "exact sign test" in three["note"]
-    assert judge([-0.1] * 6, expect="lower")["verdict"] == HOLDS
-    assert judge([-0.1] * 6, expect="higher")["verdict"] == CONTRADICTED
-    assert judge([-0.1] * 5, expect="lower", test="one-sided")["p_value"] == 0.5**5
+    assert three["verdict"] == HOLDS and three["p_value"] == 0.0 and "zero spread" in three["note"]
+    assert three["ci_low"] == pytest.approx(-0.1) and three["ci_high"] == pytest.approx(-0.1)
+    assert judge([-0.1] * 2, expect="higher")["verdict"] == CONTRADICTED
+    one_sided = judge([-0.1] * 3, expect="higher", test="one-sided")
+    assert one_sided["verdict"] == CONTRADICTED and one_sided["p_value"] == 1.0
+    # temperatures on a 0.1 grid, claim T > 1: five equal ones are at least as strong as
+    # four equal ones and a fifth a step higher (the exact sign test made them weaker)
+    equal = judge(np.array([1.1] * 5) - 1, expect="higher")
+    spread = judge(np.array([1.1] * 4 + [1.2]) - 1, expect="higher")
+    assert spread["verdict"] == HOLDS and spread["p_value"] < 0.05
+    assert equal["verdict"] == HOLDS and equal["p_value"] <= spread["p_value"]
+    nearly = judge([-0.01, -0.01, -0.01 + 1e-10], expect="lower")
+    assert nearly["verdict"] == judge([-0.01] * 3, expect="lower")["verdict"] == HOLDS
     assert judge([0.001] * 5, expect="within", tolerance=0.01)["verdict"] == HOLDS
     assert judge([0.1] * 5, expect="within", tolerance=0.01)["verdict"] == CONTRADICTED
+    assert judge([0.01] * 3, expect="within", tolerance=0.01)["verdict"] == INCONCLUSIVE
     none = judge([0.0, 0.0, 0.0], expect="lower")
     assert none["verdict"] == INCONCLUSIVE and "exactly no effect" in none["note"]
+    assert none["seeds_needed"] is None
 
 
 def test_seeds_whose_effects_cancel_point_nowhere():
@@ -447,3 +458,21 @@ def test_only_and_rename_map_a_papers_claims_onto_a_smaller_study():
         check_study_claims(
             OUTLINE, {"papers": ["mukhoti"], "only": ["focal3_temperature_closer_to_one"]}
         )
+
+
+def test_an_infinite_seed_value_is_not_measured_and_the_other_claims_still_judged():
+    """NLL after histogram binning is +inf when a test label gets probability 0: no mean
+    or t-test exists for it, but it must not cost the report its other claims."""
+    values = {
+        **VALUES,
+        # an infinite seed, as NLL after histogram binning can be (the toy table has no NLL)
+        ("ce", "none", "test", "brier"): [math.inf, 0.5, 0.5, 0.6, 0.5],
+        ("focal_gamma_3", "none", "test", "brier"): [0.4, 0.41, 0.4, 0.42, 0.4],
+    }
+    results = synthetic.study(METHODS, SEEDS, synthetic.tidy(METHODS, SEEDS, ["ts"], values))
+    infinite = claim("nll", "lower", "focal_gamma_3", "ce", quantity={"metric": "brier"})
+    planted = claim("planted", "lower", "focal_gamma_3", "ce", quantity=ECE)
+    _, table = run(results, infinite, planted)
+    assert table.loc["nll", "verdict"] == NOT_MEASURED
+    assert "ce has an infinite value at seed(s) [0]" in table.loc["nll", "note"]
+    assert table.loc["planted", "verdict"] == HOLDS

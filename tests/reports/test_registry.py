@@ -145,7 +145,7 @@ def test_a_misspelt_option_names_the_valid_ones():
         (
             "optimal_ece_per_epoch",
             {"grid": "fine"},
-            r"grid must be one of 'mukhoti', 'wang' or a list of 3 values, each a number in \(0.0, inf\], got 'fine'",
+            r"grid must be one of 'mukhoti', 'wang' or a list of 3 values, each a number in \(0.0, inf\), got 'fine'",
         ),
         # a choice lists the valid ones
         ("mukhoti_table", {"spread": "iqr"}, r"spread must be one of 'std', 'sem', got 'iqr'"),

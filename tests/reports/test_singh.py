@@ -117,3 +117,19 @@ def test_singh_table_runs_with_a_single_seed():
     )
     out = build_report("singh_table", results, calibrator="ts_fixed")
     assert "CE" in set(out["table"]["Method"])
+
+
+def test_a_seed_without_errors_leaves_its_nan_auroc_out_of_the_comparison(dark_results):
+    """A run that makes no test error has AUROC NaN: the table and its t-test skip that
+    seed instead of failing the whole report."""
+    tidy = dark_results.metrics.copy()
+    first = tidy[(tidy["metric"] == "auroc") & (tidy["split"] == "test") & (tidy["calibrator"] == "none")]
+    ls_rows = first[first["method"].str.startswith("ls")]
+    assert len(ls_rows) >= 3
+    tidy.loc[ls_rows.index[0], "value"] = float("nan")
+    results = StudyResults(**{**dark_results.__dict__, "metrics": tidy})
+    out = build_report("singh_table", results)
+    comparisons = out["comparisons"].set_index(["method", "metric"])
+    p_value = comparisons.loc[("LS (epsilon=0.05)", "auroc"), "p_value"]
+    assert 0.0 <= p_value <= 1.0, "a p-value from the remaining seeds, not NaN"
+    assert out["table"].loc[2, "n_seeds"] >= 2

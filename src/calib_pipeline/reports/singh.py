@@ -99,10 +99,15 @@ def _compare(
     per_seed: pd.Series, row: tuple[str, str], base: str, metric: str, test: str, alpha: float
 ) -> dict[str, Any]:
     """The t-test of one (method, calibrator) row against the uncalibrated baseline on
-    ``metric``: metric, mean_difference, p_value and ``worse`` (significantly worse)."""
+    ``metric``: metric, mean_difference, p_value and ``worse`` (significantly worse).
+
+    NaN seeds are left out, as in the table's means (AUROC is NaN for a run that makes no
+    test error); fewer than two seeds on a side leave the row untested.
+    """
     # one seed makes .loc return a scalar
-    a = np.atleast_1d(per_seed.loc[(*row, metric)])
-    b = np.atleast_1d(per_seed.loc[(base, UNCALIBRATED, metric)])
+    a = np.atleast_1d(per_seed.loc[(*row, metric)]).astype(float)
+    b = np.atleast_1d(per_seed.loc[(base, UNCALIBRATED, metric)]).astype(float)
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
     result = t_test(a, b, test=test) if min(len(a), len(b)) >= 2 else None
     worse = result is not None and significance_direction(result, alpha) == (
         1 if LOWER_IS_BETTER[metric] else -1
