@@ -214,7 +214,7 @@ def cached_run(record: dict, calibrators_record: dict | None = None) -> dict:
     }
 
 
-def evaluate(run: dict, session: dict = SESSION):
+def evaluate(run: dict, session: dict = SESSION, definitions: dict | None = None):
     return evaluate_study(
         session["dataset"],
         session["model"],
@@ -226,8 +226,25 @@ def evaluate(run: dict, session: dict = SESSION):
         run_keys={"r0": ("ce", 0)},
         methods={"ce": CE},
         calibrators=["ts"],
+        calibrator_definitions=definitions,
         runs_ce={f"r0_{kind}": artifact for kind, artifact in run.items()},
     )
+
+
+def test_the_evaluation_refuses_a_calibrator_the_session_now_defines_otherwise():
+    run = cached_run(provenance())
+    table, _ = evaluate(run, definitions={"ts": {"name": "temperature_nll"}})
+    assert "ts" in set(table["calibrator"])
+    changed = {"ts": {"name": "temperature_fixed", "params": {"temperature": 3.0}}}
+    with pytest.raises(
+        ProvenanceError,
+        match=r"ce seed 0: calibrator 'ts' was fitted as temperature_nll\(.*\), but this "
+        r"session's calibrators\.ts is temperature_fixed\(\{\"temperature\": 3\.0\}\)",
+    ):
+        evaluate(run, definitions=changed)
+    retuned = {"ts": {"name": "temperature_nll", "params": {"t_max": 50.0}}}
+    with pytest.raises(ProvenanceError, match="calibrator 'ts' was fitted as"):
+        evaluate(run, definitions=retuned)
 
 
 def test_the_evaluation_gives_each_row_the_run_that_trained_its_model():
@@ -286,3 +303,51 @@ def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol(monkeypatch):
         {"run_id": TRAINED_BY, "env": None}, pipeline=None, catalog=catalog
     )
     assert catalog.load(RUN_INFO)["env"] == "local", "kedro run without --env runs the default env"
+
+
+def test_a_report_refuses_a_history_of_another_training_than_the_logits():
+    """E.g. the run was retrained alone (`--nodes=ce.train_seed_0`): a new history beside the
+    old logits. The history's run_id column says which training wrote it."""
+    import pandas as pd
+
+    from calib_pipeline.pipelines.reporting.nodes import run_report
+
+    table, bins = evaluate(cached_run(provenance()))
+    study = {"study": "mini", "dataset": "digits", "methods": ["ce"], "seeds": [0],
+             "labels": {"ce": "CE"}, "groups": {"ce": "ce"}}
+
+    def report(history):
+        return run_report(table, bins, report="meta_curves", options={}, study=study,
+                          run_keys={"r0": ("ce", 0)}, runs_ce={"r0_histories": history})
+
+    history = pd.DataFrame({"method": "ce", "seed": 0, "run_id": TRAINED_BY, "epoch": [1, 2],
+                            "test_gamma_mean": [1.0, 1.1], "test_gamma_std": [0.1, 0.2],
+                            "test_ece": [0.1, 0.05], "test_accuracy": [0.8, 0.9], "test_nll": [0.6, 0.5]})
+    curves = report(history)["curves"]
+    assert "run_id" not in curves.columns and list(curves["test_ece"]) == [0.1, 0.05]
+    later = history.assign(run_id="2026-03-03T00.00.00.000Z")
+    with pytest.raises(ProvenanceError, match=r"ce seed 0: its history comes from the training of "
+                       r"session \['2026-03-03T00.00.00.000Z'\], its logits .* from session "
+                       rf"\['{TRAINED_BY}'\]"):
+        report(later)
+    with pytest.raises(ProvenanceError, match="history has no run_id column"):
+        report(history.drop(columns="run_id"))
+
+
+def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
+    """A completed run without epoch logits is not reused for one that records them (its
+    state has none): turning `record_epoch_logits` on trains in a folder of its own."""
+    import dataclasses
+
+    split = split_dataset(digits, SESSION["splits"]["standard"])
+    recording = dataclasses.replace(CE, record_epoch_logits=True)
+    outputs = {}
+    for method in (CE, recording):
+        outputs[method.record_epoch_logits] = train_method(
+            digits, split, SESSION["splits"]["standard"], CheckpointStore(tmp_path),
+            SESSION["model"], {"epochs": 1, "batch_size": 256, "device": "cpu"},
+            SESSION["run_info"], method=method, seed=0,
+        )
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2, "two configurations"
+    assert not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
+    assert set(outputs[True][1]["run_id"]) == {SESSION["run_info"]["run_id"]}, "history says who"

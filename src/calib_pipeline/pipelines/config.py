@@ -19,6 +19,7 @@ from calib_pipeline.data import check_fractions, dataset_names
 from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import MODELS
 from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
+from calib_pipeline.registry import check_bool
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.provenance import run_name as run_prefix  # the catalog prefix of a run
 
@@ -101,12 +102,24 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     the value (``"LS-{epsilon}"`` -> ``LS-0.01``); otherwise `` (param=value)`` is appended.
     """
     expanded: dict[str, dict[str, Any]] = {}
+    made_by: dict[str, str] = {}
+
+    def add(name: str, source: str, method: dict[str, Any]) -> None:
+        # a key made twice would silently replace the first (e.g. `methods.focal_gamma_3`
+        # set beside the focal sweep that makes focal_gamma_3)
+        if name in expanded:
+            raise ValueError(
+                f"method {name!r} is defined twice: by {made_by[name]} and by {source}; rename "
+                "one (to change a sweep member, change the sweep's own entry)"
+            )
+        expanded[name], made_by[name] = method, source
+
     for key, entry in raw.items():
         if not isinstance(entry, dict):
             raise ValueError(f"method {key!r} must be a mapping, got {entry!r}")
         sweep = entry.get("sweep")
         if not sweep:
-            expanded[key] = {**entry, "group": entry.get("group", key)}
+            add(key, f"its entry methods.{key}", {**entry, "group": entry.get("group", key)})
             continue
         if len(sweep) != 1:
             raise ValueError(f"method {key!r}: sweep one hyperparameter at a time, got {list(sweep)}")
@@ -118,12 +131,12 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
             params = {**(entry.get("params") or {}), param: value}
             template = str(entry.get("label", key))
             label = template.format(**{param: value}) if "{" in template else f"{template} ({param}={value})"
-            expanded[name] = {
+            add(name, f"the sweep of methods.{key}", {
                 **{k: v for k, v in entry.items() if k != "sweep"},
                 "params": params,
                 "label": label,
                 "group": key,
-            }
+            })
     return expanded
 
 
@@ -160,7 +173,9 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             training=dict(entry.get("training") or {}),
             model=entry.get("model"),
             group=str(entry.get("group", key)),
-            record_epoch_logits=bool(entry.get("record_epoch_logits", False)),
+            record_epoch_logits=check_bool(
+                f"methods.{key}.record_epoch_logits", entry.get("record_epoch_logits", False)
+            ),
         )
     default_seeds = parameters.get("seeds", [0])
     studies: dict[str, StudySpec] = {}
@@ -170,6 +185,11 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
         if unknown_fields:
             raise ValueError(f"study {name!r} has unknown field(s) {unknown_fields}; valid: {list(STUDY_FIELDS)}")
         members = entry.get("methods") or []
+        if not members:  # e.g. a misspelt `--params=studies.baselin.seeds=[1]` makes one
+            raise ValueError(
+                f"study {name!r} lists no methods; defined studies with methods: "
+                f"{sorted(k for k, v in parameters['studies'].items() if (v or {}).get('methods'))}"
+            )
         missing = [m for m in _expand_members(members, methods) if m not in methods]
         if missing:
             raise ValueError(

@@ -13,10 +13,12 @@ what to do.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.training.provenance import (
@@ -210,6 +212,44 @@ def check_run(
     if differences:
         raise ProvenanceError(_configuration_refusal(run, record, differences, method))
     return record
+
+
+def check_calibrator_definitions(
+    run: str, fitted: Mapping[str, Any], definitions: Mapping[str, Mapping[str, Any]], suffix: str
+) -> None:
+    """Refuse fitted calibrators that the session's ``calibrators`` parameters no longer
+    define as they were fitted (a reporting-only run after ``calibrators.<key>`` changed
+    would otherwise score the old calibrator under the new definition's key).
+
+    Args:
+        run: the run's name, for the message.
+        fitted: key -> fitted calibrator (the run's stored ones).
+        definitions: key -> ``{"name", "params"}`` of the session, for the keys a study scores.
+        suffix: the suffix of keys fitted on shifted validation sets (same definition).
+
+    Raises:
+        ProvenanceError: naming the key, both definitions and how to refit.
+    """
+    for key, calibrator in fitted.items():
+        base = key.removesuffix(suffix)
+        if base not in definitions:
+            continue
+        entry = definitions[base]
+        wanted = build_calibrator(entry["name"], **(entry.get("params") or {}))
+        was = (calibrator.name, _plain(calibrator.build_arguments()))
+        now = (wanted.name, _plain(wanted.build_arguments()))
+        if was != now:
+            raise ProvenanceError(
+                f"{run}: calibrator {key!r} was fitted as {was[0]}({was[1]}), but this "
+                f"session's calibrators.{base} is {now[0]}({now[1]}). Refit it: run the "
+                "posthoc stage with these parameters (e.g. `kedro run --pipelines=<study>`; "
+                "trainings are reused), or run with the definition it was fitted with."
+            )
+
+
+def _plain(arguments: Mapping[str, Any]) -> str:
+    """Arguments as sorted JSON, so a tuple and the list it was stored as compare equal."""
+    return json.dumps(arguments, sort_keys=True, default=str)
 
 
 def _configuration_refusal(

@@ -21,7 +21,16 @@ import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.training.provenance_checks import FITTED_CALIBRATORS, SHIFT_SETS, check_run
+from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
+from calib_pipeline.training.provenance_checks import (
+    FITTED_CALIBRATORS,
+    REBUILD,
+    RETRAIN,
+    SHIFT_SETS,
+    ProvenanceError,
+    check_calibrator_definitions,
+    check_run,
+)
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 
@@ -60,6 +69,7 @@ def evaluate_study(
     methods: dict[str, MethodSpec],
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
+    calibrator_definitions: dict[str, dict[str, Any]] | None = None,
     **collections: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score a study's cached artifacts.
@@ -77,6 +87,8 @@ def evaluate_study(
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw; their reliability bins are kept
             besides the evaluation's.
+        calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
+            calibrator fitted under another definition is refused.
         **collections: one :func:`collect_runs` value per method, holding ``r<i>_logits``,
             ``r<i>_calibrators`` and ``r<i>_shift`` of its runs.
 
@@ -98,7 +110,9 @@ def evaluate_study(
         "run_info": run_info,
     }
     runs = {
-        f"{method}|{seed}": _checked_run(methods[method], seed, key, artifacts, session)
+        f"{method}|{seed}": _checked_run(
+            methods[method], seed, key, artifacts, session, calibrator_definitions or {}
+        )
         for key, (method, seed) in run_keys.items()
     }
     n_bins = int(evaluation.get("n_bins", 15))
@@ -117,9 +131,15 @@ def evaluate_study(
 
 
 def _checked_run(
-    method: MethodSpec, seed: int, key: str, artifacts: dict[str, Any], session: dict[str, Any]
+    method: MethodSpec,
+    seed: int,
+    key: str,
+    artifacts: dict[str, Any],
+    session: dict[str, Any],
+    calibrator_definitions: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """The ``evaluate_runs`` entry of run ``key``, once its artifacts passed ``check_run``."""
+    """The ``evaluate_runs`` entry of run ``key``, once its artifacts passed ``check_run``
+    and its fitted calibrators match the session's definitions."""
     prefix = run_prefix(method.key, seed)
     named = {
         f"{prefix}.logits": artifacts[f"{key}_logits"],
@@ -129,6 +149,12 @@ def _checked_run(
     if shift is not None:
         named[f"{prefix}.shift_logits"] = shift
     provenance = check_run(method, seed, named, **session)
+    check_calibrator_definitions(
+        f"{method.key} seed {seed}",
+        named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],
+        calibrator_definitions,
+        SHIFTED_VAL_SUFFIX,
+    )
     return {
         "logits": named[f"{prefix}.logits"],
         "calibrators": named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],
@@ -176,7 +202,34 @@ def run_report(
     for key, (method, seed) in run_keys.items():
         for kind in report_needs(report):
             value = artifacts.get(f"{key}_{kind}")
+            if value is not None and kind == "histories":
+                value = _checked_history(method, int(seed), value, metrics)
             if value is not None:
                 members = COLLECTION_MEMBERS.get(kind)
                 getattr(results, kind)[(method, int(seed))] = value[members] if members else value
     return build_report(report, results, **options)
+
+
+def _checked_history(method: str, seed: int, history: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
+    """The run's history without its ``run_id`` column, once that id is the one the
+    metrics table (scored from the run's logits) records for the run.
+
+    Raises:
+        ProvenanceError: a history without ``run_id`` (written before histories recorded
+            it) or from another training than the logits (e.g. the run was retrained alone,
+            or a training was killed between its two saves).
+    """
+    run = f"{method} seed {seed}"
+    if "run_id" not in history.columns:
+        raise ProvenanceError(
+            f"{method}.seed_{seed}.history has no run_id column: it was written before "
+            f"histories recorded the training that made them. {RETRAIN}"
+        )
+    scored = metrics.loc[(metrics["method"] == method) & (metrics["seed"] == seed), "run_id"]
+    trained, expected = set(history["run_id"]), set(scored)
+    if expected and trained != expected:
+        raise ProvenanceError(
+            f"{run}: its history comes from the training of session {sorted(trained)}, its "
+            f"logits (the metrics) from session {sorted(expected)}. {REBUILD}"
+        )
+    return history.drop(columns="run_id")

@@ -138,6 +138,7 @@ def study_pipeline(
                 methods={m: structure.methods[m] for m in study.methods},
                 calibrators=calibrators,
                 report_bins=report_bins,
+                calibrator_definitions={k: structure.calibrators[k] for k in study.calibrators},
             ),
             # in the order of evaluate_study's arguments: Kedro's parameter validation maps
             # node inputs to arguments by position

@@ -81,7 +81,11 @@ def train_method(
     model = model_from_config(data, run_config["model"])
     learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
     parts = {part: Split(*split_tensors(data, split, part)) for part in [*split, "test"]}
-    configuration = fingerprint(run_config)
+    # recording epoch logits changes what a completed state holds, so a run that records
+    # them is its own configuration (existing runs, which do not, keep their fingerprints)
+    configuration = fingerprint(
+        {**run_config, "record_epoch_logits": True} if method.record_epoch_logits else run_config
+    )
     result = train_model(
         model,
         learner,
@@ -104,7 +108,7 @@ def train_method(
         run_config, run_id=run_info["run_id"], env=run_info["env"], protocol=run_info["protocol"]
     )
     checkpoint = _checkpoint(method, seed, data, run_config, result, provenance)
-    return checkpoint, _history(method.key, seed, result)
+    return checkpoint, _history(method.key, seed, result, provenance["run_id"])
 
 
 def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
@@ -121,9 +125,12 @@ def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
     )
 
 
-def _history(key: str, seed: int, result: TrainResult) -> pd.DataFrame:
-    """The per-epoch history with the run's method and seed as leading columns."""
+def _history(key: str, seed: int, result: TrainResult, run_id: str) -> pd.DataFrame:
+    """The per-epoch history with the run's method, seed and ``run_id`` (the session that
+    trained it, as in the checkpoint's provenance) as leading columns: a report refuses a
+    history whose ``run_id`` is not that of the logits it scores."""
     history = pd.DataFrame(result.history)
+    history.insert(0, "run_id", run_id)
     history.insert(0, "seed", seed)
     history.insert(0, "method", key)
     return history
