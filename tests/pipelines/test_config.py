@@ -76,6 +76,9 @@ def test_sweep_accepts_one_hyperparameter():
          r"the sweep of methods.ls"),
         (lambda p: p["methods"]["ce"].update({"record_epoch_logits": "yes"}),
          "methods.ce.record_epoch_logits must be true or false"),
+        # report tables group rows by label: two methods of one label would be one row
+        (lambda p: p["methods"]["focal_g3"].update({"label": "CE"}),
+         r"study 'a': methods \{'CE': \['ce', 'focal_g3'\]\} share a label"),
     ],
 )
 def test_bad_structure_is_rejected(parameters, mutate, message):

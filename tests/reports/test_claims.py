@@ -476,3 +476,13 @@ def test_an_infinite_seed_value_is_not_measured_and_the_other_claims_still_judge
     assert table.loc["nll", "verdict"] == NOT_MEASURED
     assert "ce has an infinite value at seed(s) [0]" in table.loc["nll", "note"]
     assert table.loc["planted", "verdict"] == HOLDS
+
+
+def test_only_the_kept_claims_decide_whether_the_study_needs_shifted_sets():
+    from calib_pipeline.reports.registry import uses_shift
+
+    assert uses_shift("claims", {"papers": ["karandikar"]}), "karandikar has shift claims"
+    kept = {"papers": ["karandikar"], "only": ["avuc_gs_beats_avuc"]}
+    assert not uses_shift("claims", kept), "the kept claim reads no shifted set"
+    shifted = {"papers": ["karandikar"], "only": ["ts_sb_ece_beats_ts_under_shift"]}
+    assert uses_shift("claims", shifted)

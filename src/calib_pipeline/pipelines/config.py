@@ -195,6 +195,15 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             raise ValueError(
                 f"study {name!r} lists unknown method(s) {missing}; defined methods: {sorted(methods)}"
             )
+        labelled: dict[str, list[str]] = {}
+        for member in _expand_members(members, methods):
+            labelled.setdefault(methods[member].label, []).append(member)
+        shared = {label: keys for label, keys in labelled.items() if len(keys) > 1}
+        if shared:  # tables group rows by label: two methods would be pooled into one row
+            raise ValueError(
+                f"study {name!r}: methods {shared} share a label; the study's tables would pool "
+                "them into one row -- give each its own `label`"
+            )
         reports = dict(entry.get("reports") or DEFAULT_REPORTS)
         study_calibrators = study_calibrator_keys(name, entry.get("calibrators"), reports, calibrators)
         seeds = entry.get("seeds", default_seeds)

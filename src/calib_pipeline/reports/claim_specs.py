@@ -527,14 +527,19 @@ def study_claims(study: StudyOutline, options: Mapping[str, Any]) -> list[Claim]
     return resolved + resolve_claims(own, study)
 
 
+def option_sides(options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every side (A and B) of the claims a ``claims`` report's options check: the papers'
+    claims kept by ``only``, names mapped by ``rename``, then the study's own."""
+    papers = _chosen(gather(options.get("papers"), None), options.get("rename"), options.get("only"))
+    own = gather(None, options.get("claims"))
+    return [side for s in [*papers, *own] for side in (s["a"], s["b"]) if side is not None]
+
+
 def claim_calibrators(options: Mapping[str, Any]) -> list[str]:
     """The calibrator keys the claims of a ``claims`` report's options read (after
     ``only`` and ``rename``): the report's ``calibrators`` declaration, so a study fits the
     calibrators its claims compare."""
-    papers = _chosen(gather(options.get("papers"), None), options.get("rename"), options.get("only"))
-    own = gather(None, options.get("claims"))
-    sides = [side for s in [*papers, *own] for side in (s["a"], s["b"]) if side is not None]
-    return [key for side in sides for key in side["quantity"].calibrator_keys]
+    return [key for side in option_sides(options) for key in side["quantity"].calibrator_keys]
 
 
 def check_study_claims(study: StudyOutline, options: Mapping[str, Any] | None = None) -> None:

@@ -48,9 +48,9 @@ from calib_pipeline.reports.claim_specs import (
     Side,
     check_study_claims,
     claim_calibrators,
-    gather,
     paper_names,
     parse_claim,
+    option_sides,
     study_claims,
 )
 from calib_pipeline.reports.common import METRIC_NAMES, UNCALIBRATED, UNSHIFTED
@@ -633,12 +633,12 @@ def _markdown(
 
 
 def _reads_shift(options: Mapping[str, Any]) -> bool:
-    """Whether any claim of these options reads shifted sets (the study then gets the
-    shift stage)."""
-    specs = gather(options.get("papers"), options.get("claims"))
-    sides = [side for s in specs for side in (s["a"], s["b"]) if side is not None]
+    """Whether any claim these options keep (after ``only``) reads shifted sets (the study
+    then gets the shift stage)."""
     return any(
-        side["quantity"].shift != UNSHIFTED for side in sides if side["quantity"].kind == "metric"
+        side["quantity"].shift != UNSHIFTED
+        for side in option_sides(options)
+        if side["quantity"].kind == "metric"
     )
 
 
