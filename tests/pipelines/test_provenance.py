@@ -214,7 +214,7 @@ def cached_run(record: dict, calibrators_record: dict | None = None) -> dict:
     }
 
 
-def evaluate(run: dict, session: dict = SESSION, definitions: dict | None = None):
+def evaluate(run: dict, session: dict = SESSION, definitions: dict | None = None, shift=None):
     return evaluate_study(
         session["dataset"],
         session["model"],
@@ -222,6 +222,7 @@ def evaluate(run: dict, session: dict = SESSION, definitions: dict | None = None
         session["splits"],
         session["run_info"],
         {"n_bins": 10},
+        shift,
         study="mini",
         run_keys={"r0": ("ce", 0)},
         methods={"ce": CE},
@@ -351,3 +352,22 @@ def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2, "two configurations"
     assert not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
     assert set(outputs[True][1]["run_id"]) == {SESSION["run_info"]["run_id"]}, "history says who"
+
+
+def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
+    from calib_pipeline.data.shift_suites import defining_settings
+
+    made = {"severities": [1, 5], "corruptions": ["gaussian_noise"]}
+    run = cached_run(provenance())
+    run["shift"] = {**run["shift"], "settings": defining_settings(made)}
+    table, _ = evaluate(run, shift=made)
+    assert set(table["run_id"]) == {TRAINED_BY}
+    with pytest.raises(
+        ProvenanceError,
+        match=r"ce seed 0: its shift logits were made under other shift settings:\n"
+        r"  shift.severities: \[1, 5\] when the sets were made, \[2\] in this session",
+    ):
+        evaluate(run, shift={**made, "severities": [2]})
+    unrecorded = cached_run(provenance())
+    with pytest.raises(ProvenanceError, match="do not record the shift settings that made them"):
+        evaluate(unrecorded, shift=made)

@@ -298,6 +298,20 @@ def resolve_suites(
     return tests, vals, skipped
 
 
+# The shift settings that decide which sets a run's shift logits hold and what is in them
+# (not where files are read from, nor how they are chunked and cached).
+DEFINING_SETTINGS = (
+    "corruption_source", "corruptions", "severities", "seed", "corruption_options", "natural",
+    "shifted_val",
+)
+
+
+def defining_settings(shift: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`DEFINING_SETTINGS` of the ``shift`` parameters, defaults filled in."""
+    settings = shift_settings(shift)
+    return {key: settings[key] for key in DEFINING_SETTINGS}
+
+
 def _in_label_order(settings: dict[str, Any], data: ImageData) -> dict[str, Any]:
     """Label an official set whose loader takes ``class_order`` in the dataset's own order.
 
@@ -333,8 +347,8 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
     Returns:
         The plan handed to every run's :func:`predict_shift_sets`.
     """
-    settings = _in_label_order(shift_settings(shift), data)
-    tests, vals, skipped = resolve_suites(settings, data.name, data.in_channels)
+    settings = shift_settings(shift)
+    tests, vals, skipped = resolve_suites(_in_label_order(settings, data), data.name, data.in_channels)
     _warn_skipped(skipped)
     clean = {"test": (data.test_images, data.test_labels)}
     val_sets: dict[str, list[ShiftSetSpec]] = {}

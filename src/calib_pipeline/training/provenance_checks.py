@@ -20,6 +20,7 @@ from typing import Any
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import ImageData
+from calib_pipeline.data.shift_suites import defining_settings
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.training.provenance import (
     Difference,
@@ -31,6 +32,7 @@ from calib_pipeline.training.provenance import (
 # A run's keyed collections hold their members under these keys, beside "provenance":
 # shifted-set logits (spec key -> logits) and fitted calibrators (key -> calibrator).
 SHIFT_SETS = "sets"
+SHIFT_SETTINGS = "settings"  # beside them: the shift settings that defined the sets
 FITTED_CALIBRATORS = "fitted"
 RETRAIN = (
     "Retrain it under this session's parameters (run the study's pipeline, e.g. "
@@ -212,6 +214,39 @@ def check_run(
     if differences:
         raise ProvenanceError(_configuration_refusal(run, record, differences, method))
     return record
+
+
+def check_shift_settings(run: str, shift_logits: Mapping[str, Any], shift: Mapping[str, Any]) -> None:
+    """Refuse shift logits made under other ``shift`` settings than the session's (e.g.
+    ``--params=shift.severities=[2]`` with a reporting-only run would report the old sets).
+
+    Args:
+        run: the run's name, for the message.
+        shift_logits: the run's stored shift logits.
+        shift: the session's ``shift`` parameters.
+
+    Raises:
+        ProvenanceError: naming each differing setting and how to remake the sets.
+    """
+    made = shift_logits.get(SHIFT_SETTINGS)
+    wanted = defining_settings(dict(shift))
+    if made is None:
+        raise ProvenanceError(
+            f"{run}: its shift logits do not record the shift settings that made them (written "
+            "before they were recorded). Re-run the shift stage (`kedro run --pipelines=<study>`"
+            "; trainings are reused)."
+        )
+    differing = [k for k in wanted if _plain({k: made.get(k)}) != _plain({k: wanted[k]})]
+    if differing:
+        lines = "\n".join(
+            f"  shift.{k}: {made.get(k)!r} when the sets were made, {wanted[k]!r} in this session"
+            for k in differing
+        )
+        raise ProvenanceError(
+            f"{run}: its shift logits were made under other shift settings:\n{lines}\nRe-run "
+            "the shift stage with these parameters (`kedro run --pipelines=<study>`; trainings "
+            "are reused), or run with the settings they were made with."
+        )
 
 
 def check_calibrator_definitions(

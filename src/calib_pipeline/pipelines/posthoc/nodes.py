@@ -11,7 +11,12 @@ import torch
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.training.provenance_checks import FITTED_CALIBRATORS, SHIFT_SETS, check_run
+from calib_pipeline.training.provenance_checks import (
+    FITTED_CALIBRATORS,
+    SHIFT_SETS,
+    check_run,
+    check_shift_settings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ def fit_calibrators(
     splits: dict[str, Any],
     run_info: dict[str, str],
     shift_logits: dict[str, Any] | None = None,
+    shift: dict[str, Any] | None = None,
     *,
     method: MethodSpec,
     seed: int,
@@ -63,6 +69,8 @@ def fit_calibrators(
         shift_logits: the run's shifted-set logits; when they contain shifted validation
             sets (``shift.shifted_val``), every calibrator is fitted a second time on clean
             val pooled with them and stored as ``<key>@shifted_val``.
+        shift: the session's ``shift`` parameters; shift logits made under other settings
+            are refused.
         method: the run's method.
         seed: the run's seed.
         keys: the keys of ``calibrators`` to fit: those the studies that have the run
@@ -97,6 +105,8 @@ def fit_calibrators(
         splits=splits,
         run_info=run_info,
     )
+    if shift_logits is not None and shift is not None:
+        check_shift_settings(f"{method.key} seed {seed}", shift_logits, shift)
     fitting_sets = {"": logits["val"]}
     pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_SETS))
     if pooled is not None:

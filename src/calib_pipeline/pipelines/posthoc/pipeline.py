@@ -25,6 +25,7 @@ def create_pipeline(
         }
         if shifted_val:
             inputs["shift_logits"] = f"{run_prefix(m, s)}.shift_logits"
+            inputs["shift"] = "params:shift"
         func = partial(
             fit_calibrators, method=structure.methods[m], seed=s, keys=structure.run_calibrators(m, s)
         )

@@ -30,6 +30,7 @@ from calib_pipeline.training.provenance_checks import (
     ProvenanceError,
     check_calibrator_definitions,
     check_run,
+    check_shift_settings,
 )
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
@@ -63,6 +64,7 @@ def evaluate_study(
     splits: dict[str, Any],
     run_info: dict[str, str],
     evaluation: dict[str, Any],
+    shift: dict[str, Any] | None = None,
     *,
     study: str,
     run_keys: dict[str, tuple[str, int]],
@@ -81,6 +83,8 @@ def evaluate_study(
         run_info: the session's identity; every run's artifacts must be of its protocol.
         evaluation: the ``evaluation`` parameters (``n_bins``, ``reliability_bins``,
             ``shift_metrics``).
+        shift: the session's ``shift`` parameters (when the study reads shift logits);
+            shift logits made under other settings are refused.
         study: the study name.
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
@@ -111,7 +115,7 @@ def evaluate_study(
     }
     runs = {
         f"{method}|{seed}": _checked_run(
-            methods[method], seed, key, artifacts, session, calibrator_definitions or {}
+            methods[method], seed, key, artifacts, session, calibrator_definitions or {}, shift
         )
         for key, (method, seed) in run_keys.items()
     }
@@ -137,6 +141,7 @@ def _checked_run(
     artifacts: dict[str, Any],
     session: dict[str, Any],
     calibrator_definitions: dict[str, dict[str, Any]],
+    shift_params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``evaluate_runs`` entry of run ``key``, once its artifacts passed ``check_run``
     and its fitted calibrators match the session's definitions."""
@@ -149,6 +154,8 @@ def _checked_run(
     if shift is not None:
         named[f"{prefix}.shift_logits"] = shift
     provenance = check_run(method, seed, named, **session)
+    if shift is not None and shift_params is not None:
+        check_shift_settings(f"{method.key} seed {seed}", shift, shift_params)
     check_calibrator_definitions(
         f"{method.key} seed {seed}",
         named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],

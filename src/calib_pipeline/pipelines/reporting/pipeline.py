@@ -145,6 +145,7 @@ def study_pipeline(
             inputs={
                 **SESSION_INPUTS,
                 "evaluation": "params:evaluation",
+                **({"shift": "params:shift"} if shift_kind else {}),
                 **collections,
             },
             outputs=[f"{name}.metrics", f"{name}.reliability_bins"],

@@ -9,8 +9,17 @@ import logging
 from typing import Any
 
 from calib_pipeline.data import ImageData
-from calib_pipeline.data.shift_suites import ShiftPlan, plan_shift_sets, predict_shift_sets
-from calib_pipeline.training.provenance_checks import SHIFT_SETS, check_checkpoint_data
+from calib_pipeline.data.shift_suites import (
+    DEFINING_SETTINGS,
+    ShiftPlan,
+    plan_shift_sets,
+    predict_shift_sets,
+)
+from calib_pipeline.training.provenance_checks import (
+    SHIFT_SETS,
+    SHIFT_SETTINGS,
+    check_checkpoint_data,
+)
 from calib_pipeline.training.predict import checkpoint_predictor
 
 logger = logging.getLogger(__name__)
@@ -45,7 +54,8 @@ def compute_shift_logits(
         run_info: the session's identity; the checkpoint must be of its protocol.
 
     Returns:
-        ``{"provenance": the checkpoint's, "sets": spec key -> logits, labels and the set's
+        ``{"provenance": the checkpoint's, "settings": the shift settings that define the
+        sets (``defining_settings``), "sets": spec key -> logits, labels and the set's
         identity (see ``predict_shift_sets``)}``.
 
     Raises:
@@ -64,4 +74,5 @@ def compute_shift_logits(
     sets = predict_shift_sets(predict, shift_sets, split)
     run = f"{checkpoint['method']} seed {checkpoint['seed']}"
     logger.info("%s: logits on %d shifted set(s)", run, len(sets))
-    return {"provenance": provenance, SHIFT_SETS: sets}
+    settings = {key: shift_sets.settings[key] for key in DEFINING_SETTINGS}
+    return {"provenance": provenance, SHIFT_SETTINGS: settings, SHIFT_SETS: sets}
