@@ -84,6 +84,23 @@ def test_a_node_line_comes_once_all_its_outputs_are_saved(tmp_path, caplog):
     assert len(lines) == 1 and NODE_LINE.match(lines[0]) and lines[0].startswith("[1/2] ce.logits_seed_0  ")
 
 
+def test_an_input_that_fails_to_load_is_reported_at_its_node_not_as_nothing_written(tmp_path, capsys):
+    """Kedro calls on_node_error only around a node's function: a corrupt input file fails
+    while loading, after other nodes may have saved -- never 'nothing was written'."""
+    hook = ConsoleHook(lambda: tmp_path)
+    hook._pipeline_started, hook._total = True, 3
+    done = SimpleNamespace(name="ce.posthoc_seed_0")
+    hook.before_dataset_loaded(done)
+    hook.before_node_run(done)
+    hook.after_node_run(done, {})
+    broken = SimpleNamespace(name="ls.posthoc_seed_0")
+    hook.before_dataset_loaded(broken)
+    hook._report_uncaught(ValueError, ValueError("cannot read ls.seed_0.logits"), None)
+    report = capsys.readouterr().err
+    assert "where: node ls.posthoc_seed_0 while loading its inputs, after 1 node(s) finished" in report
+    assert "nothing was written" not in report
+
+
 def test_a_worker_copy_reports_its_node_line_to_the_driver(tmp_path, caplog):
     hook = ConsoleHook(lambda: tmp_path)
     hook._total = 1

@@ -87,6 +87,8 @@ def test_a_tracking_failure_is_one_warning_and_never_raises(caplog):
     assert "CALIB_MLFLOW=off" in warnings[0] and "ConnectionError" in warnings[0]
     assert "hunter2" not in warnings[0], "credentials are masked"
     assert hook._client is None, "tracking is off for the rest of the run"
+    ended = [c[1] for c in client.calls if c[0] == "set_terminated"]
+    assert ("run1", "KILLED") in ended and ("parent", "KILLED") in ended, "no run left RUNNING"
 
 
 def worker_copy(hook: MlflowTrackingHook) -> MlflowTrackingHook:

@@ -141,6 +141,8 @@ class ConsoleHook:
         self._reports: dict[Path, set[str]] = {}
         self._version: str | None = None
         self._failure: dict[str, Any] | None = None
+        self._loading: list[str] = []  # nodes whose inputs are loading (none runs yet)
+        self._pipeline_started = False
         self._logged_error: int | None = None
         self._catalog = None
         self.filter.resume_from = None
@@ -171,6 +173,7 @@ class ConsoleHook:
             atexit.register(self._interrupted_at_exit)
             self._exit_registered = True
         self._reset_run()
+        self._pipeline_started = True
         self._catalog = catalog
         self._version = str(run_params.get("run_id") or generate_timestamp())
         self._total = len(pipeline.nodes)
@@ -222,11 +225,15 @@ class ConsoleHook:
         if node is not None:
             with self._lock:
                 self._node_started.setdefault(node.name, time.perf_counter())
+                if node.name not in self._loading:
+                    self._loading.append(node.name)
 
     @hook_impl
     def before_node_run(self, node) -> None:
         with self._lock:
             self._node_started.setdefault(node.name, time.perf_counter())
+            if node.name in self._loading:
+                self._loading.remove(node.name)
 
     @hook_impl
     def after_node_run(self, node, outputs: dict[str, Any]) -> None:
@@ -331,7 +338,16 @@ class ConsoleHook:
                 return self._previous_excepthook(kind, error, tb)
             self._log_traceback(error)
             self._close_log()
-        sys.stderr.write(failure_report(error, self._failure, self._done, self.filter.resume_from, self.log_path))
+        failure = self._failure
+        if failure is None and self._pipeline_started:
+            # Kedro calls on_node_error only around a node's function: an input that fails
+            # to load (a corrupt file) ends the run here, after other nodes may have saved
+            failure = {
+                "node": ", ".join(self._loading) or "(unknown)",
+                "where": "",
+                "phase": "loading its inputs",
+            }
+        sys.stderr.write(failure_report(error, failure, self._done, self.filter.resume_from, self.log_path))
         sys.stderr.flush()
         return None
 
@@ -459,7 +475,8 @@ def _where_and_hint(failure: dict[str, Any] | None, nodes_done: int, resume_from
     if failure is None:
         return ["  where: before any node ran (building or checking the pipelines); nothing was written"]
     where = f" on {failure['where']}" if failure.get("where") else ""
-    lines = [f"  where: node {failure['node']}{where}, after {nodes_done} node(s) finished"]
+    phase = f" while {failure['phase']}" if failure.get("phase") else ""
+    lines = [f"  where: node {failure['node']}{where}{phase}, after {nodes_done} node(s) finished"]
     if resume_from and len(resume_from) <= MAX_RESUME_HINT:
         lines.append(f'  hint: once fixed, resume with the same command plus --from-nodes "{resume_from}"')
     else:

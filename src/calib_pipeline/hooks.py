@@ -237,6 +237,7 @@ def _tracked(method: Callable[..., None]) -> Callable[..., None]:
                 "MLflow tracking failed in %s and is off for the rest of this run (%s): %s",
                 method.__name__, TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
             )
+            self._end_at_exit()  # one try to end the open runs (KILLED), not left RUNNING
             self._client = None
 
     return guarded
@@ -355,7 +356,8 @@ class MlflowTrackingHook:
                 logger.warning("MLflow: run %s of a process that no longer exists is now KILLED", run.info.run_id)
 
     def _end_at_exit(self) -> None:
-        """Ctrl-C and other exits that bypass Kedro's error hook: open runs end ``KILLED``."""
+        """Ctrl-C and other exits that bypass Kedro's error hook, or tracking switched off
+        after a failure: open runs end ``KILLED`` (each a best-effort call)."""
         if self._client is None:
             return
         for run_id in [*self._open_children.values(), *([self._parent] if self._parent else [])]:
