@@ -406,7 +406,7 @@ class MlflowTrackingHook:
             self._log_artifacts(node, outputs)
 
     def _log_training(self, node_name: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        run_id = self._open_children.pop(node_name)
+        run_id = self._open_children[node_name]  # kept open until FINISHED: a failure ends it
         history = next((v for k, v in outputs.items() if k.endswith(".history")), None)
         checkpoint = next((v for k, v in outputs.items() if k.endswith(".checkpoint")), {})
         params: dict[str, str] = {"method": str(checkpoint.get("method")), "seed": str(checkpoint.get("seed"))}
@@ -426,6 +426,7 @@ class MlflowTrackingHook:
         rows.append(("selected_epoch", float(checkpoint.get("selected_epoch", 0)), 0))
         self._log_metrics(run_id, rows)
         self._client.set_terminated(run_id, "FINISHED")
+        del self._open_children[node_name]
 
     def _log_artifacts(self, node, outputs: dict[str, Any]) -> None:
         """Log a reporting node's tables and texts (the evaluation tables) to the parent run.
