@@ -449,3 +449,29 @@ def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback
     parent, children = nested_runs(mlflow_server)
     assert parent.info.status == "FAILED" and children["ce"].info.status == "FAILED"
     assert children["ce"].data.tags["calib.pid"] != parent.data.tags["calib.pid"]
+
+
+def test_a_task_dask_reruns_after_its_worker_was_lost_does_not_save_twice(cluster, tmp_path):
+    """Dask recomputes a finished task whose worker died before the driver collected it;
+    its outputs are already saved at the run's version, so the rerun does not run the node
+    again (saving again would fail the healthy run). Simulated: the outputs exist at the
+    run's version before the task runs."""
+    def versioned(name: str) -> TorchDataset:
+        return TorchDataset(filepath=str(tmp_path / name), version=Version(None, SAVE_VERSION))
+
+    versioned("model.pt").save({"weights": 7})  # the first attempt's save
+    catalog = DataCatalog(datasets={"params:value": MemoryDataset(99), "model": versioned("model.pt")})
+    pipeline = Pipeline([
+        node(train_model_file, "params:value", "model", name="train", tags=["training"]),
+        node(read_model_file, "model", "seen", name="read"),
+    ])
+    assert run(pipeline, catalog, cluster)["seen"].load() == 7, "the first attempt's result, kept"
+
+    partial = DataCatalog(datasets={"params:value": MemoryDataset(1), "a": versioned("a.pt"),
+                                    "b": versioned("b.pt")})
+    versioned("a.pt").save({"weights": 1})  # died between its two saves
+    both = Pipeline([node(lambda v: (train_model_file(v), train_model_file(v)), "params:value",
+                          ["a", "b"], name="train_ab", tags=["training"])])
+    with pytest.raises(Exception, match=r"node train_ab ran again after its worker was lost, but its "
+                       r"earlier attempt in this run saved only \['a'\]"):
+        run(both, partial, cluster)

@@ -306,6 +306,16 @@ def read_own_version(catalog: Any, name: str) -> None:
         dataset._cached_load_version = version  # Kedro's cache; there is no public setter
 
 
+def saved_at_save_version(catalog: Any, name: str) -> bool:
+    """Whether versioned dataset ``name`` already exists at the run's save version (an
+    earlier attempt of this run saved it); ``False`` for unversioned datasets."""
+    dataset = catalog.get(name, fallback_to_runtime_pattern=True)
+    if not isinstance(dataset, AbstractVersionedDataset):
+        return False
+    version = dataset.resolve_save_version()
+    return version is not None and dataset._exists_function(str(dataset._get_versioned_path(version)))
+
+
 def read_latest_version_of_now(catalog: Any, name: str) -> None:
     """Fix the version of ``name`` that the run reads to the latest one now, at the run's
     start: for inputs the run does not make, so that all its nodes read one consistent set

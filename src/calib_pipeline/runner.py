@@ -53,13 +53,13 @@ from typing import Any
 import cloudpickle
 import pluggy
 from kedro.framework.hooks.manager import _create_hook_manager
-from kedro.io import CatalogProtocol
+from kedro.io import CatalogProtocol, DatasetError
 from kedro.pipeline import Pipeline
 from kedro.pipeline.node import Node
 from kedro.runner import AbstractRunner, SequentialRunner
 from kedro.runner.task import Task
 
-from calib_pipeline.kedro_datasets import read_own_version
+from calib_pipeline.kedro_datasets import read_own_version, saved_at_save_version
 
 # Dask logs every scheduler and worker event at INFO, into Kedro's handlers: WARNING unless
 # the user's Dask config says otherwise, read by this process and inherited by local workers.
@@ -256,6 +256,9 @@ def run_node_on_worker(
                 elif name in saved_this_run:
                     read_own_version(catalog, name)  # never a newer version of another run
                 # an input of earlier runs: the version the driver fixed at the run's start
+            if _saved_by_an_earlier_attempt(node, catalog):
+                outcome.reports = [None for _ in context.hooks]
+                return outcome
             hook_manager = _create_hook_manager()
             for hook in context.hooks:
                 hook_manager.register(hook)
@@ -268,6 +271,32 @@ def run_node_on_worker(
             outcome.fail(error)
         outcome.reports = [getattr(hook, "worker_report", _no_report)() for hook in context.hooks]
     return outcome
+
+
+def _saved_by_an_earlier_attempt(node: Node, catalog: CatalogProtocol) -> bool:
+    """Whether an earlier attempt of this task in this run saved all the node's outputs.
+
+    Dask recomputes a finished task whose worker is lost before the driver collected its
+    result (the driver may be busy running one of its own nodes); the rerun would save
+    at the run's version again, which Kedro refuses. Every output already saved at that
+    version: the node is not run again. Only some of them: the earlier attempt died
+    between its saves, and the error says how to go on.
+    """
+    outputs = [name for name in node.outputs if not _in_memory(catalog, name)]
+    saved = [name for name in outputs if saved_at_save_version(catalog, name)]
+    if not saved:
+        return False
+    if len(saved) < len(outputs) or len(outputs) < len(node.outputs):
+        raise DatasetError(
+            f"node {node.name} ran again after its worker was lost, but its earlier attempt "
+            f"in this run saved only {saved} of its outputs {list(node.outputs)}; rerun the "
+            "command (a new run saves under a new version; finished trainings are reused)"
+        )
+    logger.warning(
+        "node %s: its outputs %s were saved by an earlier attempt in this run (its worker was "
+        "lost before the driver collected the result); not run again", node.name, saved,
+    )
+    return True
 
 
 def _no_report() -> None:
