@@ -1,6 +1,7 @@
 """Suite entry points, options, batched evaluation, reliability bins, bootstrap and autograd."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -357,3 +358,20 @@ def test_every_available_device_gives_the_cpu_values():
     for device in devices:
         values = M.calibration_metrics(logits.to(device), labels.to(device))
         assert values == pytest.approx(cpu, rel=1e-5, abs=1e-7), device
+
+
+def test_a_single_metric_name_as_a_string_and_float_labels_out_of_range_are_clear():
+    logits, labels = _data(50)
+    as_string = M.calibration_metrics(logits, labels, keys="ece")
+    assert as_string == M.calibration_metrics(logits, labels, keys=["ece"]) and list(as_string) == ["ece"]
+    for bad, shown in ((1e30, "1e+30"), (-1e30, "-1e+30"), (10.0, "10")):
+        float_labels = labels.double().clone()
+        float_labels[3] = bad
+        with pytest.raises(ValueError, match=rf"labels out of range: found {re.escape(shown)}, valid"):
+            M.ece(logits, float_labels)
+
+
+def test_batched_metrics_are_float64_whatever_the_input():
+    logits, labels = _data(50)
+    values = M.calibration_metrics_batched(logits.float()[None], labels)
+    assert all(v.dtype == np.float64 for v in values.values()), {k: v.dtype for k, v in values.items()}

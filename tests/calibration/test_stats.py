@@ -103,6 +103,18 @@ def test_zero_variance_follows_scipy():
     assert math.isnan(cohens_d([1.0, 1.0], [1.0, 1.0]))
 
 
+@pytest.mark.parametrize("paired", [False, True])
+def test_zero_variance_is_detected_exactly_not_through_a_rounded_variance(paired):
+    # np.var([0.1] * 3, ddof=1) is 2.9e-34: without an exact test, t = -4.6e15 and d = 0
+    tenth, fifth = [0.1] * 3, [0.2] * 3
+    differ = t_test(tenth, fifth, paired=paired)
+    assert differ.statistic == -math.inf and differ.p_value == 0.0
+    same = t_test(tenth, [0.1] * 3, paired=paired)
+    assert math.isnan(same.statistic) and math.isnan(same.p_value)
+    assert cohens_d(tenth, fifth, paired=paired) == -math.inf
+    assert math.isnan(cohens_d(tenth, [0.1] * 3, paired=paired))
+
+
 @pytest.mark.parametrize(
     "call, match",
     [

@@ -235,8 +235,9 @@ class NLLTemperatureScaling(TemperatureScaling):
         )
         if fit.separable and not fit.identifiable:
             self._warn(
-                "every validation sample is classified correctly: the NLL falls without "
-                "bound as T → 0 and has no finite optimum; T is not identifiable, set to 1 "
+                "every validation label attains its row's maximum logit (all classified "
+                "correctly, or tied at the top): the NLL does not rise as T → 0, so it has "
+                "no finite optimum; T is not identifiable, set to 1 "
                 "(on_separable='bound' keeps the search bound instead)"
             )
         elif not fit.identifiable:

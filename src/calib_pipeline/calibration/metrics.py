@@ -240,6 +240,8 @@ def _build_suite(keys: Iterable[str] | None, n_bins: int, options: dict[str, Any
     ``n_bins`` goes to every binned metric; an option that no selected metric accepts
     raises ``ValueError``, as do unknown keys and bad values, before anything is computed.
     """
+    if isinstance(keys, str):  # list("ece") would be ["e", "c", "e"]
+        keys = [keys]
     keys = metric_names() if keys is None else list(keys)
     accepted = {key: _accepted_options(key) for key in keys}
     unknown = sorted(set(options) - {name for names in accepted.values() for name in names})
@@ -320,7 +322,7 @@ def calibration_metrics_batched(
     """
     suite = _build_suite(keys, n_bins, options)
     values = _score(suite, Predictions.batched(logits, labels, inputs))
-    return {key: value.cpu().numpy() for key, value in values.items()}
+    return {key: value.cpu().to(torch.float64).numpy() for key, value in values.items()}
 
 
 def reliability_bins(

@@ -166,9 +166,14 @@ def t_test(
     check_choice("alternative", alternative, ALTERNATIVES)
     if paired:
         d = _paired(a, b)
+        if _constant(d):
+            return _result(float(d[0]), 0.0, float(d.size - 1), alternative, "paired")
         error = float(np.std(d, ddof=1)) / math.sqrt(d.size)
         return _result(float(d.mean()), error, float(d.size - 1), alternative, "paired")
     x, y = _sample(a, "a", 2), _sample(b, "b", 2)
+    if _constant(x) and _constant(y):
+        df = float(x.size + y.size - 2) if test == "student" else math.nan
+        return _result(float(x[0] - y[0]), 0.0, df, alternative, test)
     difference = float(x.mean() - y.mean())
     if test == "student":
         error = pooled_std(x, y) * math.sqrt(1.0 / x.size + 1.0 / y.size)
@@ -177,6 +182,12 @@ def t_test(
     denominator = va**2 / (x.size - 1) + vb**2 / (y.size - 1)
     df = float((va + vb) ** 2 / denominator) if denominator > 0 else math.nan
     return _result(difference, float(math.sqrt(va + vb)), df, alternative, test)
+
+
+def _constant(values: np.ndarray) -> bool:
+    """Every value identical -- tested exactly: in floating point the variance of
+    ``[0.1] * 3`` is 2.9e-34, not 0, which would turn the zero-spread rule into t = 1e15."""
+    return bool(np.ptp(values) == 0)
 
 
 def pooled_std(a: ArrayLike, b: ArrayLike) -> float:
@@ -211,9 +222,13 @@ def cohens_d(a: ArrayLike, b: ArrayLike, *, paired: bool = False) -> float:
     if paired:
         d = _paired(a, b)
         difference, scale = float(d.mean()), float(np.std(d, ddof=1))
+        if _constant(d):
+            difference, scale = float(d[0]), 0.0
     else:
         x, y = _sample(a, "a", 2), _sample(b, "b", 2)
         difference, scale = float(x.mean() - y.mean()), pooled_std(x, y)
+        if _constant(x) and _constant(y):
+            difference, scale = float(x[0] - y[0]), 0.0
     if scale == 0.0:
         return math.nan if difference == 0.0 else math.copysign(math.inf, difference)
     return difference / scale

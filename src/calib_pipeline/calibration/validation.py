@@ -134,6 +134,11 @@ def _as_labels(
             f"shape mismatch: scores describe {shape} samples but labels have shape "
             f"{tuple(labels.shape)}"
         )
+    if labels.is_floating_point() and labels.numel():  # before the cast, which would wrap
+        low, high = (float(v) for v in torch.aminmax(labels))
+        if low < 0 or high >= n_classes:
+            bad = low if low < 0 else high
+            raise ValueError(f"labels out of range: found {bad:g}, valid classes are 0..{n_classes - 1}")
     labels = labels.to(device=device, dtype=torch.long)
     low, high = torch.aminmax(labels)
     if int(low) < 0 or int(high) >= n_classes:
