@@ -375,3 +375,20 @@ def test_batched_metrics_are_float64_whatever_the_input():
     logits, labels = _data(50)
     values = M.calibration_metrics_batched(logits.float()[None], labels)
     assert all(v.dtype == np.float64 for v in values.values()), {k: v.dtype for k, v in values.items()}
+
+
+def test_the_sb_ece_temperature_follows_the_number_of_bins():
+    from calib_pipeline.calibration.losses import build_objective
+    from calib_pipeline.calibration.posthoc import build_calibrator
+
+    logits, labels = _data(300)
+    assert M.sb_ece_temperature(15) == M.SB_ECE_TEMPERATURE
+    assert M.sb_ece_temperature(30) == pytest.approx(1 / (900 * math.log(1e4)))
+    default = M.sb_ece(logits, labels, n_bins=30)
+    assert default == M.sb_ece(logits, labels, n_bins=30, temperature=M.sb_ece_temperature(30))
+    assert default != M.sb_ece(logits, labels, n_bins=30, temperature=M.SB_ECE_TEMPERATURE)
+    calibrator = build_calibrator("temperature_sb_ece", n_bins=30)
+    assert calibrator.hyperparameters["soft_bin_temperature"] == M.sb_ece_temperature(30)
+    loss = build_objective("sb_ece", n_bins=30)
+    explicit = build_objective("sb_ece", n_bins=30, temperature=M.sb_ece_temperature(30))
+    assert loss(logits.double(), labels) == explicit(logits.double(), labels)

@@ -14,11 +14,16 @@ import torch
 
 from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E, Predictions
 
-#: SB-ECE default soft-binning temperature: the decay rule of the authors' code
-#: (uncertainty-baselines, ``soft_binning_decay_factor=1e-4``): T = 1 / (M^2 ln 10^4) with
-#: M = 15, so that a confidence at one bin centre gives the neighbouring bin 10^-4 times
-#: the membership of its own.
-SB_ECE_TEMPERATURE = 1.0 / (15**2 * math.log(1e4))
+def sb_ece_temperature(n_bins: int) -> float:
+    """SB-ECE's default soft-binning temperature for ``n_bins`` bins: the decay rule of the
+    authors' code (uncertainty-baselines, ``soft_binning_decay_factor=1e-4``),
+    T = 1 / (M^2 ln 10^4), so that a confidence at one bin centre gives the neighbouring
+    bin 10^-4 times the membership of its own, whatever M."""
+    return 1.0 / (n_bins**2 * math.log(1e4))
+
+
+#: The default temperature at the usual M = 15 bins (~4.83e-4).
+SB_ECE_TEMPERATURE = sb_ece_temperature(15)
 
 # Kernel-matrix entries per block for the O(N^2) SECE kernel (1 MiB in float32, in cache).
 _KERNEL_BLOCK_ELEMENTS = 2**18
@@ -76,11 +81,13 @@ def sb_ece(
     pred: Predictions,
     *,
     n_bins: int = 15,
-    temperature: float = SB_ECE_TEMPERATURE,
+    temperature: float | None = None,
     label_binned: bool = False,
     p: float = 2.0,
 ) -> torch.Tensor:
     """Soft-binned ECE (Karandikar et al. eq. 11-12), differentiable; the p-th root is taken.
+
+    ``temperature`` defaults to :func:`sb_ece_temperature` of ``n_bins``.
 
     u_j(c) = softmax_j(-(c - xi_j)^2 / T), xi_j = (j - 1/2)/M; S_j = sum_i u_j(c_i),
     C_j, A_j the u-weighted mean confidence and (hard) accuracy.
@@ -94,6 +101,8 @@ def sb_ece(
     centres = (
         torch.arange(n_bins, dtype=confidence.dtype, device=confidence.device) + 0.5
     ) / n_bins
+    if temperature is None:
+        temperature = sb_ece_temperature(n_bins)
     membership = _soft_bins(-(confidence.unsqueeze(-1) - centres).square() / temperature)
     size = membership.sum(-2)
     safe = size.clamp_min(torch.finfo(size.dtype).tiny)

@@ -17,9 +17,9 @@ from torch import Tensor
 
 from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register
 from calib_pipeline.calibration.metrics import (
-    SB_ECE_TEMPERATURE,
     calibration_metrics_batched,
     sb_ece,
+    sb_ece_temperature,
 )
 from calib_pipeline.registry import check_bool, check_choice, check_int, check_range
 
@@ -372,8 +372,8 @@ class SBECETemperatureScaling(TemperatureScaling):
     learning rate.
 
     Hyperparameters:
-        n_bins (15), soft_bin_temperature (``metrics.SB_ECE_TEMPERATURE`` = 1/(M² ln 10⁴),
-        the decay rule of the authors' code), label_binned
+        n_bins (15), soft_bin_temperature (default ``metrics.sb_ece_temperature(n_bins)``
+        = 1/(M² ln 10⁴), the decay rule of the authors' code), label_binned
         (False: eq. 11; True: eq. 12), p (2), t_min (0.05), t_max (20).
     """
 
@@ -385,13 +385,15 @@ class SBECETemperatureScaling(TemperatureScaling):
         self,
         *,
         n_bins: int = 15,
-        soft_bin_temperature: float = SB_ECE_TEMPERATURE,
+        soft_bin_temperature: float | None = None,
         label_binned: bool = False,
         p: float = 2.0,
         t_min: float = 0.05,
         t_max: float = 20.0,
     ) -> None:
         n_bins = check_int("n_bins", n_bins, low=1)
+        if soft_bin_temperature is None:
+            soft_bin_temperature = sb_ece_temperature(n_bins)
         soft_bin_temperature = check_range(
             "soft_bin_temperature", soft_bin_temperature, low=0.0, low_inclusive=False
         )

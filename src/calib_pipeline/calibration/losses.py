@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from calib_pipeline.calibration import _losses_elementwise as elementwise
 from calib_pipeline.calibration import _losses_secondary as secondary_losses
 from calib_pipeline.calibration._losses_elementwise import focal_loss, prepare_targets
-from calib_pipeline.calibration.metrics import SB_ECE_TEMPERATURE
+from calib_pipeline.calibration.metrics import sb_ece_temperature
 from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
 
 __all__ = [
@@ -303,9 +303,11 @@ def _secondary_soft_avuc(kappa: float = 0.5, temperature: float = 1.0) -> LossTe
 
 @SECONDARY_LOSSES.register("sb_ece")
 def _secondary_sb_ece(
-    n_bins: int = 15, temperature: float = SB_ECE_TEMPERATURE, label_binned: bool = True, p: float = 2.0
+    n_bins: int = 15, temperature: float | None = None, label_binned: bool = True, p: float = 2.0
 ) -> LossTerm:
     n_bins = check_int("n_bins", n_bins, low=1)
+    if temperature is None:  # the authors' decay rule for n_bins (metrics.sb_ece_temperature)
+        temperature = sb_ece_temperature(n_bins)
     temperature = check_range("temperature", temperature, low=0.0, low_inclusive=False)
     label_binned = check_bool("label_binned", label_binned)
     p = check_range("p", p, low=1.0)
@@ -464,7 +466,7 @@ def _soft_avuc(kappa: float = 0.5, temperature: float = 1.0, beta: float = 1.0) 
 @OBJECTIVES.register("sb_ece")
 def _sb_ece(
     n_bins: int = 15,
-    temperature: float = SB_ECE_TEMPERATURE,
+    temperature: float | None = None,
     label_binned: bool = True,
     p: float = 2.0,
     beta: float = 1.0,

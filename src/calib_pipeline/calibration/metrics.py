@@ -33,7 +33,10 @@ from calib_pipeline.calibration import _metrics_hard as hard
 from calib_pipeline.calibration import _metrics_soft as soft
 from calib_pipeline.calibration._metrics_binning import CLOSURES, NORMS, SCHEMES, binned
 from calib_pipeline.calibration._metrics_kernels import Predictions
-from calib_pipeline.calibration._metrics_soft import SB_ECE_TEMPERATURE  # noqa: F401 (public)
+from calib_pipeline.calibration._metrics_soft import (  # noqa: F401 (public)
+    SB_ECE_TEMPERATURE,
+    sb_ece_temperature,
+)
 from calib_pipeline.registry import (
     Registry,
     check_bool,
