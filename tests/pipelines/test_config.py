@@ -69,11 +69,11 @@ def test_sweep_accepts_one_hyperparameter():
          r"study 'baselin' lists no methods; defined studies with methods: \['a', 'b'\]"),
         # a key the sweep also makes would replace the swept member (or be replaced by it)
         (lambda p: p["methods"].update({"ls_epsilon_0p05": {"objective": "label_smoothing", "params": {"epsilon": 0.2}}}),
-         r"method 'ls_epsilon_0p05' is defined twice: by the sweep of methods.ls and by its entry "
-         r"methods.ls_epsilon_0p05"),
+         (r"method 'ls_epsilon_0p05' is defined twice: by the sweep of methods.ls and by its entry "
+          r"methods.ls_epsilon_0p05")),
         (lambda p: p.update({"methods": {"ls_epsilon_0p01": {"objective": "focal"}, **p["methods"]}}),
-         r"method 'ls_epsilon_0p01' is defined twice: by its entry methods.ls_epsilon_0p01 and by "
-         r"the sweep of methods.ls"),
+         (r"method 'ls_epsilon_0p01' is defined twice: by its entry methods.ls_epsilon_0p01 and by "
+          r"the sweep of methods.ls")),
         (lambda p: p["methods"]["ce"].update({"record_epoch_logits": "yes"}),
          "methods.ce.record_epoch_logits must be true or false"),
         # report tables group rows by label: two methods of one label would be one row

@@ -14,6 +14,7 @@ import torch
 
 from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E, Predictions
 
+
 def sb_ece_temperature(n_bins: int) -> float:
     """SB-ECE's default soft-binning temperature for ``n_bins`` bins: the decay rule of the
     authors' code (uncertainty-baselines, ``soft_binning_decay_factor=1e-4``),

@@ -18,8 +18,8 @@ from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import check_fractions, dataset_names
 from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import MODELS
-from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
 from calib_pipeline.registry import check_bool
+from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.provenance import run_name as run_prefix  # the catalog prefix of a run
 

@@ -48,9 +48,9 @@ from calib_pipeline.reports.claim_specs import (
     Side,
     check_study_claims,
     claim_calibrators,
+    option_sides,
     paper_names,
     parse_claim,
-    option_sides,
     study_claims,
 )
 from calib_pipeline.reports.common import METRIC_NAMES, UNCALIBRATED, UNSHIFTED
