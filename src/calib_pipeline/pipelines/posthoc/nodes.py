@@ -111,19 +111,25 @@ def fit_calibrators(
     pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_SETS))
     if pooled is not None:
         fitting_sets[SHIFTED_VAL_SUFFIX] = pooled
+    fitted = _fit_each(fitting_sets, {name: calibrators[name] for name in keys}, f"{method.key} seed {seed}")
+    return {"provenance": provenance, FITTED_CALIBRATORS: fitted}
+
+
+def _fit_each(
+    fitting_sets: dict[str, dict[str, Any]], definitions: dict[str, dict[str, Any]], run: str
+) -> dict[str, Any]:
+    """``<key><suffix>`` -> calibrator ``key`` fitted on the fitting set of ``suffix``."""
     fitted = {}
     for suffix, val in fitting_sets.items():
-        for name in keys:
-            entry = calibrators[name]
+        for name, entry in definitions.items():
             key = f"{name}{suffix}"
             calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
             fitted[key] = calibrator.fit(val["logits"], val["labels"])
             logger.info(
-                "%s seed %s: %s learned %s%s",
-                method.key,
-                seed,
+                "%s: %s learned %s%s",
+                run,
                 key,
                 {k: v for k, v in calibrator.learned().items() if not isinstance(v, list)},
                 "" if calibrator.converged else " (NOT converged)",
             )
-    return {"provenance": provenance, FITTED_CALIBRATORS: fitted}
+    return fitted
