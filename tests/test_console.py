@@ -88,7 +88,7 @@ def test_an_input_that_fails_to_load_is_reported_at_its_node_not_as_nothing_writ
     """Kedro calls on_node_error only around a node's function: a corrupt input file fails
     while loading, after other nodes may have saved -- never 'nothing was written'."""
     hook = ConsoleHook(lambda: tmp_path)
-    hook._pipeline_started, hook._total = True, 3
+    hook._total = 3
     done = SimpleNamespace(name="ce.posthoc_seed_0")
     hook.before_dataset_loaded(done)
     hook.before_node_run(done)
@@ -99,6 +99,9 @@ def test_an_input_that_fails_to_load_is_reported_at_its_node_not_as_nothing_writ
     report = capsys.readouterr().err
     assert "where: node ls.posthoc_seed_0 while loading its inputs, after 1 node(s) finished" in report
     assert "nothing was written" not in report
+    before = ConsoleHook(lambda: tmp_path)  # e.g. the preflight refuses missing inputs
+    before._report_uncaught(ValueError, ValueError("split_standard does not exist yet"), None)
+    assert "where: before any node ran (building or checking the pipelines); nothing was written" in capsys.readouterr().err
 
 
 def test_a_worker_copy_reports_its_node_line_to_the_driver(tmp_path, caplog):

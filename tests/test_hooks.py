@@ -91,6 +91,21 @@ def test_a_tracking_failure_is_one_warning_and_never_raises(caplog):
     assert ("run1", "KILLED") in ended and ("parent", "KILLED") in ended, "no run left RUNNING"
 
 
+def test_a_tracking_failure_in_a_workers_copy_ends_only_its_own_nested_run():
+    """The driver's parent run goes on (other workers still log to it): a worker's copy
+    never terminates it."""
+    driver = started_hook(RecordingClient())
+    driver._uri = "http://tracking:5000"
+    worker = driver.for_worker()
+    worker._client = server = RecordingClient(fail_on="log_batch")
+    node = training_node()
+    worker.before_node_run(node=node, catalog=None, inputs={})
+    worker.after_node_run(node=node, catalog=None, inputs={}, outputs=OUTPUTS)
+    for name in OUTPUTS:
+        worker.after_dataset_saved(dataset_name=name, data=None, node=node)
+    assert [c[1] for c in server.calls if c[0] == "set_terminated"] == [("run1", "KILLED")]
+
+
 def worker_copy(hook: MlflowTrackingHook) -> MlflowTrackingHook:
     """The hook as a Dask worker receives it."""
     import pickle

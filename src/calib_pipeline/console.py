@@ -142,7 +142,6 @@ class ConsoleHook:
         self._version: str | None = None
         self._failure: dict[str, Any] | None = None
         self._loading: list[str] = []  # nodes whose inputs are loading (none runs yet)
-        self._pipeline_started = False
         self._logged_error: int | None = None
         self._catalog = None
         self.filter.resume_from = None
@@ -173,7 +172,6 @@ class ConsoleHook:
             atexit.register(self._interrupted_at_exit)
             self._exit_registered = True
         self._reset_run()
-        self._pipeline_started = True
         self._catalog = catalog
         self._version = str(run_params.get("run_id") or generate_timestamp())
         self._total = len(pipeline.nodes)
@@ -339,14 +337,10 @@ class ConsoleHook:
             self._log_traceback(error)
             self._close_log()
         failure = self._failure
-        if failure is None and self._pipeline_started:
+        if failure is None and self._loading:
             # Kedro calls on_node_error only around a node's function: an input that fails
             # to load (a corrupt file) ends the run here, after other nodes may have saved
-            failure = {
-                "node": ", ".join(self._loading) or "(unknown)",
-                "where": "",
-                "phase": "loading its inputs",
-            }
+            failure = {"node": ", ".join(self._loading), "where": "", "phase": "loading its inputs"}
         sys.stderr.write(failure_report(error, failure, self._done, self.filter.resume_from, self.log_path))
         sys.stderr.flush()
         return None
@@ -472,6 +466,11 @@ def failure_report(
 
 
 def _where_and_hint(failure: dict[str, Any] | None, nodes_done: int, resume_from: str | None) -> list[str]:
+    if failure is None and nodes_done:
+        return [
+            f"  where: outside any node, after {nodes_done} node(s) finished",
+            "  hint: once fixed, rerun the same command: finished trainings are reused",
+        ]
     if failure is None:
         return ["  where: before any node ran (building or checking the pipelines); nothing was written"]
     where = f" on {failure['where']}" if failure.get("where") else ""

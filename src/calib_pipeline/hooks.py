@@ -237,7 +237,10 @@ def _tracked(method: Callable[..., None]) -> Callable[..., None]:
                 "MLflow tracking failed in %s and is off for the rest of this run (%s): %s",
                 method.__name__, TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
             )
-            self._end_at_exit()  # one try to end the open runs (KILLED), not left RUNNING
+            if self._owns_parent:  # one try to end the open runs (KILLED), not left RUNNING
+                self._end_at_exit()
+            else:  # a worker's copy: its own nested runs only; the driver's run goes on
+                self._end_children("KILLED")
             self._client = None
 
     return guarded
@@ -259,6 +262,7 @@ class MlflowTrackingHook:
         self._runs: dict[tuple[str, str], str] = {}  # (method, seed) -> nested run id of this run
         self._globals: dict[str, str] = {}  # dataset and protocol of the session's environment
         self.run_location: str | None = None  # "parent run <id> at <uri>" of the last run started
+        self._owns_parent = True  # False in a Dask worker's copy: the driver ends the parent
 
     def _enabled(self) -> bool:
         return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
@@ -360,11 +364,18 @@ class MlflowTrackingHook:
         after a failure: open runs end ``KILLED`` (each a best-effort call)."""
         if self._client is None:
             return
-        for run_id in [*self._open_children.values(), *([self._parent] if self._parent else [])]:
+        self._end_children("KILLED")
+        if self._parent:
             with contextlib.suppress(Exception):
-                self._client.set_terminated(run_id, "KILLED")
-        self._open_children.clear()
+                self._client.set_terminated(self._parent, "KILLED")
         self._parent = None
+
+    def _end_children(self, status: str) -> None:
+        """Best-effort: every open nested run ends ``status``."""
+        for run_id in self._open_children.values():
+            with contextlib.suppress(Exception):
+                self._client.set_terminated(run_id, status)
+        self._open_children.clear()
 
     def _log_params(self, run_id: str, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -548,6 +559,7 @@ class MlflowTrackingHook:
         if self._client is None or self._parent is None:
             return None
         worker = MlflowTrackingHook()
+        worker._owns_parent = False
         worker._parent, worker._experiment_id = self._parent, self._experiment_id
         worker._env = self._env
         worker._client = _RecordedCalls() if _single_writer(self._uri) else _ServerClient(self._uri)

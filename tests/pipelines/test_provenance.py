@@ -352,6 +352,9 @@ def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2, "two configurations"
     assert not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
     assert set(outputs[True][1]["run_id"]) == {SESSION["run_info"]["run_id"]}, "history says who"
+    # the folder is the provenance's fingerprint (retention keeps a state by it)
+    folders = {p.name for p in tmp_path.iterdir() if p.is_dir()}
+    assert {out[0]["provenance"]["fingerprint"] for out in outputs.values()} == folders
 
 
 def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
@@ -368,6 +371,14 @@ def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
         r"  shift.severities: \[1, 5\] when the sets were made, \[2\] in this session",
     ):
         evaluate(run, shift={**made, "severities": [2]})
+    # the same sets written another way pass: all corruptions by name, severities reordered
+    from calib_pipeline.data.shift_suites import corruption_names
+
+    everything = {"severities": [5, 1], "corruptions": "all"}
+    run["shift"] = {**run["shift"], "settings": defining_settings({**everything, "severities": [1, 5]})}
+    evaluate(run, shift={**everything, "corruptions": list(corruption_names())})
+    with pytest.raises(ProvenanceError, match="shift.frost_dir: None when the sets were made"):
+        evaluate(run, shift={**everything, "frost_dir": "/data/frost"})
     unrecorded = cached_run(provenance())
     with pytest.raises(ProvenanceError, match="do not record the shift settings that made them"):
         evaluate(unrecorded, shift=made)

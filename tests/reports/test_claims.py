@@ -297,6 +297,8 @@ def test_zero_spread_takes_the_t_tests_limit_so_agreement_never_weakens_a_verdic
     assert judge([0.001] * 5, expect="within", tolerance=0.01)["verdict"] == HOLDS
     assert judge([0.1] * 5, expect="within", tolerance=0.01)["verdict"] == CONTRADICTED
     assert judge([0.01] * 3, expect="within", tolerance=0.01)["verdict"] == INCONCLUSIVE
+    rounding = judge([1e-13, -2e-13, 4e-13], expect="higher")  # zero up to rounding, mixed signs
+    assert rounding["verdict"] == INCONCLUSIVE and "exactly no effect" in rounding["note"]
     none = judge([0.0, 0.0, 0.0], expect="lower")
     assert none["verdict"] == INCONCLUSIVE and "exactly no effect" in none["note"]
     assert none["seeds_needed"] is None

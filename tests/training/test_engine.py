@@ -184,6 +184,35 @@ def test_crop_pads_black_pixels_like_the_papers_random_crop():
     assert torch.allclose(corner, torch.tensor([-2.0, -2.0, -3.0])), "black, then normalised"
 
 
+@dataclass
+class _InputRecorder(ObjectiveLearner):
+    """Records the train inputs the engine hands a step (no training)."""
+
+    seen: list = field(default_factory=list)
+
+    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None):
+        self.seen.append(inputs.clone())
+        return {"loss": torch.zeros((), dtype=torch.float64)}
+
+
+@pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler.step\(\)`")  # no optimizer step
+def test_the_engine_augments_raw_pixels_then_normalises():
+    """A crop's padding reaches the model as a normalised black pixel, (0 - mean) / std --
+    not a reflected (or zero) normalised value."""
+    images = torch.full((64, 1, 8, 8), 200, dtype=torch.uint8)
+    labels = torch.zeros(64, dtype=torch.long)
+    learner = _InputRecorder(build_objective("cross_entropy"))
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    config = TrainConfig(epochs=1, batch_size=64, device="cpu", augment="crop_flip", track_test=False)
+    train_model(model, learner, Split(images, labels), Split(images[:8], labels[:8]), config,
+                normalization=((0.5,), (0.25,)), seed=3)
+    seen = learner.seen[0]
+    black, bright = (0.0 - 0.5) / 0.25, (200 / 255 - 0.5) / 0.25
+    values = sorted(seen.unique().tolist())
+    assert values == [pytest.approx(black), pytest.approx(bright)], "padding is black, nothing else"
+
+
 def test_batch_stream_covers_every_sample_once_per_epoch():
     stream = BatchStream(torch.arange(10).view(10, 1), torch.arange(10), 4, torch.Generator().manual_seed(0))
     seen = torch.cat([index for index, _, _ in stream])

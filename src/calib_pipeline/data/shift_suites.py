@@ -300,16 +300,24 @@ def resolve_suites(
 
 # The shift settings that decide which sets a run's shift logits hold and what is in them
 # (not where files are read from, nor how they are chunked and cached).
+# (``frost_dir`` is one: frost is generated only where its images are found.)
 DEFINING_SETTINGS = (
     "corruption_source", "corruptions", "severities", "seed", "corruption_options", "natural",
-    "shifted_val",
+    "shifted_val", "frost_dir",
 )
 
 
 def defining_settings(shift: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`DEFINING_SETTINGS` of the ``shift`` parameters, defaults filled in."""
+    """The :data:`DEFINING_SETTINGS` of the ``shift`` parameters, defaults filled in and
+    spelled one way: ``corruptions: all`` as the names it means, severities sorted,
+    ``natural`` as a mapping -- so equal settings written differently compare equal."""
     settings = shift_settings(shift)
-    return {key: settings[key] for key in DEFINING_SETTINGS}
+    defining = {key: settings[key] for key in DEFINING_SETTINGS}
+    source = settings["corruption_source"]
+    defining["corruptions"] = sorted(_corruptions(settings["corruptions"], source, "shift.corruptions"))
+    defining["severities"] = sorted(_severities(settings["severities"], "shift.severities"))
+    defining["natural"] = _natural(settings["natural"])
+    return defining
 
 
 def _in_label_order(settings: dict[str, Any], data: ImageData) -> dict[str, Any]:

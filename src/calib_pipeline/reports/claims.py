@@ -351,6 +351,9 @@ def _directional(
     return {**out, "verdict": INCONCLUSIVE, "seeds_needed": needed}
 
 
+_SAME_UP_TO_ROUNDING = 1e-12  # effects this close are equal; a mean this small is no effect
+
+
 def _identical(
     expect: str, test: str, tolerance: float | None, stats: dict[str, Any]
 ) -> dict[str, Any]:
@@ -369,7 +372,7 @@ def _identical(
         if abs(mean) == float(tolerance):
             return {**stats, "verdict": INCONCLUSIVE, "note": "every seed lies on the margin"}
         claimed = abs(mean) < float(tolerance)
-    elif mean == 0.0:
+    elif abs(mean) <= _SAME_UP_TO_ROUNDING:  # e.g. 1e-13, -2e-13, 4e-13: no direction
         return {**stats, "verdict": INCONCLUSIVE, "note": "every seed shows exactly no effect"}
     else:
         claimed = (mean < 0) == (expect in ("lower", "decreasing"))
@@ -424,7 +427,7 @@ def judge(
     stats["ci_low"], stats["ci_high"] = mean_interval(
         values, 1 - 2 * alpha if one_sided else 1 - alpha
     )
-    if np.allclose(values, values[0], rtol=1e-9, atol=1e-12):  # the same up to rounding
+    if np.allclose(values, values[0], rtol=1e-9, atol=_SAME_UP_TO_ROUNDING):  # the same up to rounding
         return _identical(expect, test, tolerance, stats)
     if expect == "within":
         return _within(values, float(tolerance), alpha, power, stats)

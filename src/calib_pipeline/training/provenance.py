@@ -25,9 +25,10 @@ from calib_pipeline.training.config import TrainConfig
 # a GPU cluster may be scored on a laptop with ``device: cpu``.
 EXECUTION_SETTINGS = ("device", "eval_batch_size", "checkpoint_every", "num_threads", "track_test")
 # Recorded at training, never compared with a session's parameters: the split hash needs the
-# split's indices (the logits node compares it with the split it is given), and re-scoring
-# with newer metric code is the point of keeping cached logits.
-RECORDED_ONLY = ("split_hash", "code")
+# split's indices (the logits node compares it with the split it is given), re-scoring
+# with newer metric code is the point of keeping cached logits, and recording epoch logits
+# changes what a run keeps, not what it trains.
+RECORDED_ONLY = ("split_hash", "code", "record_epoch_logits")
 
 
 class _NotSet:

@@ -10,8 +10,8 @@ from typing import Any
 
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.shift_suites import (
-    DEFINING_SETTINGS,
     ShiftPlan,
+    defining_settings,
     plan_shift_sets,
     predict_shift_sets,
 )
@@ -74,5 +74,5 @@ def compute_shift_logits(
     sets = predict_shift_sets(predict, shift_sets, split)
     run = f"{checkpoint['method']} seed {checkpoint['seed']}"
     logger.info("%s: logits on %d shifted set(s)", run, len(sets))
-    settings = {key: shift_sets.settings[key] for key in DEFINING_SETTINGS}
+    settings = defining_settings(shift_sets.settings)
     return {"provenance": provenance, SHIFT_SETTINGS: settings, SHIFT_SETS: sets}

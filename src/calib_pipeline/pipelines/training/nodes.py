@@ -76,16 +76,16 @@ def train_method(
         "split_hash": split_fingerprint(split),
         "code": code_fingerprint(),
     }
+    if method.record_epoch_logits:
+        # a completed state then holds the epoch logits too: its own configuration (and
+        # resume folder); absent otherwise, so existing runs keep their fingerprints
+        run_config["record_epoch_logits"] = True
     config = TrainConfig.from_params(run_config["training"])
     torch.manual_seed(seed)
     model = model_from_config(data, run_config["model"])
     learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
     parts = {part: Split(*split_tensors(data, split, part)) for part in [*split, "test"]}
-    # recording epoch logits changes what a completed state holds, so a run that records
-    # them is its own configuration (existing runs, which do not, keep their fingerprints)
-    configuration = fingerprint(
-        {**run_config, "record_epoch_logits": True} if method.record_epoch_logits else run_config
-    )
+    configuration = fingerprint(run_config)
     result = train_model(
         model,
         learner,
