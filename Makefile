@@ -55,6 +55,10 @@ KEEP ?= 3
 prune: $(STAMP)  ## keep the newest KEEP versions of every artifact and their MLflow runs (RESUME=1: and prune finished resume states); dry run unless APPLY=1
 	$(BIN)/python -m calib_pipeline.retention --keep $(KEEP) $(if $(RESUME),--resume-states) $(if $(APPLY),--apply)
 
-clean-outputs:  ## delete generated data, run logs and the local MLflow store (keeps raw data); irreversible
-	find data/02_intermediate data/06_models data/07_model_output data/08_reporting -mindepth 1 ! -name .gitkeep -delete
-	rm -rf data/.save_versions data/logs mlflow.db mlflow.lock mlruns mlartifacts
+# The data folder of `kedro run` (CALIB_DATA_DIR, else data/): cleaning the wrong one would
+# keep the artifacts and still delete the MLflow store.
+DATA_DIR := $(or $(CALIB_DATA_DIR),data)
+
+clean-outputs:  ## delete generated data (of CALIB_DATA_DIR if set), run logs and the local MLflow store (keeps raw data); irreversible
+	find $(DATA_DIR)/02_intermediate $(DATA_DIR)/06_models $(DATA_DIR)/07_model_output $(DATA_DIR)/08_reporting -mindepth 1 ! -name .gitkeep -delete
+	rm -rf $(DATA_DIR)/.save_versions $(DATA_DIR)/logs mlflow.db mlflow.lock mlruns mlartifacts

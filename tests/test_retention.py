@@ -114,6 +114,9 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
             client.set_terminated(run_id, "FINISHED")
         runs[version] = (parent, child)
     running = client.create_run(experiment, tags={"kedro.run_id": "2020-01-01T00.00.00.000Z"}).info.run_id
+    # a run of another data folder (CALIB_DATA_DIR elsewhere): its version is not in this one
+    elsewhere = client.create_run(experiment, tags={"kedro.run_id": "2019-05-05T00.00.00.000Z"}).info.run_id
+    client.set_terminated(elsewhere, "FINISHED")
 
     assert main(["--keep", "2", "--data", str(data_dir), "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
@@ -126,7 +129,12 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
     assert (data_dir / "01_raw" / "digits" / VERSIONS[0]).exists()
     remaining = {r.info.run_id for r in client.search_runs([experiment], max_results=100)}
     assert not set(runs[VERSIONS[0]]) & remaining, "runs of pruned versions are gone"
-    assert set(runs[VERSIONS[1]]) | set(runs[VERSIONS[2]]) | {running} <= remaining
+    assert set(runs[VERSIONS[1]]) | set(runs[VERSIONS[2]]) | {running, elsewhere} <= remaining
+
+    empty = tmp_path / "other_data"  # pruning another folder touches no run of this one
+    empty.mkdir()
+    assert main(["--keep", "1", "--data", str(empty), "--tracking-uri", uri]) == 0
+    assert "0 version folder(s), 0 resume state(s), 0.0 MiB; 0 MLflow run(s)" in capsys.readouterr().out
 
 
 def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only_when_asked(tmp_path, capsys):

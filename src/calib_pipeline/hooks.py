@@ -98,6 +98,9 @@ PRODUCING_STAGE = (
 )
 
 
+STAGE_ORDER = ("data_split", "training", "logits", "shift", "posthoc", "reporting")
+
+
 def producing_stage(dataset: str) -> str | None:
     """The stage whose nodes write ``dataset`` (None for parameters and raw data)."""
     for marker, stage in PRODUCING_STAGE:
@@ -150,13 +153,25 @@ class RunPreflightHook:
         console.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
         missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
         if missing:
-            stages = sorted({producing_stage(name) for name in missing})
+            stages = sorted({producing_stage(name) for name in missing}, key=STAGE_ORDER.index)
             raise MissingInputsError(
                 f"{len(missing)} input(s) of this run do not exist yet ({', '.join(missing[:3])}"
                 f"{', ...' if len(missing) > 3 else ''}): run the {' and '.join(stages)} stage(s) first, "
-                f"e.g. kedro run --pipelines={','.join(stages)}, or include them in --pipelines"
+                f"e.g. kedro run --pipelines={_first_stages(run_params, stages)}, or include them in "
+                "--pipelines"
             )
         _refuse_uncollected_runs(pipeline)
+
+
+def _first_stages(run_params: dict[str, Any], stages: list[str]) -> str:
+    """The ``--pipelines`` value that makes the missing stages: for a study's own stages
+    (``focal.reporting``), the study itself -- only its runs, finished ones reused -- not
+    the all-studies stages, which would train every study's methods."""
+    names = run_params.get("pipeline_names") or []
+    studies = list(dict.fromkeys(name.split(".")[0] for name in names if "." in name))
+    if names and len(studies) == len(names):
+        return ",".join(studies)
+    return ",".join(stages)
 
 
 # "<method>.runs_for_<study>": a method's runs, handed to a study in memory by the

@@ -198,9 +198,15 @@ def size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def stale_runs(tracking_uri: str, kept: set[str], experiment: str = "calib-pipeline") -> list[str]:
-    """Parent runs (``kedro.run_id`` = save version) of versions no artifact keeps, with
-    their nested runs; runs still running are never listed."""
+def stale_runs(
+    tracking_uri: str, pruned: set[str], kept: set[str], experiment: str = "calib-pipeline"
+) -> list[str]:
+    """Parent runs (``kedro.run_id`` = save version) of the versions this pruning deletes
+    and no artifact keeps, with their nested runs; runs still running are never listed.
+
+    Only ``pruned`` versions: the store is the project's, not the data folder's, so a run
+    whose version this folder never held (another ``CALIB_DATA_DIR``, a ``--data`` typo)
+    is none of this pruning's business."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -211,7 +217,7 @@ def stale_runs(tracking_uri: str, kept: set[str], experiment: str = "calib-pipel
     parents = {
         r.info.run_id for r in runs
         if "mlflow.parentRunId" not in r.data.tags and r.info.status != "RUNNING"
-        and r.data.tags.get("kedro.run_id") not in kept
+        and r.data.tags.get("kedro.run_id") in pruned - kept
     }
     children = {r.info.run_id for r in runs if r.data.tags.get("mlflow.parentRunId") in parents}
     return sorted(parents | children)
@@ -256,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in [*todo.paths, *states]:
         total += size(path)
         print(f"{'delete' if args.apply else 'would delete'} {path}")
-    runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, todo.kept)
+    pruned = {path.name for path in todo.paths}
+    runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, pruned, todo.kept)
     print(f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), {total / 2**20:.1f} MiB; "
           f"{len(runs)} MLflow run(s) of pruned versions")
     if not args.apply:

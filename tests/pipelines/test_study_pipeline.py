@@ -265,3 +265,17 @@ def test_on_the_test_env_each_run_fits_only_the_calibrators_its_studies_evaluate
     assert "ts_grid_mukhoti" in evaluated["focal"] and "ts_grid_mukhoti" in fitted["ce", 0]
     assert evaluated["calibratability"] == ["ts_grid_wang", "hist_binning"]
     assert sum(map(len, fitted.values())) < len(fitted) * len(structure.calibrators) / 3
+
+
+def test_the_missing_inputs_hint_names_the_study_for_a_studys_stage():
+    """`--pipelines=mini.reporting` before mini's runs exist: the hint runs `mini` (its runs
+    only), not the all-studies stages, which would train every study's methods."""
+    from calib_pipeline.hooks import MissingInputsError, RunPreflightHook
+
+    structure = parse_structure(PARAMETERS)
+    pipeline = reporting.create_pipeline(structure, ["mini"], "digits", protocol="test")
+    with pytest.raises(MissingInputsError, match=r"run the logits and shift and posthoc stage\(s\) "
+                       r"first, e.g. kedro run --pipelines=mini, or"):
+        RunPreflightHook().before_pipeline_run({"pipeline_names": ["mini.reporting"]}, pipeline, DataCatalog())
+    with pytest.raises(MissingInputsError, match=r"e.g. kedro run --pipelines=logits,shift,posthoc, or"):
+        RunPreflightHook().before_pipeline_run({"pipeline_names": ["reporting"]}, pipeline, DataCatalog())
