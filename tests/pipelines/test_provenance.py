@@ -306,33 +306,34 @@ def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol(monkeypatch):
     assert catalog.load(RUN_INFO)["env"] == "local", "kedro run without --env runs the default env"
 
 
-def test_a_report_refuses_a_history_of_another_training_than_the_logits():
-    """E.g. the run was retrained alone (`--nodes=ce.train_seed_0`): a new history beside the
-    old logits. The history's run_id column says which training wrote it."""
+def test_the_evaluation_refuses_a_history_of_another_training_than_the_logits():
+    """E.g. the run was retrained alone under other settings (`--nodes=ce.train_seed_0
+    --params=training.epochs=40`): a new history beside the old logits. A training reused
+    from its completed state by a later session (same configuration, new run id) is the same
+    training and passes. Reports then see the history without its provenance columns."""
     import pandas as pd
 
     from calib_pipeline.pipelines.reporting.nodes import run_report
 
-    table, bins = evaluate(cached_run(provenance()))
-    study = {"study": "mini", "dataset": "digits", "methods": ["ce"], "seeds": [0],
-             "labels": {"ce": "CE"}, "groups": {"ce": "ce"}}
-
-    def report(history):
-        return run_report(table, bins, report="meta_curves", options={}, study=study,
-                          run_keys={"r0": ("ce", 0)}, runs_ce={"r0_histories": history})
-
-    history = pd.DataFrame({"method": "ce", "seed": 0, "run_id": TRAINED_BY, "epoch": [1, 2],
+    record = provenance()
+    history = pd.DataFrame({"method": "ce", "seed": 0, "run_id": "2026-03-03T00.00.00.000Z",
+                            "fingerprint": record["fingerprint"], "epoch": [1, 2],
                             "test_gamma_mean": [1.0, 1.1], "test_gamma_std": [0.1, 0.2],
                             "test_ece": [0.1, 0.05], "test_accuracy": [0.8, 0.9], "test_nll": [0.6, 0.5]})
-    curves = report(history)["curves"]
-    assert "run_id" not in curves.columns and list(curves["test_ece"]) == [0.1, 0.05]
-    later = history.assign(run_id="2026-03-03T00.00.00.000Z")
-    with pytest.raises(ProvenanceError, match=r"ce seed 0: its history comes from the training of "
-                       r"session \['2026-03-03T00.00.00.000Z'\], its logits .* from session "
-                       rf"\['{TRAINED_BY}'\]"):
-        report(later)
-    with pytest.raises(ProvenanceError, match="history has no run_id column"):
-        report(history.drop(columns="run_id"))
+    run = {**cached_run(record), "histories": history}
+    table, bins = evaluate(run)  # reused by a later session: its run id, the same fingerprint
+    study = {"study": "mini", "dataset": "digits", "methods": ["ce"], "seeds": [0],
+             "labels": {"ce": "CE"}, "groups": {"ce": "ce"}}
+    curves = run_report(table, bins, report="meta_curves", options={}, study=study,
+                        run_keys={"r0": ("ce", 0)}, runs_ce={"r0_histories": history})["curves"]
+    assert not {"run_id", "fingerprint"} & set(curves.columns) and list(curves["test_ece"]) == [0.1, 0.05]
+    other = history.assign(fingerprint="0123456789abcdef")
+    with pytest.raises(ProvenanceError, match=r"ce seed 0: its history comes from a training of "
+                       rf"configuration \['0123456789abcdef'\], its logits from configuration "
+                       rf"{record['fingerprint']} \(run {TRAINED_BY}\)"):
+        evaluate({**run, "histories": other})
+    with pytest.raises(ProvenanceError, match=r"ce\.seed_0\.history has no fingerprint column"):
+        evaluate({**run, "histories": history.drop(columns="fingerprint")})
 
 
 def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
@@ -352,6 +353,7 @@ def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2, "two configurations"
     assert not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
     assert set(outputs[True][1]["run_id"]) == {SESSION["run_info"]["run_id"]}, "history says who"
+    assert set(outputs[True][1]["fingerprint"]) == {outputs[True][0]["provenance"]["fingerprint"]}
     # the folder is the provenance's fingerprint (retention keeps a state by it)
     folders = {p.name for p in tmp_path.iterdir() if p.is_dir()}
     assert {out[0]["provenance"]["fingerprint"] for out in outputs.values()} == folders

@@ -216,6 +216,35 @@ def check_run(
     return record
 
 
+# Columns of a training history that say which training wrote it (dropped before reports).
+HISTORY_PROVENANCE = ("run_id", "fingerprint")
+
+
+def check_history(run: str, name: str, history: Any, record: Mapping[str, Any]) -> None:
+    """Refuse a training history of another training than the run's logits.
+
+    The history's ``fingerprint`` column is its training's configuration fingerprint; the
+    logits' record holds theirs. A training reused from its completed resume state by a
+    later session writes a new history under that session's ``run_id`` but the same
+    fingerprint -- the same training, accepted; a run retrained under other settings (or
+    other code) alone, or a training killed between its checkpoint and its history, is not.
+
+    Raises:
+        ProvenanceError: a history without the column, or of another configuration.
+    """
+    if "fingerprint" not in getattr(history, "columns", ()):
+        raise ProvenanceError(
+            f"{name} has no fingerprint column: it was written before histories recorded the "
+            f"training that made them. {RETRAIN}"
+        )
+    trained = sorted(set(history["fingerprint"]))
+    if trained != [record["fingerprint"]]:
+        raise ProvenanceError(
+            f"{run}: its history comes from a training of configuration {trained}, its logits "
+            f"from configuration {record['fingerprint']} (run {record['run_id']}). {REBUILD}"
+        )
+
+
 def check_shift_settings(run: str, shift_logits: Mapping[str, Any], shift: Mapping[str, Any]) -> None:
     """Refuse shift logits made under other ``shift`` settings than the session's (e.g.
     ``--params=shift.severities=[2]`` with a reporting-only run would report the old sets).

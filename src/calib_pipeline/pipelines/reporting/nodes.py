@@ -24,11 +24,10 @@ from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
-    REBUILD,
-    RETRAIN,
     SHIFT_SETS,
-    ProvenanceError,
+    HISTORY_PROVENANCE,
     check_calibrator_definitions,
+    check_history,
     check_run,
     check_shift_settings,
 )
@@ -154,6 +153,9 @@ def _checked_run(
     if shift is not None:
         named[f"{prefix}.shift_logits"] = shift
     provenance = check_run(method, seed, named, **session)
+    history = artifacts.get(f"{key}_histories")
+    if history is not None:
+        check_history(f"{method.key} seed {seed}", f"{prefix}.history", history, provenance)
     if shift is not None and shift_params is not None:
         check_shift_settings(f"{method.key} seed {seed}", shift, shift_params)
     check_calibrator_definitions(
@@ -209,34 +211,9 @@ def run_report(
     for key, (method, seed) in run_keys.items():
         for kind in report_needs(report):
             value = artifacts.get(f"{key}_{kind}")
-            if value is not None and kind == "histories":
-                value = _checked_history(method, int(seed), value, metrics)
+            if value is not None and kind == "histories":  # checked by evaluate_study
+                value = value.drop(columns=[c for c in HISTORY_PROVENANCE if c in value.columns])
             if value is not None:
                 members = COLLECTION_MEMBERS.get(kind)
                 getattr(results, kind)[(method, int(seed))] = value[members] if members else value
     return build_report(report, results, **options)
-
-
-def _checked_history(method: str, seed: int, history: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
-    """The run's history without its ``run_id`` column, once that id is the one the
-    metrics table (scored from the run's logits) records for the run.
-
-    Raises:
-        ProvenanceError: a history without ``run_id`` (written before histories recorded
-            it) or from another training than the logits (e.g. the run was retrained alone,
-            or a training was killed between its two saves).
-    """
-    run = f"{method} seed {seed}"
-    if "run_id" not in history.columns:
-        raise ProvenanceError(
-            f"{method}.seed_{seed}.history has no run_id column: it was written before "
-            f"histories recorded the training that made them. {RETRAIN}"
-        )
-    scored = metrics.loc[(metrics["method"] == method) & (metrics["seed"] == seed), "run_id"]
-    trained, expected = set(history["run_id"]), set(scored)
-    if expected and trained != expected:
-        raise ProvenanceError(
-            f"{run}: its history comes from the training of session {sorted(trained)}, its "
-            f"logits (the metrics) from session {sorted(expected)}. {REBUILD}"
-        )
-    return history.drop(columns="run_id")

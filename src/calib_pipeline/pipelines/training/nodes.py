@@ -108,7 +108,7 @@ def train_method(
         run_config, run_id=run_info["run_id"], env=run_info["env"], protocol=run_info["protocol"]
     )
     checkpoint = _checkpoint(method, seed, data, run_config, result, provenance)
-    return checkpoint, _history(method.key, seed, result, provenance["run_id"])
+    return checkpoint, _history(method.key, seed, result, provenance)
 
 
 def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
@@ -125,12 +125,13 @@ def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
     )
 
 
-def _history(key: str, seed: int, result: TrainResult, run_id: str) -> pd.DataFrame:
-    """The per-epoch history with the run's method, seed and ``run_id`` (the session that
-    trained it, as in the checkpoint's provenance) as leading columns: a report refuses a
-    history whose ``run_id`` is not that of the logits it scores."""
+def _history(key: str, seed: int, result: TrainResult, provenance: dict[str, Any]) -> pd.DataFrame:
+    """The per-epoch history with the run's method, seed, ``run_id`` and ``fingerprint`` (as
+    in the checkpoint's provenance) as leading columns: the evaluation refuses a history of
+    another training configuration than the logits it scores."""
     history = pd.DataFrame(result.history)
-    history.insert(0, "run_id", run_id)
+    history.insert(0, "fingerprint", provenance["fingerprint"])
+    history.insert(0, "run_id", provenance["run_id"])
     history.insert(0, "seed", seed)
     history.insert(0, "method", key)
     return history
