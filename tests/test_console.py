@@ -183,3 +183,12 @@ def test_a_failing_node_prints_its_cause_first_in_a_few_lines_and_the_traceback_
     log = run_log(data_dir)
     assert "Traceback (most recent call last)" in log and "checkpoint.py" in log
     assert "failed with error" in log, "Kedro's own report of the failure is in the log"
+
+
+def test_the_run_header_names_kedros_default_env_when_none_is_given():
+    from calib_pipeline.console import _describe_context
+
+    globals_ = {"globals": {"dataset": {"name": "digits"}, "protocol": "digits"}}
+    described = _describe_context(SimpleNamespace(env=None, config_loader=globals_))
+    assert described == {"env": "local", "describe": " (dataset digits, protocol digits)"}
+    assert _describe_context(SimpleNamespace(env="test", config_loader=globals_))["env"] == "test"

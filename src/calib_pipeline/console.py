@@ -399,7 +399,7 @@ def _where() -> str:
 
 def _describe_context(context) -> dict[str, str]:
     """The session's environment and, from its globals, dataset and protocol."""
-    out = {"env": str(context.env or "")}
+    out = {"env": str(context.env or "local")}  # no --env: Kedro's default run env
     try:
         values = context.config_loader["globals"] or {}
     except Exception:  # noqa: BLE001 -- no globals: the header leaves them out
