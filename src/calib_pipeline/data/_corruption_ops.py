@@ -41,8 +41,10 @@ def colour(rgb: tuple[float, float, float], channels: int) -> torch.Tensor:
 def gaussian_blur(x: torch.Tensor, sigma: float, truncate: float = 4.0) -> torch.Tensor:
     """Gaussian blur over H and W with standard deviation ``sigma`` pixels.
 
-    The kernel has radius ``ceil(truncate * sigma)`` (scikit-image's default truncation),
-    capped below the image side so reflection padding stays defined.
+    The kernel has radius ``ceil(truncate * sigma)`` with scikit-image's default
+    ``truncate = 4`` (SciPy rounds ``truncate * sigma`` to the nearest integer instead; the
+    extra tap weighs under 1e-5), capped below the image side so reflection padding stays
+    defined.
     """
     if sigma <= 0:
         return x
