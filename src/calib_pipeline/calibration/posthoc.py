@@ -172,9 +172,11 @@ def calibrated_scores(calibrator: Calibrator, logits: Tensor | np.ndarray) -> tu
 def stratified_subsample(labels: Tensor, size: int, seed: int) -> Tensor:
     """Indices of a class-stratified random subsample of ``size`` rows.
 
-    Class ``c`` with ``n_c`` of the ``N`` rows gets ``floor(size·n_c/N)`` rows, and the
-    remaining rows go to the classes with the largest fractional parts (lowest class
-    index first on ties); rows within a class are drawn uniformly with ``seed``.
+    Class ``c`` with ``n_c`` of the ``N`` rows gets ``floor(size·n_c/N)`` rows; each of the
+    remaining rows goes to a class drawn (with ``seed``, without replacement) with
+    probability proportional to its fractional part -- so a ``size`` below the number of
+    classes samples *which* classes at random instead of always the most frequent (or the
+    lowest-numbered) ones; rows within a class are drawn uniformly with ``seed``.
 
     Args:
         labels: int64 labels (N,).
@@ -189,9 +191,11 @@ def stratified_subsample(labels: Tensor, size: int, seed: int) -> Tensor:
     quota = counts.to(torch.float64) * size / n
     take = torch.floor(quota).long()
     leftover = size - int(take.sum())
-    by_fraction = torch.argsort(-(quota - take), stable=True)
-    take[by_fraction[:leftover]] += 1
-    shuffle = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed)
+    if leftover:
+        fraction = quota - take
+        take[torch.multinomial(fraction, leftover, replacement=False, generator=generator)] += 1
+    shuffle = torch.randperm(n, generator=generator)
     shuffled = labels[shuffle]
     grouped = torch.argsort(shuffled, stable=True)
     grouped_labels = shuffled[grouped]
