@@ -201,7 +201,7 @@ def test_t_test_marks_direction_and_parity_with_scipy():
         "ce": "",
         "worse": "▲",
         "better": "▼",
-        "same": "",
+        "same": "▽",  # mean 1.0125 < 1.025: lower, not significantly (hollow)
         "single": "",
     }
     assert out.loc["worse", "p_value"] == pytest.approx(ttest_ind(values["worse"], base).pvalue)
@@ -213,7 +213,7 @@ def test_marks_reach_the_table(table):
     # LS members are far flatter than CE: uncalibrated ECE much higher, significant
     main = table["calibratability"].set_index("method")
     assert main.loc["ls_epsilon_0p05", "ECE (%) uncalibrated"].endswith("▲")
-    assert not main.loc["ce", "ECE (%) uncalibrated"].endswith(("▲", "▼"))
+    assert not main.loc["ce", "ECE (%) uncalibrated"].endswith(("▲", "▼", "△", "▽"))
 
 
 def test_calibratability_table_bad_options(study):
@@ -318,7 +318,7 @@ def test_optimal_ece_per_epoch_without_any_epoch_logits(study):
         "optimal_ece_per_epoch", StudyResults(**{**study.__dict__, "logits": no_epochs})
     )
     assert list(out) == ["optimal_ece_per_epoch_md"]
-    assert "No method recorded per-epoch logits" in out["optimal_ece_per_epoch_md"]
+    assert "No method recorded per-epoch test logits" in out["optimal_ece_per_epoch_md"]
     with pytest.raises(ValueError, match="epoch_stride must be an integer >= 1, got 0"):
         build_report("optimal_ece_per_epoch", study, epoch_stride=0)
 

@@ -62,7 +62,10 @@ from calib_pipeline.reports.selection import select_sweep_members
 
 ORACLE = "oracle"
 SELECTED = "test-selected"
+# Wang et al. Table 2 marks every cell's direction against CE: filled when the t-test is
+# significant, hollow when not.
 HIGHER, LOWER = "▲", "▼"
+HIGHER_NS, LOWER_NS = "△", "▽"
 DEFAULT_CALIBRATORS = ("ts_grid_wang", "hist_binning")
 # Wang et al. Section 4: T on the grid 0.01..10 step 0.01 minimising val ECE; HB with 15
 # equal-size bins on the top-label confidence. Same specs as conf/base/parameters.yml.
@@ -227,9 +230,10 @@ def compare_to_baseline(runs: pd.DataFrame, baseline: str, alpha: float) -> pd.D
     For each (calibrator, quantity) cell, ``stats.t_test(method, baseline, test="student")``
     on the per-seed values, ``t = (x̄_m - x̄_b) / (s_p √(1/n_m + 1/n_b))``, as in Wang et al.
     Table 2. The mark is ``▲`` when the method's mean is significantly higher than the
-    baseline's (for ECE: worse) at ``alpha``, ``▼`` when significantly lower, empty
-    otherwise -- also for the baseline itself and where either side has fewer than two
-    seeds (p-value NaN).
+    baseline's (for ECE: worse) at ``alpha``, ``▼`` when significantly lower, and -- as the
+    paper marks every cell's direction -- the hollow ``△`` / ``▽`` when higher / lower but
+    not significantly; empty for equal means, the baseline itself and where either side
+    has fewer than two seeds (p-value NaN).
 
     Args:
         runs: per-run rows with columns method, seed, calibrator, quantity, value.
@@ -255,6 +259,8 @@ def compare_to_baseline(runs: pd.DataFrame, baseline: str, alpha: float) -> pd.D
             result = t_test(values, reference, test="student")
             p_value = result.p_value
             mark = {1: HIGHER, -1: LOWER, 0: ""}[significance_direction(result, alpha)]
+            if not mark and result.mean_difference != 0:  # a direction, not significant
+                mark = HIGHER_NS if result.mean_difference > 0 else LOWER_NS
         rows.append(
             {
                 "method": method,
@@ -358,7 +364,8 @@ def _calibratability_markdown(
         ),
         (
             f"- {HIGHER} / {LOWER}: mean ECE significantly higher (worse) / lower (better) than "
-            f"`{baseline}` in a two-sided two-sample Student t-test over seeds at {alpha}"
+            f"`{baseline}` in a two-sided two-sample Student t-test over seeds at {alpha}; "
+            f"{HIGHER_NS} / {LOWER_NS}: higher / lower, not significantly"
             + ("" if seeds >= 2 else " -- not computed: the t-test needs at least 2 seeds")
             + "."
         ),
@@ -893,7 +900,8 @@ def optimal_ece_per_epoch(
         "",
     ]
     lines += [
-        f"- skipped `{m}`: no per-epoch test logits (set `record_epoch_logits: true`)"
+        f"- skipped `{m}`: no per-epoch test logits (the method needs `record_epoch_logits: "
+        "true`, and the run `training.track_test: true`, which records the test split)"
         for m in _ordered_methods(results)
         if m not in recorded
     ]
@@ -905,7 +913,7 @@ def optimal_ece_per_epoch(
     if runs.empty:
         return {
             "optimal_ece_per_epoch_md": "\n".join(
-                [*lines, "", "No method recorded per-epoch logits."]
+                [*lines, "", "No method recorded per-epoch test logits."]
             )
             + "\n"
         }
