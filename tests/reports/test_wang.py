@@ -167,6 +167,19 @@ def test_test_selected_member_is_the_lowest_uncalibrated_test_ece(study, table):
     assert table["selection"]["method"].tolist() == [best]
 
 
+def test_excluded_members_are_shown_but_never_test_selected(study):
+    """Wang §3 leaves the L1 settings that fail to train out of the choice: `exclude`."""
+    means = {m: _test_ece(study, m, "none").mean() for m in ("ls_epsilon_0p01", "ls_epsilon_0p05")}
+    best = min(means, key=means.get)
+    other = next(m for m in means if m != best)
+    out = build_report("calibratability_table", study, exclude=[best])
+    main = out["calibratability"].set_index("method")
+    assert best in main.index and main.loc[best, "selection"] != "test-selected"
+    assert best not in set(out["selection"]["method"]) and other in main.index
+    with pytest.raises(ValueError, match=r"exclude: \['ls_epsilon_0p5'\] are not methods"):
+        build_report("calibratability_table", study, exclude=["ls_epsilon_0p5"])
+
+
 def test_oracle_ece_never_exceeds_val_fitted_ts_on_the_same_grid(study, table):
     runs = table["calibratability_runs"]
     ece = runs[runs["quantity"] == "ece"].pivot(

@@ -423,6 +423,7 @@ def _published(
         "n_bins": POSITIVE,
         "oracle_grid": TEMPERATURE_GRID,
         "select_by": TEXT,
+        "exclude": optional(list_of(TEXT)),
     },
 )
 def calibratability_table(
@@ -433,6 +434,7 @@ def calibratability_table(
     n_bins: int = 15,
     oracle_grid: str | Sequence[float] = "wang",
     select_by: str = UNCALIBRATED,
+    exclude: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Wang et al. Table 2: test ECE (%) before / after val-fitted calibrators, fitted T, t-test vs CE.
 
@@ -453,6 +455,10 @@ def calibratability_table(
         oracle_grid: ``TEMPERATURE_GRIDS`` preset or ``[start, stop, step]`` of the oracle.
         select_by: ``"none"`` (uncalibrated, Wang Table 1) or a shown calibrator key
             whose test ECE decides the test-selected member.
+        exclude: sweep members never test-selected (still shown): Wang §3 leaves out the
+            L1 settings that fail to train ("L1 Norm fails on CIFAR-100 and 20Newsgroups
+            when α ≥ 0.05"), whose near-uniform confidences would otherwise win on ECE --
+            e.g. ``[l1_norm_alpha_0p05, l1_norm_alpha_0p1]`` on CIFAR-100.
 
     Returns:
         ``calibratability`` (formatted table), ``oracle`` (formatted oracle table),
@@ -467,9 +473,14 @@ def calibratability_table(
             study, ``select_by`` not among the shown calibrators.
     """
     keys = _check_table_options(results, calibrators, baseline, select_by)
+    exclude = list(exclude or [])
+    unknown = sorted(set(exclude) - set(results.methods))
+    if unknown:
+        raise ValueError(f"exclude: {unknown} are not methods of study {results.study!r}: {results.methods}")
     runs, notes = calibratability_runs(results, keys, n_bins, oracle_grid)
+    candidates = results.metrics[~results.metrics["method"].isin(exclude)]
     _, record = select_sweep_members(
-        results.metrics, results.groups, "test_ece", metric="ece", calibrator=select_by
+        candidates, results.groups, "test_ece", metric="ece", calibrator=select_by
     )
     table, oracle, stats = calibratability_tables(
         runs, keys, baseline, alpha, set(record["method"])
