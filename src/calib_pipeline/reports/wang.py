@@ -149,15 +149,21 @@ def _check_calibrator_keys(results: StudyResults, keys: Sequence[str]) -> list[s
 
 
 def _check_table_options(
-    results: StudyResults, calibrators: Sequence[str], baseline: str, select_by: str
+    results: StudyResults,
+    calibrators: Sequence[str],
+    baseline: str,
+    select_by: str,
+    exclude: Sequence[str] = (),
 ) -> list[str]:
-    """The calibrator keys of the table, once the keys, the baseline and ``select_by`` are
-    known to be in the study."""
+    """The calibrator keys of the table, once the keys, the baseline, ``select_by`` and the
+    excluded members are known to be in the study."""
     keys = _check_calibrator_keys(results, calibrators)
-    if baseline not in results.methods:
-        raise ValueError(
-            f"baseline {baseline!r} is not a method of study {results.study!r}: {results.methods}"
-        )
+    for name, methods in (("baseline", [baseline]), ("exclude", list(exclude))):
+        unknown = [m for m in methods if m not in results.methods]
+        if unknown:
+            raise ValueError(
+                f"{name}: {unknown} are not methods of study {results.study!r}: {results.methods}"
+            )
     check_choice("select_by", select_by, (UNCALIBRATED, *keys))
     return keys
 
@@ -455,10 +461,8 @@ def calibratability_table(
         oracle_grid: ``TEMPERATURE_GRIDS`` preset or ``[start, stop, step]`` of the oracle.
         select_by: ``"none"`` (uncalibrated, Wang Table 1) or a shown calibrator key
             whose test ECE decides the test-selected member.
-        exclude: sweep members never test-selected (still shown): Wang §3 leaves out the
-            L1 settings that fail to train ("L1 Norm fails on CIFAR-100 and 20Newsgroups
-            when α ≥ 0.05"), whose near-uniform confidences would otherwise win on ECE --
-            e.g. ``[l1_norm_alpha_0p05, l1_norm_alpha_0p1]`` on CIFAR-100.
+        exclude: members shown but never test-selected (Wang §3 drops L1 α ≥ 0.05 on
+            CIFAR-100, which fails to train: its near-uniform confidences would win on ECE).
 
     Returns:
         ``calibratability`` (formatted table), ``oracle`` (formatted oracle table),
@@ -472,19 +476,11 @@ def calibratability_table(
         ValueError: unknown calibrator key (lists the valid ones), baseline not in the
             study, ``select_by`` not among the shown calibrators.
     """
-    keys = _check_table_options(results, calibrators, baseline, select_by)
-    exclude = list(exclude or [])
-    unknown = sorted(set(exclude) - set(results.methods))
-    if unknown:
-        raise ValueError(f"exclude: {unknown} are not methods of study {results.study!r}: {results.methods}")
+    keys = _check_table_options(results, calibrators, baseline, select_by, exclude or [])
     runs, notes = calibratability_runs(results, keys, n_bins, oracle_grid)
-    candidates = results.metrics[~results.metrics["method"].isin(exclude)]
-    _, record = select_sweep_members(
-        candidates, results.groups, "test_ece", metric="ece", calibrator=select_by
-    )
-    table, oracle, stats = calibratability_tables(
-        runs, keys, baseline, alpha, set(record["method"])
-    )
+    candidates = results.metrics[~results.metrics["method"].isin(list(exclude or []))]
+    _, record = select_sweep_members(candidates, results.groups, "test_ece", metric="ece", calibrator=select_by)
+    table, oracle, stats = calibratability_tables(runs, keys, baseline, alpha, set(record["method"]))
     settings = {"keys": keys, "baseline": baseline, "alpha": alpha, "n_bins": n_bins}
     markdown = _calibratability_markdown(
         results, table, oracle, notes, **settings, select_by=select_by, grid=oracle_grid
