@@ -302,18 +302,21 @@ def read_own_version(catalog: Any, name: str) -> None:
         return
     version = dataset.resolve_save_version()  # the session's, or the one the save cached
     dataset.release()  # drops a "latest" version cached before the save
-    if version is not None and dataset._exists_function(str(dataset._get_versioned_path(version))):
+    if _exists_at(dataset, version):
         dataset._cached_load_version = version  # Kedro's cache; there is no public setter
+
+
+def _exists_at(dataset: AbstractVersionedDataset, version: str | None) -> bool:
+    return version is not None and dataset._exists_function(str(dataset._get_versioned_path(version)))
 
 
 def saved_at_save_version(catalog: Any, name: str) -> bool:
     """Whether versioned dataset ``name`` already exists at the run's save version (an
     earlier attempt of this run saved it); ``False`` for unversioned datasets."""
     dataset = catalog.get(name, fallback_to_runtime_pattern=True)
-    if not isinstance(dataset, AbstractVersionedDataset):
-        return False
-    version = dataset.resolve_save_version()
-    return version is not None and dataset._exists_function(str(dataset._get_versioned_path(version)))
+    return isinstance(dataset, AbstractVersionedDataset) and _exists_at(
+        dataset, dataset.resolve_save_version()
+    )
 
 
 def read_latest_version_of_now(catalog: Any, name: str) -> None:

@@ -33,6 +33,8 @@ from calib_pipeline.training.provenance import (
 # shifted-set logits (spec key -> logits) and fitted calibrators (key -> calibrator).
 SHIFT_SETS = "sets"
 SHIFT_SETTINGS = "settings"  # beside them: the shift settings that defined the sets
+# Calibrators fitted again on clean + shifted validation sets are stored as "<key>@shifted_val".
+SHIFTED_VAL_SUFFIX = "@shifted_val"
 FITTED_CALIBRATORS = "fitted"
 RETRAIN = (
     "Retrain it under this session's parameters (run the study's pipeline, e.g. "
@@ -180,9 +182,16 @@ def check_run(
     training: Mapping[str, Any],
     splits: Mapping[str, Any],
     run_info: Mapping[str, str],
+    shift: Mapping[str, Any] | None = None,
+    calibrator_definitions: Mapping[str, Mapping[str, Any]] | None = None,
+    history: Any = None,
 ) -> dict[str, Any]:
     """Refuse a run's artifacts unless they come from one training, trained under the
-    session's protocol as the session's parameters say that (method, seed) is trained.
+    session's protocol as the session's parameters say that (method, seed) is trained --
+    and, where given, its shift logits made under the session's ``shift`` settings
+    (:func:`check_shift_settings`), its fitted calibrators under the session's
+    ``calibrator_definitions`` (:func:`check_calibrator_definitions`) and its ``history``
+    by the same training configuration (:func:`check_history`).
 
     Args:
         method: the run's method.
@@ -213,6 +222,17 @@ def check_run(
     differences = configuration_differences(record["config"], expected)
     if differences:
         raise ProvenanceError(_configuration_refusal(run, record, differences, method))
+    prefix = run_name(method.key, seed)
+    shift_logits = artifacts.get(f"{prefix}.shift_logits")
+    if shift is not None and shift_logits is not None:
+        check_shift_settings(run, shift_logits, shift)
+    calibrators = artifacts.get(f"{prefix}.calibrators")
+    if calibrator_definitions is not None and calibrators is not None:
+        check_calibrator_definitions(
+            run, calibrators[FITTED_CALIBRATORS], calibrator_definitions, SHIFTED_VAL_SUFFIX
+        )
+    if history is not None:
+        check_history(run, f"{prefix}.history", history, record)
     return record
 
 

@@ -14,14 +14,11 @@ from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
     SHIFT_SETS,
+    SHIFTED_VAL_SUFFIX,
     check_run,
-    check_shift_settings,
 )
 
 logger = logging.getLogger(__name__)
-
-
-SHIFTED_VAL_SUFFIX = "@shifted_val"
 
 
 def shifted_validation(
@@ -104,9 +101,8 @@ def fit_calibrators(
         training=training,
         splits=splits,
         run_info=run_info,
+        shift=shift,
     )
-    if shift_logits is not None and shift is not None:
-        check_shift_settings(f"{method.key} seed {seed}", shift_logits, shift)
     fitting_sets = {"": logits["val"]}
     pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_SETS))
     if pooled is not None:

@@ -21,18 +21,14 @@ import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
-from calib_pipeline.training.provenance_checks import (
-    FITTED_CALIBRATORS,
-    SHIFT_SETS,
-    HISTORY_PROVENANCE,
-    check_calibrator_definitions,
-    check_history,
-    check_run,
-    check_shift_settings,
-)
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
+from calib_pipeline.training.provenance_checks import (
+    FITTED_CALIBRATORS,
+    HISTORY_PROVENANCE,
+    SHIFT_SETS,
+    check_run,
+)
 
 # Reports read a run's collections without the provenance stored beside their members.
 COLLECTION_MEMBERS = {"calibrators": FITTED_CALIBRATORS, "shift": SHIFT_SETS}
@@ -142,8 +138,8 @@ def _checked_run(
     calibrator_definitions: dict[str, dict[str, Any]],
     shift_params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``evaluate_runs`` entry of run ``key``, once its artifacts passed ``check_run``
-    and its fitted calibrators match the session's definitions."""
+    """The ``evaluate_runs`` entry of run ``key``, once its artifacts (shift settings,
+    calibrator definitions and history included) passed ``check_run``."""
     prefix = run_prefix(method.key, seed)
     named = {
         f"{prefix}.logits": artifacts[f"{key}_logits"],
@@ -152,17 +148,9 @@ def _checked_run(
     shift = artifacts.get(f"{key}_shift")
     if shift is not None:
         named[f"{prefix}.shift_logits"] = shift
-    provenance = check_run(method, seed, named, **session)
-    history = artifacts.get(f"{key}_histories")
-    if history is not None:
-        check_history(f"{method.key} seed {seed}", f"{prefix}.history", history, provenance)
-    if shift is not None and shift_params is not None:
-        check_shift_settings(f"{method.key} seed {seed}", shift, shift_params)
-    check_calibrator_definitions(
-        f"{method.key} seed {seed}",
-        named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],
-        calibrator_definitions,
-        SHIFTED_VAL_SUFFIX,
+    provenance = check_run(
+        method, seed, named, **session, shift=shift_params,
+        calibrator_definitions=calibrator_definitions, history=artifacts.get(f"{key}_histories"),
     )
     return {
         "logits": named[f"{prefix}.logits"],
