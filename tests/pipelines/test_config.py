@@ -74,6 +74,8 @@ def test_sweep_accepts_one_hyperparameter():
         (lambda p: p.update({"methods": {"ls_epsilon_0p01": {"objective": "focal"}, **p["methods"]}}),
          (r"method 'ls_epsilon_0p01' is defined twice: by its entry methods.ls_epsilon_0p01 and by "
           r"the sweep of methods.ls")),
+        (lambda p: p["methods"]["ls"].update({"params": {"epsilon": float("inf")}}),
+         r"method 'ls' sets 'epsilon' in params and sweeps it \(\[0.01, 0.05\]\)"),
         (lambda p: p["methods"]["ce"].update({"record_epoch_logits": "yes"}),
          "methods.ce.record_epoch_logits must be true or false"),
         # report tables group rows by label: two methods of one label would be one row

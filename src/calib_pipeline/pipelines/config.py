@@ -126,6 +126,11 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
         (param, values), = sweep.items()
         if not isinstance(values, list) or not values:
             raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
+        if param in (entry.get("params") or {}):  # the sweep would silently replace it
+            raise ValueError(
+                f"method {key!r} sets {param!r} in params and sweeps it ({values}); set it in "
+                "one place (the sweep's values, or remove the sweep)"
+            )
         for value in values:
             name = f"{key}_{param}_{_format_value(value)}"
             params = {**(entry.get("params") or {}), param: value}
