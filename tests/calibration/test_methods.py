@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from calib_pipeline.calibration.losses import build_objective
-from calib_pipeline.calibration.methods import MethodSpec, ObjectiveLearner, build_method, check_method
+from calib_pipeline.calibration.methods import (
+    MethodSpec,
+    ObjectiveLearner,
+    build_method,
+    check_method,
+)
 from calib_pipeline.models import build_model
+from calib_pipeline.training import accelerate
 
 
 def test_an_objective_method_builds_a_learner_around_its_objective():
@@ -99,3 +105,47 @@ def test_the_objective_learner_step_is_the_plain_training_step(name, params, gra
         assert stats["logits"].shape == (16, 4) and not stats["logits"].requires_grad
     for (key, value), twin_value in zip(model.state_dict().items(), twin.state_dict().values()):
         assert torch.equal(value, twin_value), key
+
+
+class _ContextRecorder:
+    """An objective that reads the step's context: cross-entropy plus 0 x the features' sum,
+    recording what it received."""
+
+    name = "context_recorder"
+
+    def __init__(self, uses_features):
+        self.uses_features = uses_features
+        self.received = []
+
+    def __call__(self, logits, targets, **context):
+        self.received.append(context)
+        loss = torch.nn.functional.cross_entropy(logits, targets)
+        features = context.get("features")
+        return loss if features is None else loss + 0.0 * features.sum()
+
+
+@pytest.mark.parametrize("uses_features", [False, True])
+def test_an_objective_receives_the_model_the_epoch_and_on_request_the_features(uses_features):
+    """DESIGN §2: the call may carry batch context. ``epoch`` comes from the engine, the
+    features are the penultimate ones whose head gives the logits it is scored on."""
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8)
+    inputs, targets = torch.randn(16, 1, 8, 8), torch.arange(16) % 4
+    objective = _ContextRecorder(uses_features)
+    learner = ObjectiveLearner(objective)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the model stays as it was
+    stats = learner.step(model, optimizer, inputs, targets, None, None, epoch=7)
+
+    (context,) = objective.received
+    assert context["model"] is model and context["epoch"] == 7
+    assert ("features" in context) is uses_features
+    with torch.no_grad():
+        features = model.forward_features(inputs)
+        assert torch.equal(stats["logits"], model.head(features))
+    if uses_features:
+        assert torch.equal(context["features"].detach(), features)
+        assert context["features"].requires_grad  # a feature term trains the backbone
+        reason = accelerate.compile_reason(learner)
+        assert reason is not None and "penultimate features" in reason
+    else:
+        assert accelerate.compile_reason(learner) is None

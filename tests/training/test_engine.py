@@ -9,7 +9,14 @@ from calib_pipeline.calibration.losses import build_objective
 from calib_pipeline.calibration.methods import ObjectiveLearner
 from calib_pipeline.data import load_dataset
 from calib_pipeline.models import build_model
-from calib_pipeline.training import BatchStream, CheckpointStore, Split, TrainConfig, augment_batch, train_model
+from calib_pipeline.training import (
+    BatchStream,
+    CheckpointStore,
+    Split,
+    TrainConfig,
+    augment_batch,
+    train_model,
+)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +197,7 @@ class _InputRecorder(ObjectiveLearner):
 
     seen: list = field(default_factory=list)
 
-    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None):
+    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1):
         self.seen.append(inputs.clone())
         return {"loss": torch.zeros((), dtype=torch.float64)}
 
@@ -302,16 +309,15 @@ def test_epoch_logits_are_written_once_per_epoch_and_survive_a_resume(digits, tm
 @dataclass
 class _ScriptedLearner(ObjectiveLearner):
     """Reports, without training, a loss and logits fixed by each sample's id (the value of
-    all its pixels) and the epoch: sample ``i`` is misclassified in epoch ``e`` when
+    all its pixels) and the epoch the engine passes: sample ``i`` is misclassified in epoch ``e`` when
     ``(i + e) % 3 == 0``; the loss of a batch is the mean of its ids."""
 
     steps_per_epoch: int = 1
     report_logits: bool = True
     calls: list = field(default_factory=list)
 
-    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None):
-        epoch = len(self.calls) // self.steps_per_epoch + 1
-        self.calls.append(epoch)
+    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1):
+        self.calls.append(epoch)  # the epoch the engine passes
         ids = torch.round((inputs[:, 0, 0, 0] * 0.25 + 0.5) * 255).long()
         wrong = (ids + epoch) % 3 == 0
         logits = F.one_hot(torch.where(wrong, (targets + 1) % 10, targets), 10).float()
@@ -355,8 +361,8 @@ class _VectorLossLearner(_ScriptedLearner):
 
     vector: str = "loss"
 
-    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None):
-        stats = super().step(model, optimizer, inputs, targets)
+    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1):
+        stats = super().step(model, optimizer, inputs, targets, epoch=epoch)
         stats[self.vector] = torch.ones(len(targets))
         return stats
 

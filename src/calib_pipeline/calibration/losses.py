@@ -11,8 +11,11 @@ NLL + lambda * MMCE; ``composite`` exposes the full primary x secondary grid.
 
 An objective is called as ``objective(logits, targets, **context)`` and returns a 0-d
 tensor; ``targets`` are class indices ``(N,)`` or target probabilities ``(N, K)``;
-``context`` may hold ``model`` (needed when ``l2 > 0``), ``features``, ``epoch`` and
-anything else, which objectives ignore. Mixup additionally mixes the batch through
+``context`` may hold ``model`` (needed when ``l2 > 0``), ``epoch`` (1-based) and
+``features`` and anything else, which objectives ignore. The training engine passes
+``model`` and ``epoch`` on every step and the batch's penultimate ``features`` to an
+objective whose ``uses_features`` attribute is true (computing them costs nothing extra,
+but the step then runs eagerly under ``training.compile``). Mixup additionally mixes the batch through
 ``objective.mix_batch(inputs, targets, generator)``. Formulas, defaults and sources are
 listed in docs/objectives.md.
 """
@@ -89,7 +92,11 @@ class Objective:
         name: the registry name it was built under.
         hyperparameters: the effective hyperparameters (defaults filled in); calling
             ``build_objective(name, **hyperparameters)`` rebuilds the same objective.
+        uses_features: whether the training step must pass the batch's penultimate
+            ``features`` as context (a subclass that reads them sets it true).
     """
+
+    uses_features: bool = False
 
     def __init__(
         self,

@@ -287,6 +287,8 @@ class MetaLearner:
         targets: Tensor,
         meta_inputs: Tensor,
         meta_targets: Tensor,
+        *,
+        epoch: int = 1,
     ) -> dict[str, Tensor]:
         """(a) Update the backbone on ``(inputs, targets)``, then (b) the learner on
         ``(meta_inputs, meta_targets)`` through a differentiable one-step look-ahead.

@@ -4,7 +4,7 @@ A method trains the backbone either with a plain objective (``calibration.losses
 a meta-learner (``calibration.meta``). ``build_method`` turns either kind into a *learner*
 with the meta-learners' step protocol (``Learner``), so the training engine runs every
 method through one loop: ``learner.step(model, optimizer, inputs, targets, meta_inputs,
-meta_targets)`` per batch. A plain objective is wrapped in ``ObjectiveLearner``, whose step
+meta_targets, epoch=epoch)`` per batch. A plain objective is wrapped in ``ObjectiveLearner``, whose step
 is the ordinary forward / loss / backward / optimiser step.
 """
 
@@ -69,7 +69,8 @@ class Learner(Protocol):
     """The step protocol the training engine runs every method through.
 
     ``step`` updates the backbone on one train batch (and, for a meta-learner, its own
-    parameters on one meta-val batch; plain objectives receive None there). It returns
+    parameters on one meta-val batch; plain objectives receive None there); ``epoch`` is the
+    1-based epoch the batch belongs to (a plain objective receives it as context). It returns
     detached 0-d tensors: ``loss`` (the train-batch loss), optionally ``logits`` (the
     train-batch logits, for the training accuracy) and any statistics to average per epoch.
     ``state_dict`` is empty for a learner without trainable state.
@@ -86,6 +87,8 @@ class Learner(Protocol):
         targets: Tensor,
         meta_inputs: Tensor | None,
         meta_targets: Tensor | None,
+        *,
+        epoch: int = 1,
     ) -> dict[str, Tensor]: ...
     def with_training_options(
         self, *, grad_clip: float | None, precision: str, generator: torch.Generator
@@ -101,8 +104,11 @@ class ObjectiveLearner:
     """A plain objective behind the learner step protocol: one backbone update per batch.
 
     Attributes:
-        objective: ``objective(logits, targets, **context) -> loss``; one with ``mix_batch``
-            (mixup) mixes each batch through it before the forward pass.
+        objective: ``objective(logits, targets, **context) -> loss``, called with the context
+            ``model`` and ``epoch``, plus ``features`` (the backbone's penultimate features
+            of the batch, from ``model.forward_features``) when the objective's
+            ``uses_features`` is true; one with ``mix_batch`` (mixup) mixes each batch
+            through it before the forward pass.
         generator: the randomness of ``mix_batch``; the engine passes the run's generator
             (on the training device) so that batches, augmentation and mixing come from one
             checkpointed stream.
@@ -124,6 +130,8 @@ class ObjectiveLearner:
         targets: Tensor,
         meta_inputs: Tensor | None = None,
         meta_targets: Tensor | None = None,
+        *,
+        epoch: int = 1,
     ) -> dict[str, Tensor]:
         """Forward, loss, backward, optional gradient clipping, optimiser step.
 
@@ -132,6 +140,7 @@ class ObjectiveLearner:
             optimizer: its optimiser.
             inputs, targets: the train batch (class indices; mixup mixes them).
             meta_inputs, meta_targets: unused; a plain objective learns from the train batch only.
+            epoch: the 1-based epoch, passed on to the objective as context.
 
         Returns:
             The detached batch ``loss`` and, unless the objective mixes the batch, the
@@ -144,9 +153,15 @@ class ObjectiveLearner:
             inputs, targets = self.objective.mix_batch(
                 inputs, targets, self.generator, num_classes=getattr(model, "num_classes", None)
             )
+        context: dict[str, Any] = {"model": model, "epoch": epoch}
         with autocast(inputs.device.type, self.precision):
-            logits = (model if self.forward is None else self.forward)(inputs)
-        loss = self.objective(upcast(logits), targets, model=model)
+            if getattr(self.objective, "uses_features", False):
+                features = model.forward_features(inputs)
+                logits = model.head(features)
+                context["features"] = upcast(features)
+            else:
+                logits = (model if self.forward is None else self.forward)(inputs)
+        loss = self.objective(upcast(logits), targets, **context)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip:
@@ -166,7 +181,7 @@ class ObjectiveLearner:
 
     def gamma(self, features: Tensor) -> None:
         """A plain objective learns no per-sample focal γ."""
-        return None
+        return
 
     def state_dict(self) -> dict[str, Any]:
         """Empty: a plain objective has no trainable state."""

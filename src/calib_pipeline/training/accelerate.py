@@ -42,6 +42,11 @@ def use_channels_last(model: nn.Module, enabled: bool) -> nn.Module:
 def compile_reason(learner: object) -> str | None:
     """Why ``learner``'s step cannot be compiled, or None when it can."""
     if isinstance(learner, ObjectiveLearner):
+        if getattr(learner.objective, "uses_features", False):
+            return (
+                f"objective {getattr(learner.objective, 'name', '?')!r} reads the penultimate "
+                "features, and only the model's whole forward is compiled"
+            )
         return None
     name = getattr(learner, "name", type(learner).__name__)
     return (

@@ -379,7 +379,9 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             _, meta_images, meta_labels = next(run.meta_batches)
             meta_inputs = run.normalizer(meta_images)
         accelerate.begin_step(run.uses_graphs)
-        stats = run.learner.step(run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels)
+        stats = run.learner.step(
+            run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels, epoch=epoch
+        )
         loss = stats.pop("loss")
         if loss.ndim != 0 or any(value.ndim != 0 for key, value in stats.items() if key != "logits"):
             raise ValueError(
