@@ -240,9 +240,14 @@ def test_reports_know_the_architecture_of_each_method(monkeypatch):
         return {"table": metrics}
 
     monkeypatch.setitem(registry.REPORTS._factories, "summary", spy)
-    run_report(metrics, metrics, {"name": "resnet18"}, report="summary", options={}, study=study,
-               run_keys={}, model_overrides={"ce": None, "ls": "resnet110"})
-    assert seen == {"ce": "resnet18", "ls": "resnet110"}
+    base = {"name": "resnet32", "params": {"shortcut": "zero_pad"}}
+    run_report(metrics, metrics, base, report="summary", options={}, study=study,
+               run_keys={}, model_overrides={"ce": None, "ls": {"name": "resnet110_bottleneck"}})
+    # the override merges over the base entry as in training: ls keeps the base's params
+    assert seen == {"ce": "resnet32[shortcut=zero_pad]", "ls": "resnet110_bottleneck[shortcut=zero_pad]"}
+    run_report(metrics, metrics, base, report="summary", options={}, study=study, run_keys={},
+               model_overrides={"ce": None, "ls": {"name": "resnet32", "params": {}}})
+    assert seen == {"ce": "resnet32[shortcut=zero_pad]", "ls": "resnet32"}
 
 
 def test_on_the_test_env_each_run_fits_only_the_calibrators_its_studies_evaluate():

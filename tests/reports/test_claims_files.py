@@ -119,7 +119,7 @@ CITED = [
         "FL $_{\\gamma}$ -SECE\t23.686 \\pm 0.377\t0.877 \\pm 0.004\t1.940 \\pm 0.365",
     ),
     (
-        ("wang", "Table 2", "cifar10", "resnet32", "ce", "ts", "temperature"),
+        ("wang", "Table 2", "cifar10", "resnet32[shortcut=zero_pad]", "ce", "ts", "temperature"),
         (2.51, None),
         "CIFAR-10\twith TS Temperature\t0.95 $\\pm$ 0.19 2.51",
     ),

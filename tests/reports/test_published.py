@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from calib_pipeline.reports.published import load_published, our_values, side_by_side
+from calib_pipeline.models import architecture_tag
+from calib_pipeline.reports.published import load_published, our_values, published_papers, side_by_side
 from calib_pipeline.reports.registry import StudyResults, build_report
 from tests.reports import synthetic
 
@@ -51,7 +52,9 @@ def test_side_by_side_matches_dataset_and_architecture_and_measures_in_our_std()
         }
     )
     kwargs = {"labels": {"ce": "CE"}, "calibrators": {"ts": "ts_grid_mukhoti"}}
-    table = side_by_side(published, ours, dataset="cifar10", models={"ce": "resnet110"}, **kwargs)
+    table = side_by_side(
+        published, ours, dataset="cifar10", models={"ce": "resnet110_bottleneck"}, **kwargs
+    )
     assert table.to_dict("records") == [
         {
             "Method": "CE",
@@ -73,10 +76,13 @@ def test_side_by_side_matches_dataset_and_architecture_and_measures_in_our_std()
     shifted = ours.assign(value=ours["value"] + 2)
     table = side_by_side(published, shifted, dataset="cifar10", models={"ce": "resnet50"}, **kwargs)
     assert table["Paper"].tolist() == ["4.35"] and table["Distance (our std)"].tolist() == ["+2.1"]
-    for dataset, model in (("cifar10", "resnet18"), ("digits", "resnet110")):
+    # He et al.'s 1.7M resnet110 is not the paper's (bottleneck) ResNet-110
+    for dataset, model in (
+        ("cifar10", "resnet18"), ("digits", "resnet110_bottleneck"), ("cifar10", "resnet110")
+    ):
         assert side_by_side(published, ours, dataset=dataset, models={"ce": model}, **kwargs).empty
     one_seed = side_by_side(
-        published, ours.head(1), dataset="cifar10", models={"ce": "resnet110"}, **kwargs
+        published, ours.head(1), dataset="cifar10", models={"ce": "resnet110_bottleneck"}, **kwargs
     )
     assert one_seed["Distance (our std)"].tolist() == ["–"]
 
@@ -100,7 +106,7 @@ def test_mukhoti_table_shows_the_papers_numbers_only_for_its_protocol(focal_resu
     )
     assert "published" not in other
     matched = build_report(
-        "mukhoti_table", _as(focal_results, "cifar10", "resnet110"), calibrator="ts_grid"
+        "mukhoti_table", _as(focal_results, "cifar10", "resnet110_bottleneck"), calibrator="ts_grid"
     )
     table = matched["published"]
     assert set(table["Method"]) == {"CE", "Focal (gamma=3)"}
@@ -115,7 +121,7 @@ def test_mukhoti_table_shows_the_papers_numbers_only_for_its_protocol(focal_resu
     assert temperature["Calibrator"].tolist() == ["ts (ts_grid)"] and temperature[
         "Paper"
     ].tolist() == ["2.80"]
-    assert "## Published values (mukhoti, cifar10, resnet110)" in matched["mukhoti_table"]
+    assert "## Published values (mukhoti, cifar10, resnet110_bottleneck)" in matched["mukhoti_table"]
 
 
 def test_meta_tables_show_table_1_for_resnet18_on_cifar():
@@ -137,3 +143,26 @@ def test_meta_tables_show_table_1_for_resnet18_on_cifar():
         float(ece["Distance (our std)"].tolist()[0]), (5.0 - 8.38) / 1.0, abs_tol=0.05
     )
     assert "Published values" in artifacts["tables"]
+
+
+@pytest.mark.parametrize("paper", published_papers())
+def test_every_published_architecture_is_a_network_the_registry_builds(paper):
+    """The published ``architecture`` is compared with ``architecture_tag`` of a run's model
+    as a string: each must be the tag of a registered network (a typo, an unknown option
+    or a default spelled out would never match any run)."""
+    for tag in load_published(paper)["architecture"].unique():
+        name, _, options = tag.partition("[")
+        params = dict(option.split("=") for option in options.rstrip("]").split(",") if option)
+        params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
+        assert architecture_tag(name, params) == tag
+
+
+def test_the_architecture_tag_names_the_options_that_change_the_network():
+    assert architecture_tag("resnet32") == "resnet32"
+    assert architecture_tag("resnet32", {"shortcut": "projection"}) == "resnet32"  # the default
+    assert architecture_tag("resnet32", {"shortcut": "zero_pad"}) == "resnet32[shortcut=zero_pad]"
+    assert architecture_tag("wrn", {"widen_factor": 8, "depth": 16}) == "wrn[depth=16,widen_factor=8]"
+    with pytest.raises(ValueError, match="come from the dataset"):
+        architecture_tag("resnet32", {"num_classes": 10})
+    with pytest.raises(ValueError, match="unknown model"):
+        architecture_tag("resnet33")

@@ -10,9 +10,12 @@ meta-learning code rely on:
 """
 
 from calib_pipeline.models.registry import (
+    DATA_SHAPED,
     MODELS,
     ClassifierNet,
+    architecture_tag,
     build_model,
+    check_model_params,
     model_from_checkpoint,
     model_names,
 )
@@ -22,4 +25,13 @@ from calib_pipeline.models import wide_resnet as _wide_resnet  # noqa: F401  (re
 from calib_pipeline.models import densenet as _densenet  # noqa: F401  (registers)
 from calib_pipeline.models import vgg as _vgg  # noqa: F401  (registers)
 
-__all__ = ["MODELS", "ClassifierNet", "build_model", "model_from_checkpoint", "model_names"]
+__all__ = [
+    "DATA_SHAPED",
+    "MODELS",
+    "ClassifierNet",
+    "architecture_tag",
+    "build_model",
+    "check_model_params",
+    "model_from_checkpoint",
+    "model_names",
+]

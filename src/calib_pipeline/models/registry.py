@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -71,6 +73,55 @@ def build_model(
 
 def model_names() -> list[str]:
     return MODELS.names()
+
+
+DATA_SHAPED = ("in_channels", "num_classes", "image_size")  # set from the dataset, not a study
+
+
+def check_model_params(name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check a study's ``model`` entry -- a registered ``name`` and ``params`` its factory
+    accepts -- without building anything; returns the params as a dict.
+
+    Raises:
+        ValueError: unknown name or option (listing the valid ones), a bad value, params
+            that are not a mapping, or one of ``DATA_SHAPED`` (the dataset decides those).
+    """
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise ValueError(f"model {name!r}: params must be a mapping, got {params!r}")
+    reserved = sorted(set(params) & set(DATA_SHAPED))
+    if reserved:
+        raise ValueError(
+            f"model {name!r}: {reserved} come from the dataset; remove them from the model params"
+        )
+    MODELS.check(name, in_channels=1, num_classes=2, image_size=8, **params)
+    return dict(params)
+
+
+def architecture_tag(name: str, params: dict[str, Any] | None = None) -> str:
+    """The network ``build_model(name, **params)`` builds, as one comparable string: the
+    name, then in brackets the options that differ from the factory's defaults, sorted
+    (``resnet32[shortcut=zero_pad]``, ``resnet50[pool_grid=2]``, plain ``resnet18``).
+
+    Two configurations get the same tag exactly when they build the same network on the
+    same data (an option spelled at its default value does not change it), which is what
+    comparing a run with a paper's published architecture needs; the name alone would
+    match He et al.'s option-A ResNet-32 with the projection one.
+
+    Raises:
+        ValueError: unknown name or option (as ``build_model``).
+    """
+    params = check_model_params(name, params)
+    defaults = {
+        key: parameter.default
+        for key, parameter in inspect.signature(MODELS.factory(name)).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    changed = sorted(
+        f"{key}={value}" for key, value in params.items() if defaults.get(key, object()) != value
+    )
+    return f"{name}[{','.join(changed)}]" if changed else name
 
 
 def model_from_checkpoint(checkpoint: dict[str, Any]) -> ClassifierNet:

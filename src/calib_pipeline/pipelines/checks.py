@@ -13,7 +13,7 @@ from typing import Any
 
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.data.splits import check_subset
-from calib_pipeline.models import MODELS
+from calib_pipeline.models import check_model_params
 from calib_pipeline.registry import check_bool, check_choice, check_int
 
 GroupCheck = Callable[[str, Any], None]
@@ -77,11 +77,10 @@ def check_logits(group: str, entry: Any) -> None:
 def check_model(group: str, entry: Any) -> None:
     """A registered architecture whose ``params`` its factory accepts."""
     entry = _known_keys(group, entry, ("name", "params"))
-    params = entry.get("params") or {}
-    if not isinstance(params, Mapping):
-        raise ValueError(f"{group}.params must be a mapping, got {params!r}")
-    # the data decides these three; a study may not set them
-    MODELS.check(entry.get("name"), in_channels=1, num_classes=2, image_size=8, **params)
+    try:
+        check_model_params(entry.get("name"), entry.get("params"))
+    except ValueError as error:
+        raise ValueError(f"{group}: {error}") from None
 
 
 def check_dataset(group: str, entry: Any) -> None:

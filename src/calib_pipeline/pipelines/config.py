@@ -17,7 +17,7 @@ from calib_pipeline.calibration.methods import MethodSpec, check_method
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import check_fractions, dataset_names
 from calib_pipeline.data.shift_suites import resolve_suites
-from calib_pipeline.models import MODELS
+from calib_pipeline.models import check_model_params
 from calib_pipeline.registry import check_bool
 from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
 from calib_pipeline.training.config import TrainConfig
@@ -280,10 +280,11 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
     for method in structure.methods.values():
         model = {**base_model, **(method.model or {})}
         try:
-            MODELS.check(model.get("name"), in_channels=1, num_classes=2, image_size=8, **(model.get("params") or {}))
+            check_model_params(model.get("name"), model.get("params"))
+            training = TrainConfig.from_params({**parameters.get("training", {}), **method.training})
         except ValueError as error:
             raise ValueError(f"method {method.key!r}: {error}") from None
-        check_method(method, TrainConfig.from_params({**parameters.get("training", {}), **method.training}))
+        check_method(method, training)
     for study in structure.studies.values():
         for report, options in study.reports.items():
             try:

@@ -1,7 +1,8 @@
 """The papers' own numbers, stored as data with their source, shown beside ours.
 
 A file ``reports/published/<paper>.yml`` holds tables as the paper prints them: each table
-names its source, the dataset and the architecture (as the model registry names it), its
+names its source, the dataset and the architecture (as ``models.architecture_tag``
+writes a run's network: ``resnet32[shortcut=zero_pad]``), its
 columns as ``[calibrator, metric]`` pairs -- ``none`` (raw), ``ts`` (the paper's
 temperature scaling) or ``hb`` (histogram binning); metric a key of
 ``calibration.metrics`` or ``temperature`` -- and one row per method key, each cell a

@@ -70,7 +70,8 @@ class StudyResults:
     calibrators: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     shift: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
-    """Method -> the architecture (model registry name) it was trained with; empty when
+    """Method -> the architecture it was trained with, as ``models.architecture_tag`` writes
+    it (name plus non-default options: ``resnet32[shortcut=zero_pad]``); empty when
     unknown (e.g. results assembled in a notebook)."""
 
     @property

@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.models import architecture_tag
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
@@ -169,7 +170,7 @@ def run_report(
     options: dict[str, Any],
     study: dict[str, Any],
     run_keys: dict[str, tuple[str, int]],
-    model_overrides: dict[str, str | None] | None = None,
+    model_overrides: dict[str, dict | None] | None = None,
     **collections: dict[str, Any],
 ) -> dict[str, Any]:
     """Build report ``report`` for a study.
@@ -183,7 +184,8 @@ def run_report(
         options: the report's options from the study's ``reports`` entry.
         study: name, dataset, protocol, methods, seeds, labels and sweep groups of the study.
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
-        model_overrides: method -> the model name its own ``model`` sets (``None``: none).
+        model_overrides: method -> its own ``model`` entry (``None``: none), over ``model``
+            as in training (``training.provenance.run_configuration``).
         **collections: one :func:`collect_runs` value per method when the report declared
             per-run artifacts it needs (only those are handed to it).
 
@@ -191,9 +193,12 @@ def run_report(
         artifact name -> DataFrame / Markdown string / Figure.
     """
     artifacts = _runs(collections)
-    base = (model or {}).get("name")
-    models = {m: name for m, name in (model_overrides or {}).items() if name} | {
-        m: base for m in study["methods"] if base and not (model_overrides or {}).get(m)
+    overrides = model_overrides or {}
+    specs = {m: {**(model or {}), **(overrides.get(m) or {})} for m in study["methods"]}
+    models = {
+        m: architecture_tag(spec["name"], spec.get("params"))
+        for m, spec in specs.items()
+        if spec.get("name")
     }
     results = StudyResults(metrics=metrics, bins=bins, models=models, **study)
     for key, (method, seed) in run_keys.items():

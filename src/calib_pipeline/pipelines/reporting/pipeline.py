@@ -74,7 +74,7 @@ def _report_nodes(
     only the study can tell (e.g. a claim naming a method the study lacks)."""
     name = study.name
     outline = StudyOutline(name, study.methods, study_info["groups"], calibrators)
-    models = {m: (structure.methods[m].model or {}).get("name") for m in study.methods}
+    models = {m: structure.methods[m].model for m in study.methods}
     nodes = []
     for report, options in study.reports.items():
         try:
