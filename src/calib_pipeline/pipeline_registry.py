@@ -67,6 +67,16 @@ def check_catalog_dataset(parameters: dict, globals_: dict) -> None:
             "conf/<env>/globals.yml): pick the dataset with --env=<env> or by editing globals.yml; "
             "--params cannot change the catalog"
         )
+    # download is the catalog's too (the raw-data dataset reads globals:dataset.download): a
+    # --params=dataset.download=true would be ignored while the error still says "download is off"
+    wanted = (parameters.get("dataset") or {}).get("download")
+    catalog_download = bool((globals_.get("dataset") or {}).get("download", False))
+    if wanted is not None and wanted != catalog_download:
+        raise ValueError(
+            f"dataset.download {wanted!r} differs from the catalog's ({catalog_download!r}, set in "
+            "conf/<env>/globals.yml under dataset.download): --params cannot change the catalog; "
+            "set it in globals.yml (or conf/local/globals.yml) instead"
+        )
 
 
 def session_config() -> tuple[OmegaConfigLoader, str]:

@@ -204,3 +204,18 @@ def test_tiny_imagenet_reads_the_distributed_layout(tmp_path):
     assert data.test_labels.tolist() == [1] and data.num_classes == 2
     with pytest.raises(DatasetMissing, match="tiny-imagenet-200/wnids.txt"):
         load_dataset("tiny_imagenet", root=tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize(("name", "download_hint"), [("cifar10", True), ("tiny_imagenet", False)])
+def test_a_missing_dataset_says_what_to_put_where_and_offers_download_only_where_it_works(
+    tmp_path, name, download_hint
+):
+    with pytest.raises(datasets_module.DatasetMissing) as info:
+        datasets_module.load_dataset(name, root=tmp_path)
+    message = str(info.value)
+    assert f"dataset {name!r} is not available under {tmp_path}" in message
+    assert ("dataset.download: true in the environment's globals.yml" in message) is download_hint
+    assert ("cannot be downloaded automatically" in message) is not download_hint
+    if not download_hint:  # download: true cannot help either: the same message, nothing fetched
+        with pytest.raises(datasets_module.DatasetMissing, match="cannot be downloaded"):
+            datasets_module.load_dataset(name, root=tmp_path, download=True)

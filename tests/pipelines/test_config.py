@@ -64,6 +64,11 @@ def test_sweep_accepts_one_hyperparameter():
         (lambda p: p["studies"]["a"].update({"calibrators": ["isotonic"]}), r"study 'a': its `calibrators` list names unknown calibrator 'isotonic'; defined calibrators"),
         (lambda p: p["studies"]["a"].update({"seeds": [-1]}), "seeds must be non-negative"),
         (lambda p: p["studies"]["a"].update({"seeds": [0, 0]}), r"study 'a' lists a seed twice: \[0, 0\]"),
+        (lambda p: p["studies"]["a"].update({"seeds": [True]}), "seeds must be non-negative integers, got \\[True\\]"),
+        # --params=studies.a.methods=ce gives a string, not a one-element list
+        (lambda p: p["studies"]["a"].update({"methods": "ce"}), "study 'a': methods must be a list of method keys, got 'ce'"),
+        (lambda p: p["methods"]["ls"].update({"label": "LS ({eps})"}),
+         r"method 'ls': its label 'LS \(\{eps\}\)' must name only the swept parameter, as \{epsilon\}"),
         # a misspelt study name in --params makes a study of its own, without methods
         (lambda p: p["studies"].update({"baselin": {"seeds": [1]}}),
          r"study 'baselin' lists no methods; defined studies with methods: \['a', 'b'\]"),
@@ -107,6 +112,11 @@ def test_bad_structure_is_rejected(parameters, mutate, message):
         (lambda p: p["studies"]["a"].update({"reports": {"tabel": {}}}), r"unknown report 'tabel'; valid report names are"),
         (lambda p: p["methods"]["ce"].update({"model": {"name": "small_cnn", "params": {"widht": 4}}}),
          r"method 'ce': model 'small_cnn' got unknown parameter\(s\) \['widht'\]"),
+        (lambda p: p["methods"]["ce"].update({"model": {"name": "small_cnn", "params": {"num_classes": 4}}}),
+         r"method 'ce': model 'small_cnn': \['num_classes'\] come from the dataset"),
+        (lambda p: p["methods"]["ce"].update({"training": {"epochz": 4}}),
+         r"method 'ce': unknown training parameter\(s\) \['epochz'\]"),
+        (lambda p: p["calibrators"].update({"x": {"name": "temperature_nll", "params": [1]}}), "calibrator 'x': .*mapping"),
     ],
 )
 def test_bad_names_and_hyperparameters_fail_when_pipelines_are_built(parameters, mutate, message):

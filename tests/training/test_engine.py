@@ -1,3 +1,5 @@
+import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -101,6 +103,64 @@ def test_checkpoint_of_another_configuration_is_not_resumed(digits, tmp_path, ke
     store.save(state)
     result = _train(digits, config, store=store)
     assert [r["epoch"] for r in result.history] == [1, 2]
+
+
+def _library_run(digits, config, *, store=None, objective="cross_entropy", init_seed=1, **kwargs):
+    """``train_model`` as a notebook calls it: no fingerprint."""
+    data, train, val, _ = digits
+    torch.manual_seed(init_seed)
+    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    return train_model(model, ObjectiveLearner(build_objective(objective)), train, val, config,
+                       normalization=(data.mean, data.std), seed=5, store=store, **kwargs)
+
+
+@pytest.mark.parametrize("change", ["lr", "objective", "epochs", "init"])
+def test_a_state_of_other_settings_is_never_resumed_even_without_a_fingerprint(
+    digits, tmp_path, change, caplog
+):
+    """The engine's own fingerprint covers what it is handed: a changed learning rate,
+    objective or initialisation, or more epochs after a finished run (whose state keeps no
+    weights to continue from), starts afresh -- the result of a run that never saw the
+    store -- with a warning, instead of continuing (or reusing) the other settings' state."""
+    config = TrainConfig(epochs=2, batch_size=64, lr=0.05, device="cpu")
+    store = CheckpointStore(tmp_path / "run")
+    _library_run(digits, config, store=store, stop_after_epoch=None if change == "epochs" else 1)
+    changed = {
+        "lr": ({"config": dataclasses.replace(config, lr=0.2)}),
+        "objective": {"config": config, "objective": "focal"},
+        "epochs": {"config": dataclasses.replace(config, epochs=3)},
+        "init": {"config": config, "init_seed": 2},
+    }[change]
+    fresh = _library_run(digits, **changed)
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.engine"):
+        resumed = _library_run(digits, store=store, **changed)
+    assert "discarding checkpoint" in caplog.text
+    untimed = [[{k: v for k, v in row.items() if k != "seconds"} for row in run.history]
+               for run in (fresh, resumed)]
+    assert untimed[0] == untimed[1]
+    for key, value in fresh.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[key]), key
+
+
+def test_a_runs_thread_count_is_its_own_and_a_resume_under_another_says_so(digits, tmp_path, caplog):
+    """torch's thread count is process-wide: a run's ``num_threads`` is restored after it
+    (a later run with ``num_threads: null`` must not inherit it), and resuming a CPU state
+    under another count -- which changes the last bits of CPU sums -- is logged."""
+    before = torch.get_num_threads()
+    store = CheckpointStore(tmp_path / "run")
+    pinned = TrainConfig(epochs=2, batch_size=64, device="cpu", num_threads=before + 1)
+    _library_run(digits, pinned, store=store, stop_after_epoch=1)
+    assert torch.get_num_threads() == before
+    assert store.load()["threads"] == before + 1
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.engine"):
+        _library_run(digits, dataclasses.replace(pinned, num_threads=before + 2), store=store.for_configuration("x"))
+        assert "threads" not in caplog.text  # a fresh state: nothing to mix
+        state = store.load()
+        state["threads"] = before + 2  # as if written by a machine with another default count
+        store.save(state)
+        _library_run(digits, pinned, store=store)
+    assert f"resuming with {before + 1} CPU threads a state trained with {before + 2}" in caplog.text
+    assert torch.get_num_threads() == before
 
 
 def test_a_run_of_another_configuration_keeps_an_interrupted_one_resumable(digits, tmp_path):

@@ -75,6 +75,7 @@ class DatasetSpec:
     required_files: tuple[str, ...]
     source: str
     stage: object = None
+    downloadable: bool = True  # whether ``download: true`` can fetch the files
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -82,11 +83,16 @@ DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 def _missing_message(name: str, root: Path, spec: DatasetSpec) -> str:
     files = "\n".join(f"  {root / f}" for f in spec.required_files)
+    if not spec.downloadable:
+        return (
+            f"dataset {name!r} is not available under {root}, and it cannot be downloaded "
+            f"automatically.\nPut these files there:\n{files}\n(source: {spec.source})."
+        )
     return (
         f"dataset {name!r} is not available under {root} and download is off.\n"
         f"Put these files there:\n{files}\n"
-        f"(source: {spec.source}), or set the dataset parameter download: true "
-        "on a machine with internet access."
+        f"(source: {spec.source}), or set dataset.download: true in the environment's "
+        "globals.yml (conf/<env>/globals.yml) on a machine with internet access."
     )
 
 
@@ -107,7 +113,7 @@ def load_dataset(name: str, *, root: str | Path = "data/01_raw", download: bool 
     """
     spec = DATASETS.factory(name)()
     root = Path(root)
-    if not download and not dataset_available(name, root):
+    if (not download or not spec.downloadable) and not dataset_available(name, root):
         raise DatasetMissing(_missing_message(name, root, spec))
     try:
         data = spec.loader(root, download)
@@ -356,6 +362,7 @@ _register(
         _load_tiny_imagenet,
         ("tiny-imagenet-200/wnids.txt", "tiny-imagenet-200/train", "tiny-imagenet-200/val/val_annotations.txt",
          "tiny-imagenet-200/val/images"),
-        "tiny-imagenet-200.zip from the CS231n site, extracted (it cannot be downloaded by torchvision)",
+        "tiny-imagenet-200.zip from the CS231n site, extracted",
+        downloadable=False,
     ),
 )

@@ -135,7 +135,13 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
             name = f"{key}_{param}_{_format_value(value)}"
             params = {**(entry.get("params") or {}), param: value}
             template = str(entry.get("label", key))
-            label = template.format(**{param: value}) if "{" in template else f"{template} ({param}={value})"
+            try:
+                label = template.format(**{param: value}) if "{" in template else f"{template} ({param}={value})"
+            except (KeyError, IndexError, ValueError) as error:
+                raise ValueError(
+                    f"method {key!r}: its label {template!r} must name only the swept parameter, "
+                    f"as {{{param}}} ({type(error).__name__}: {error})"
+                ) from None
             add(name, f"the sweep of methods.{key}", {
                 **{k: v for k, v in entry.items() if k != "sweep"},
                 "params": params,
@@ -190,6 +196,11 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
         if unknown_fields:
             raise ValueError(f"study {name!r} has unknown field(s) {unknown_fields}; valid: {list(STUDY_FIELDS)}")
         members = entry.get("methods") or []
+        if not isinstance(members, (list, tuple)):  # a string would be read letter by letter
+            raise ValueError(
+                f"study {name!r}: methods must be a list of method keys, got {members!r} "
+                "(in --params, a list is written methods=[ce,focal])"
+            )
         if not members:  # e.g. a misspelt `--params=studies.baselin.seeds=[1]` makes one
             raise ValueError(
                 f"study {name!r} lists no methods; defined studies with methods: "
@@ -212,7 +223,11 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
         reports = dict(entry.get("reports") or DEFAULT_REPORTS)
         study_calibrators = study_calibrator_keys(name, entry.get("calibrators"), reports, calibrators)
         seeds = entry.get("seeds", default_seeds)
-        if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+        if (
+            not isinstance(seeds, (list, tuple))
+            or not seeds
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
+        ):
             raise ValueError(f"study {name!r}: seeds must be non-negative integers, got {seeds!r}")
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"study {name!r} lists a seed twice: {list(seeds)}")
@@ -295,5 +310,5 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
     for key, entry in structure.calibrators.items():
         try:
             build_calibrator(entry["name"], **(entry.get("params") or {}))
-        except (KeyError, ValueError) as error:
+        except (KeyError, TypeError, ValueError) as error:  # TypeError: params not a mapping
             raise ValueError(f"calibrator {key!r}: {error}") from None

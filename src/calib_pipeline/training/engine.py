@@ -10,6 +10,7 @@ step protocol (``calibration.methods.Learner``), so the loop has a single path.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.training.checkpoint import CheckpointStore
+from calib_pipeline.training.checkpoint import fingerprint as checkpoint_fingerprint
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.calibration.precision import check_device_precision
 from calib_pipeline.training import accelerate
@@ -138,12 +140,18 @@ def train_model(
             run's generator) or a meta-learner (backbone and meta update per batch); both
             follow ``config.grad_clip`` and ``config.precision``.
         train, val, test, meta_val: the splits; ``meta_val`` is required with a meta-learner.
-        config: the hyperparameters.
+        config: the hyperparameters; ``num_threads`` holds for this run only (torch's
+            setting is restored afterwards).
         normalization: per-channel (mean, std).
         seed: seeds initialisation-independent randomness (batches, augmentation, mixing).
-        store: where the resumable state goes; an existing state with the same
-            ``fingerprint`` is resumed (a completed one is reused without training), a
-            different one is discarded with a warning. The run holds the store's lock.
+        store: where the resumable state goes; an existing state of the same settings is
+            resumed (a completed one is reused without training), one of other settings is
+            discarded with a warning. The settings are ``fingerprint`` (the caller's hash of
+            what the engine cannot see, e.g. the split and the code) together with the
+            engine's own hash of the config, seed, learner, split sizes and the model's
+            initial weights, so a library call without a fingerprint is safe too. The run
+            holds the store's lock.
+        fingerprint: see ``store``.
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
@@ -156,18 +164,70 @@ def train_model(
         learned epochs nor ``train_accuracy``, which is then NaN, are known) and the
         learner's state (None for a plain objective).
     """
-    run = _setup(
-        model, learner, config, train=train, val=val, test=test, meta_val=meta_val,
-        normalization=normalization, seed=seed, record_epoch_logits=record_epoch_logits,
-        description=description,
-    )
-    if store is None:
-        _train_epochs(run, None, fingerprint, stop_after_epoch)
+    if store is not None:
+        fingerprint = _state_fingerprint(
+            fingerprint, model, learner, config, seed=seed, normalization=normalization,
+            splits={"train": train, "val": val, "test": test, "meta_val": meta_val},
+            record_epoch_logits=record_epoch_logits,
+        )
+    threads = torch.get_num_threads()
+    try:
+        run = _setup(
+            model, learner, config, train=train, val=val, test=test, meta_val=meta_val,
+            normalization=normalization, seed=seed, record_epoch_logits=record_epoch_logits,
+            description=description,
+        )
+        if store is None:
+            _train_epochs(run, None, fingerprint, stop_after_epoch)
+            return _result(run)
+        with store.lock(description):  # one process per run folder; another waits, told by whom
+            _resume(run, store, fingerprint)
+            _train_epochs(run, store, fingerprint, stop_after_epoch)
         return _result(run)
-    with store.lock(description):  # one process per run folder; another waits, told by whom
-        _resume(run, store, fingerprint)
-        _train_epochs(run, store, fingerprint, stop_after_epoch)
-    return _result(run)
+    finally:
+        # config.num_threads is this run's: torch's setting is process-wide, and a later run
+        # (the next node, a reused Dask worker, a notebook cell) must not inherit it
+        torch.set_num_threads(threads)
+
+
+def _state_fingerprint(
+    caller: str,
+    model: nn.Module,
+    learner: Learner,
+    config: TrainConfig,
+    *,
+    seed: int,
+    normalization: tuple[tuple[float, ...], tuple[float, ...]],
+    splits: dict[str, Split | None],
+    record_epoch_logits: bool,
+) -> str:
+    """What a resumable state belongs to: the caller's fingerprint (the pipelines' hashes
+    the run configuration, split and code) and everything the engine itself is handed --
+    the config, seed, normalisation, split sizes, the learner's name and hyperparameters
+    and the model's initial weights (which carry its architecture and initialisation seed).
+
+    So a library caller who passes no fingerprint, or one that misses a setting, still never
+    resumes (or reuses as finished) a state trained under other settings: a changed
+    learning rate, objective, epoch count or initialisation starts afresh, with the
+    warning of ``_resume``.
+    """
+    objective = getattr(learner, "objective", learner)
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return checkpoint_fingerprint({
+        "caller": caller,
+        "config": dataclasses.asdict(config),
+        "seed": seed,
+        "normalization": normalization,
+        "sizes": {k: None if v is None else len(v.labels) for k, v in splits.items()},
+        "learner": [type(learner).__name__, getattr(objective, "name", type(objective).__name__),
+                    getattr(objective, "hyperparameters", None)],
+        "model": [type(model).__name__, digest.hexdigest()],
+        "record_epoch_logits": record_epoch_logits,
+    })
 
 
 def _train_epochs(
@@ -328,6 +388,13 @@ def _resume(run: _Run, store: CheckpointStore, fingerprint: str) -> None:
             "to train again", run.description, store.directory,
         )
         return
+    saved_threads, threads = state.get("threads"), torch.get_num_threads()
+    if run.device.type == "cpu" and saved_threads not in (None, threads):
+        logger.warning(
+            "%s: resuming with %d CPU threads a state trained with %d: CPU sums depend on the "
+            "thread count, so the result will not be bit-identical to an uninterrupted run "
+            "(set training.num_threads to pin it)", run.description, threads, saved_threads,
+        )
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
@@ -485,6 +552,7 @@ def _save_state(run: _Run, store: CheckpointStore, fingerprint: str, epoch: int)
     state: dict[str, Any] = {
         "layout": RESUME_STATE_LAYOUT,
         "fingerprint": fingerprint,
+        "threads": torch.get_num_threads(),
         "epoch": epoch,
         "complete": epoch == run.config.epochs,
         "learner": run.learner.state_dict(),
