@@ -392,3 +392,16 @@ def test_the_sb_ece_temperature_follows_the_number_of_bins():
     loss = build_objective("sb_ece", n_bins=30)
     explicit = build_objective("sb_ece", n_bins=30, temperature=M.sb_ece_temperature(30))
     assert loss(logits.double(), labels) == explicit(logits.double(), labels)
+
+
+def test_every_metric_declares_how_reports_show_it():
+    """The unit is declared at registration: a new metric cannot silently be shown in
+    another unit than its siblings (as a hand-kept list of percent metrics allowed)."""
+    from calib_pipeline.reports.common import metric_unit
+
+    assert set(M.METRIC_UNITS) == set(M.METRICS.names())
+    assert metric_unit("ece") == metric_unit("classwise_ece") == "%"
+    assert (metric_unit("brier"), metric_unit("nll")) == ("×100", "")
+    with pytest.raises(TypeError, match="unit must be one of"):
+        M._register("ece_probe", lambda pred: pred, unit="percent")
+    assert "ece_probe" not in M.METRICS.names()

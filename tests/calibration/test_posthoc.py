@@ -604,3 +604,29 @@ def test_single_class_validation_set_warns_and_logs(name, data, caplog):
     assert f"{name}: validation labels contain a single class" in caplog.text
     probabilities = calibrator.predict_proba(data["test"])
     assert bool(torch.isfinite(probabilities).all())
+
+
+def test_a_new_posthoc_module_is_registered_without_an_import_line(tmp_path):
+    """docs/architecture.md: a calibrator goes in a new ``calibration/_posthoc_*.py``; the
+    package imports every such module, so the calibrator is buildable by name."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import calib_pipeline
+
+    package = tmp_path / "calib_pipeline"
+    shutil.copytree(Path(calib_pipeline.__file__).parent, package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "calibration" / "_posthoc_probe.py").write_text(
+        "from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register\n\n\n"
+        "@register\nclass Probe(LogitCalibrator):\n    name = 'probe'\n"
+    )
+    code = (
+        "from calib_pipeline.calibration.posthoc import CALIBRATORS\n"
+        "assert 'probe' in CALIBRATORS.names(), CALIBRATORS.names()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(tmp_path)},
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr

@@ -133,13 +133,23 @@ def _checked_options(settings: Mapping[str, Any], nullable: Collection[str] = ()
     }
 
 
-def _register(key: str, compute: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """Register ``compute(pred: Predictions, **options) -> R-vector`` as metric ``key``.
+#: How reports show each metric: ``"%"`` (a rate or probability, ×100 in %), ``"×100"``
+#: (the Brier score) or ``""`` (as computed: NLL and entropy in nats). Declared where the
+#: metric is registered, so a new metric cannot be shown in another unit than its siblings.
+METRIC_UNITS: dict[str, str] = {}
+_UNITS = ("%", "×100", "")
+
+
+def _register(key: str, compute: Callable[..., torch.Tensor], *, unit: str) -> Callable[..., torch.Tensor]:
+    """Register ``compute(pred: Predictions, **options) -> R-vector`` as metric ``key``,
+    shown in reports in ``unit`` (see :data:`METRIC_UNITS`).
 
     Returns the public function ``key(logits, labels, *, inputs="logits", **options)``
     with ``compute``'s documented options: it builds the metric (checking the options) and
     returns the 0-d value of the single run.
     """
+    if unit not in _UNITS:
+        raise TypeError(f"metric {key!r}: unit must be one of {_UNITS}, got {unit!r}")
     options = list(inspect.signature(compute).parameters.values())[1:]
     defaults = {option.name: option.default for option in options}
     unchecked = sorted(set(defaults) - set(_OPTION_CHECKS))
@@ -157,6 +167,7 @@ def _register(key: str, compute: Callable[..., torch.Tensor]) -> Callable[..., t
         options, return_annotation=Metric
     )
     METRICS.register(key, validate=validate)(factory)
+    METRIC_UNITS[key] = unit
 
     def metric(
         logits: Any, labels: Any, *, inputs: str = "logits", **settings: Any
@@ -180,28 +191,28 @@ def _register(key: str, compute: Callable[..., torch.Tensor]) -> Callable[..., t
     return metric
 
 
-accuracy = _register("accuracy", hard.accuracy)
-error = _register("error", hard.error)
-nll = _register("nll", hard.nll)
-brier = _register("brier", hard.brier)
-mean_confidence = _register("mean_confidence", hard.mean_confidence)
-mean_entropy = _register("mean_entropy", hard.mean_entropy)
-ece = _register("ece", hard.ece)
-ece_em = _register("ece_em", hard.ece_em)
-mce = _register("mce", hard.mce)
-ece_l2 = _register("ece_l2", hard.ece_l2)
-ece_lb = _register("ece_lb", hard.ece_lb)
-classwise_ece = _register("classwise_ece", hard.classwise_ece)
-overconfidence_error = _register("overconfidence_error", hard.overconfidence_error)
-debiased_ece_l2 = _register("debiased_ece_l2", hard.debiased_ece_l2)
-auroc = _register("auroc", hard.auroc)
-decomp_alpha = _register("decomp_alpha", hard.decomp_alpha)
-decomp_beta = _register("decomp_beta", hard.decomp_beta)
-decomp_gamma = _register("decomp_gamma", hard.decomp_gamma)
-sece = _register("sece", soft.sece)
-sb_ece = _register("sb_ece", soft.sb_ece)
-dece = _register("dece", soft.dece)
-smooth_ece = _register("smooth_ece", soft.smooth_ece)
+accuracy = _register("accuracy", hard.accuracy, unit="%")
+error = _register("error", hard.error, unit="%")
+nll = _register("nll", hard.nll, unit="")
+brier = _register("brier", hard.brier, unit="×100")
+mean_confidence = _register("mean_confidence", hard.mean_confidence, unit="%")
+mean_entropy = _register("mean_entropy", hard.mean_entropy, unit="")
+ece = _register("ece", hard.ece, unit="%")
+ece_em = _register("ece_em", hard.ece_em, unit="%")
+mce = _register("mce", hard.mce, unit="%")
+ece_l2 = _register("ece_l2", hard.ece_l2, unit="%")
+ece_lb = _register("ece_lb", hard.ece_lb, unit="%")
+classwise_ece = _register("classwise_ece", hard.classwise_ece, unit="%")
+overconfidence_error = _register("overconfidence_error", hard.overconfidence_error, unit="%")
+debiased_ece_l2 = _register("debiased_ece_l2", hard.debiased_ece_l2, unit="%")
+auroc = _register("auroc", hard.auroc, unit="%")
+decomp_alpha = _register("decomp_alpha", hard.decomp_alpha, unit="%")
+decomp_beta = _register("decomp_beta", hard.decomp_beta, unit="%")
+decomp_gamma = _register("decomp_gamma", hard.decomp_gamma, unit="%")
+sece = _register("sece", soft.sece, unit="%")
+sb_ece = _register("sb_ece", soft.sb_ece, unit="%")
+dece = _register("dece", soft.dece, unit="%")
+smooth_ece = _register("smooth_ece", soft.smooth_ece, unit="%")
 
 
 def build_metric(name: str, **options: Any) -> Metric:

@@ -29,7 +29,10 @@ and read with ``torch.load(weights_only=True)``, a calibrator file cannot run co
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,6 +70,13 @@ from calib_pipeline.calibration._posthoc_temperature import (
     temperature_grid,
 )
 from calib_pipeline.calibration.validation import check_logits_labels
+
+# Every ``calibration/_posthoc_*.py`` module registers its calibrators when imported: import
+# them all, so a new module is registered without an import line here (the named imports
+# above are the public names re-exported from this module).
+for _module in pkgutil.iter_modules([str(Path(__file__).resolve().parent)]):
+    if _module.name.startswith("_posthoc_"):
+        importlib.import_module(f"{__package__}.{_module.name}")
 
 __all__ = [
     "CALIBRATORS",

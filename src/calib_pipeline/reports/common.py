@@ -28,33 +28,18 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
+from calib_pipeline.calibration.metrics import METRIC_UNITS
+
 if TYPE_CHECKING:
     from calib_pipeline.reports.registry import StudyResults
 
 UNCALIBRATED = "none"  # the calibrator key of raw scores
 UNSHIFTED = "none"  # the shift of the clean splits
-PERCENT_METRICS = (
-    "accuracy",
-    "error",
-    "ece",
-    "ece_em",
-    "ece_l2",
-    "ece_lb",
-    "mce",
-    "classwise_ece",
-    "overconfidence_error",
-    "sece",
-    "sb_ece",
-    "dece",
-    "smooth_ece",
-    "debiased_ece_l2",
-    "mean_confidence",
-    "auroc",
-    "brier",
-    "decomp_alpha",
-    "decomp_beta",
-    "decomp_gamma",
-    "decomp_ece",
+# Shown ×100: every metric registered with unit "%" or "×100" (calibration.metrics
+# METRIC_UNITS, declared with the metric), and the α − β − γ column derived from three of them.
+DERIVED_UNITS = {"decomp_ece": "%"}
+PERCENT_METRICS = tuple(
+    key for key, unit in {**METRIC_UNITS, **DERIVED_UNITS}.items() if unit
 )
 # How the ×100 of each metric reads: a rate or probability in %, the Brier score ×100.
 UNIT_NAMES = {"%": "pct", "×100": "x100"}
@@ -91,9 +76,7 @@ def metric_unit(metric: str) -> str:
     >>> metric_unit("ece"), metric_unit("brier"), metric_unit("nll")
     ('%', '×100', '')
     """
-    if metric not in PERCENT_METRICS:
-        return ""
-    return "×100" if metric == "brier" else "%"
+    return {**METRIC_UNITS, **DERIVED_UNITS}.get(metric, "")
 
 
 def units_note(metrics: Iterable[str]) -> str:
