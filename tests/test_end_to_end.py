@@ -203,6 +203,7 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)
     assert "version(s); loaded" in text and "architecture: small_cnn" in text
+    assert "logits and calibrators of training run 20" in text, "checked as one training's"
     assert "Units: accuracy, ece, ece_em, classwise_ece in %; nll as computed." in text
     shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
     # no warning of any kind (tqdm's "IProgress not found" without ipywidgets, a deprecation...)

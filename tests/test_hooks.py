@@ -416,3 +416,48 @@ def test_a_run_reads_back_the_version_it_saved_not_a_newer_one_of_another_run(tm
     hook.after_dataset_saved("ce.seed_0.logits", None, None)
     assert catalog.load("ce.seed_0.logits") == {"run": "ours"}
     assert TorchDataset(filepath=path, version=Version(None, None)).load() == {"run": "theirs"}, "others see the latest"
+
+
+@pytest.mark.parametrize(("resumed", "tag"), [(0, None), (1, "resumed"), (2, "reused")])
+def test_a_training_reused_or_continued_from_a_stored_state_says_so(tmp_path, resumed, tag):
+    """A rerun reuses a finished state (or continues an interrupted one): its nested run must
+    not pass for a new training of the same history."""
+    driver, client = sqlite_driver(tmp_path)
+    node = training_node()
+    outputs = dict(OUTPUTS)
+    outputs["ce.seed_0.checkpoint"] = {
+        **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": resumed, "config": {"training": {"epochs": 2}},
+    }
+    driver.before_node_run(node=node, catalog=None, inputs={})
+    driver.after_node_run(node=node, catalog=None, inputs={}, outputs=outputs)
+    for name in outputs:
+        driver.after_dataset_saved(dataset_name=name, data=None, node=node)
+    (child,) = client.search_runs([driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")
+    assert child.data.tags.get("calib.training") == tag
+    assert child.data.tags.get("calib.resumed_after_epoch") == (str(resumed) if resumed else None)
+
+
+def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_path):
+    """Re-scorings of one training under other bins or calibrator definitions log the same
+    metric names: the parent run's params tell them apart."""
+    settings = {
+        "params:evaluation": {"n_bins": 5},
+        "params:calibrators": {"ts": {"name": "temperature_fixed", "params": {"temperature": 3.0}}},
+    }
+
+    def load(name):
+        if name not in settings:
+            raise KeyError(name)  # e.g. a project without a shift group
+        return settings[name]
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    hook = MlflowTrackingHook()
+    hook._project_path, hook._config, hook._env = tmp_path, {}, "test"
+    run_params = {"pipeline_names": ["baseline"], "extra_params": {"evaluation": {"n_bins": 5}}}
+    hook._start(run_params, catalog=SimpleNamespace(load=load), uri=uri)
+    params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
+    assert params["kedro.params.evaluation.n_bins"] == "5"
+    assert params["evaluation.n_bins"] == "5"
+    assert params["calibrators.ts.name"] == "temperature_fixed"
+    assert params["calibrators.ts.params.temperature"] == "3.0"
+    assert not any(key.startswith("shift") for key in params)

@@ -222,6 +222,26 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix] = str(value)[:500]
 
 
+# The settings every number of a run's evaluation depends on besides the training: logged on
+# the parent run, so re-scorings of one training under other bins or calibrator definitions
+# are told apart in the MLflow UI (their metric names are the same).
+EVALUATION_GROUPS = ("evaluation", "calibrators", "shift")
+
+
+def _evaluation_settings(run_params: dict[str, Any], catalog) -> dict[str, str]:
+    """``kedro.params.<key>`` for each ``--params`` override and the resolved evaluation
+    groups (``evaluation.n_bins``, ``calibrators.ts.name``, ...) as MLflow params."""
+    settings: dict[str, str] = {}
+    _flatten("kedro.params", dict(run_params.get("extra_params") or {}), settings)
+    for group in EVALUATION_GROUPS:
+        try:
+            value = catalog.load(f"params:{group}")
+        except Exception:  # noqa: BLE001 -- a project without the group: nothing to log
+            continue
+        _flatten(group, value, settings)
+    return settings
+
+
 CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+:[^/@\s]+@")
 TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip tracking"
 # A dead tracking server must cost seconds, not MLflow's default 7 retries x 120 s timeout.
@@ -338,6 +358,7 @@ class MlflowTrackingHook:
             value = run_params.get(key)
             if value:
                 params[f"kedro.{key}"] = _describe(value)[:500]
+        params.update(_evaluation_settings(run_params, catalog))
         self._log_params(self._parent, params)
         self.run_location = f"parent run {self._parent} at {mask_credentials(uri)}"
         console.info("MLflow: %s", self.run_location)
@@ -441,6 +462,11 @@ class MlflowTrackingHook:
                 _flatten(name[len("params:") :], value, params)
         _flatten("run", checkpoint.get("config", {}), params)
         self._log_params(run_id, params)
+        resumed = int(checkpoint.get("resumed_after_epoch") or 0)
+        epochs = int(checkpoint.get("config", {}).get("training", {}).get("epochs", -1))
+        if resumed:  # a finished state reused, or an interrupted one continued: not a new training
+            self._client.set_tag(run_id, "calib.training", "reused" if resumed == epochs else "resumed")
+            self._client.set_tag(run_id, "calib.resumed_after_epoch", str(resumed))
         rows: list[tuple[str, float, int]] = []
         if isinstance(history, pd.DataFrame) and len(history):
             numeric = history.select_dtypes("number").drop(columns=["epoch", "seed"], errors="ignore")

@@ -16,7 +16,7 @@ from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.hooks import RUN_ENV, RunInfoHook
 from calib_pipeline.pipelines.logits.nodes import compute_logits
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
-from calib_pipeline.training.provenance_checks import ProvenanceError, check_run
+from calib_pipeline.training.provenance_checks import ProvenanceError, check_run, check_same_training
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.pipelines.training.nodes import train_method
@@ -67,6 +67,19 @@ def test_a_run_trained_as_the_session_says_passes_and_gives_its_record():
         "ce.seed_0.calibrators": {"provenance": record},
     }
     assert check_run(CE, 0, artifacts, **SESSION) == record
+
+
+def test_a_notebook_check_of_one_runs_artifacts_refuses_a_mix():
+    """``check_same_training`` (what notebooks/analysis.ipynb calls before applying a fitted
+    calibrator to logits) passes one training's artifacts and refuses two trainings'."""
+    record = provenance()
+    same = {"ce.seed_0.logits": {"provenance": record}, "ce.seed_0.calibrators": {"provenance": record}}
+    assert check_same_training("ce seed 0", same) == record
+    mixed = {**same, "ce.seed_0.calibrators": {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z")}}
+    with pytest.raises(ProvenanceError, match="ce seed 0: its artifacts come from different trainings"):
+        check_same_training("ce seed 0", mixed)
+    with pytest.raises(ProvenanceError, match="has no provenance record"):
+        check_same_training("ce seed 0", {**same, "ce.seed_0.logits": {"test": {}}})
 
 
 def test_artifacts_of_different_trainings_are_refused_naming_each():

@@ -211,26 +211,10 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             raise ValueError(
                 f"study {name!r} lists unknown method(s) {missing}; defined methods: {sorted(methods)}"
             )
-        labelled: dict[str, list[str]] = {}
-        for member in _expand_members(members, methods):
-            labelled.setdefault(methods[member].label, []).append(member)
-        shared = {label: keys for label, keys in labelled.items() if len(keys) > 1}
-        if shared:  # tables group rows by label: two methods would be pooled into one row
-            raise ValueError(
-                f"study {name!r}: methods {shared} share a label; the study's tables would pool "
-                "them into one row -- give each its own `label`"
-            )
+        _check_distinct_labels(name, _expand_members(members, methods), methods)
         reports = dict(entry.get("reports") or DEFAULT_REPORTS)
         study_calibrators = study_calibrator_keys(name, entry.get("calibrators"), reports, calibrators)
-        seeds = entry.get("seeds", default_seeds)
-        if (
-            not isinstance(seeds, (list, tuple))
-            or not seeds
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
-        ):
-            raise ValueError(f"study {name!r}: seeds must be non-negative integers, got {seeds!r}")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"study {name!r} lists a seed twice: {list(seeds)}")
+        seeds = _study_seeds(name, entry.get("seeds", default_seeds))
         studies[name] = StudySpec(
             name=name,
             methods=tuple(_expand_members(members, methods)),
@@ -239,6 +223,32 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             reports=reports,
         )
     return Structure(methods, studies, splits, calibrators)
+
+
+def _check_distinct_labels(study: str, members: list[str], methods: dict[str, MethodSpec]) -> None:
+    """Tables group rows by label: two methods of one label would be pooled into one row."""
+    labelled: dict[str, list[str]] = {}
+    for member in members:
+        labelled.setdefault(methods[member].label, []).append(member)
+    shared = {label: keys for label, keys in labelled.items() if len(keys) > 1}
+    if shared:
+        raise ValueError(
+            f"study {study!r}: methods {shared} share a label; the study's tables would pool "
+            "them into one row -- give each its own `label`"
+        )
+
+
+def _study_seeds(study: str, seeds: Any) -> list[int]:
+    """A study's seeds: a non-empty list of distinct non-negative integers (not booleans)."""
+    if (
+        not isinstance(seeds, (list, tuple))
+        or not seeds
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
+    ):
+        raise ValueError(f"study {study!r}: seeds must be non-negative integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"study {study!r} lists a seed twice: {list(seeds)}")
+    return list(seeds)
 
 
 def study_calibrator_keys(

@@ -71,6 +71,9 @@ class TrainResult:
     learned_epoch: torch.Tensor
     epoch_logits: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     meta_state: dict[str, Any] | None = None
+    # The epoch a stored state had reached when this call found it: 0 for a fresh training,
+    # ``config.epochs`` for a finished one reused without training.
+    resumed_after_epoch: int = 0
 
 
 @dataclass
@@ -591,6 +594,7 @@ def _result(run: _Run) -> TrainResult:
         learned_epoch=learned,
         epoch_logits={k: v for k, v in run.epoch_logits.items() if v},
         meta_state=run.learner.state_dict() or None,
+        resumed_after_epoch=run.start_epoch - 1,
     )
 
 

@@ -69,6 +69,22 @@ def provenance_of(name: str, artifact: Any) -> dict[str, Any]:
     return record
 
 
+def check_same_training(run: str, artifacts: Mapping[str, Any]) -> dict[str, Any]:
+    """The provenance record shared by ``artifacts`` (catalog name -> loaded artifact), e.g.
+    a run's logits and calibrators loaded in a notebook: each loaded at its own latest
+    version, they may come from different trainings after a partial rerun.
+
+    Returns:
+        The common record (``run_id``, ``fingerprint``, ``config``, ...).
+
+    Raises:
+        ProvenanceError: an artifact without provenance, or artifacts of different trainings
+            (naming each artifact's training).
+    """
+    records = {name: provenance_of(name, artifact) for name, artifact in artifacts.items()}
+    return _one_training(run, records)
+
+
 def check_split_definition(
     data: ImageData, split: Mapping[str, list[int]], definition: Mapping[str, Any], split_name: str
 ) -> None:
@@ -208,9 +224,8 @@ def check_run(
             of another protocol, or a training configuration the session does not have.
     """
     run = f"{method.key} seed {seed}"
-    records = {name: provenance_of(name, artifact) for name, artifact in artifacts.items()}
-    record = _one_training(run, records)
-    check_protocol_of(f"{run}: {', '.join(records)}", record, run_info)
+    record = check_same_training(run, artifacts)
+    check_protocol_of(f"{run}: {', '.join(artifacts)}", record, run_info)
     expected = run_configuration(
         method,
         seed=seed,

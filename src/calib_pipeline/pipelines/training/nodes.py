@@ -163,6 +163,7 @@ def _checkpoint(
         },
         "normalization": {"mean": list(data.mean), "std": list(data.std)},
         "selected_epoch": result.selected_epoch,
+        "resumed_after_epoch": result.resumed_after_epoch,  # = epochs: reused, not trained
         "learned_epoch": result.learned_epoch,
         "epoch_logits": result.epoch_logits,
         "meta_state": result.meta_state,
