@@ -461,3 +461,51 @@ def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_pa
     assert params["calibrators.ts.name"] == "temperature_fixed"
     assert params["calibrators.ts.params.temperature"] == "3.0"
     assert not any(key.startswith("shift") for key in params)
+
+
+@pytest.mark.parametrize("runner", ["kedro.runner.parallel_runner.ParallelRunner",
+                                    "<kedro.runner.parallel_runner.ParallelRunner object at 0x7f>"])
+def test_the_parallel_runner_is_refused_before_any_node_runs(runner):
+    """Its workers bypass the hooks (own versions, provenance, MLflow, node counting): a
+    run under it failed after writing artifacts while reporting that nothing was written."""
+    from calib_pipeline.hooks import RunPreflightHook
+
+    pipeline = SimpleNamespace(inputs=lambda: set(), nodes=[])
+    with pytest.raises(ValueError, match="--runner=ParallelRunner is not supported"):
+        RunPreflightHook().before_pipeline_run(run_params={"runner": runner}, pipeline=pipeline, catalog=None)
+    RunPreflightHook().before_pipeline_run(  # the default and the thread runner pass
+        run_params={"runner": "kedro.runner.thread_runner.ThreadRunner"}, pipeline=pipeline, catalog=None
+    )
+
+
+@pytest.mark.parametrize("load_versions", [None, {"ce.seed_0.logits": "2026-01-01T00.00.00.000Z"}])
+def test_kedros_version_mismatch_warning_is_silenced_only_where_own_versions_make_it_moot(load_versions):
+    """Two runs started together made Kedro print 23 warnings of "inconsistencies" although
+    each run reads its own saves; with --load-versions the pin wins and the warning stays."""
+    import warnings
+
+    from kedro.io import DataCatalog
+
+    from calib_pipeline.hooks import OwnVersionsHook
+
+    pipeline = SimpleNamespace(inputs=lambda: set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        OwnVersionsHook().before_pipeline_run({"load_versions": load_versions}, pipeline, DataCatalog())
+        warnings.warn("Save version 'a' did not match load version 'b' for x. This is strongly", UserWarning)
+    assert len(caught) == (1 if load_versions else 0)
+
+
+def test_a_load_version_that_was_never_saved_is_not_reported_as_a_stage_to_run():
+    from calib_pipeline.hooks import MissingInputsError, RunPreflightHook
+
+    pipeline = SimpleNamespace(inputs=lambda: {"ce.seed_0.logits"}, nodes=[])
+    catalog = SimpleNamespace(exists=lambda name: False)
+    with pytest.raises(MissingInputsError, match=r"--load-versions names version\(s\) that were never saved "
+                                                 r"\(or were pruned\): ce.seed_0.logits:2026-11-27T07.22.09.694"):
+        RunPreflightHook().before_pipeline_run(
+            run_params={"load_versions": {"ce.seed_0.logits": "2026-11-27T07.22.09.694"}}, pipeline=pipeline,
+            catalog=catalog,
+        )
+    with pytest.raises(MissingInputsError, match="run the logits stage"):  # no pin: the stage is missing
+        RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)

@@ -152,3 +152,18 @@ def test_a_file_that_is_not_calibrators_is_refused_naming_the_entry(tmp_path):
     versioned(TorchDataset, tmp_path / "old.pt").save({"ts": not_a_state})  # the layout before provenance
     with pytest.raises(DatasetError, match=r"hold no 'fitted' mapping of calibrator states; rerun the posthoc stage"):
         versioned(CalibratorsDataset, tmp_path / "old.pt", None).load()
+
+
+def test_a_version_that_was_never_saved_is_named_with_the_saved_ones(tmp_path):
+    """A mistyped or pruned version is not "truncated or corrupt ... delete it"."""
+    from calib_pipeline.kedro_datasets import ReportDataset
+
+    path = tmp_path / "logits.pt"
+    TorchDataset(filepath=str(path), version=Version(None, "2026-01-01T00.00.00.000Z")).save({"x": torch.ones(1)})
+    missing = TorchDataset(filepath=str(path), version=Version("2026-01-01T00.00.00.000", None))
+    with pytest.raises(DatasetError, match=r"has no version '2026-01-01T00.00.00.000'; saved versions "
+                                           r"\(newest first\): 2026-01-01T00.00.00.000Z"):
+        missing.load()
+    report = ReportDataset(filepath=str(tmp_path / "summary"), version=Version("2026-02-02T00.00.00.000Z", None))
+    with pytest.raises(DatasetError, match=r"has no version '2026-02-02T00.00.00.000Z'; saved versions .*: none"):
+        report.load()

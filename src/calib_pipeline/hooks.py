@@ -51,6 +51,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -132,11 +133,19 @@ class OwnVersionsHook:
         self._catalog = catalog
         for name in sorted(pipeline.inputs()):
             read_latest_version_of_now(catalog, name)
+        if not run_params.get("load_versions"):
+            # Kedro warns when a save version differs from a dataset's load version (another
+            # run saved meanwhile): moot here, each save re-pins the load version to the run's
+            # own. With --load-versions the pin wins over the run's own save, and it warns.
+            warnings.filterwarnings("ignore", message=KEDRO_VERSION_MISMATCH)
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
         if self._catalog is not None:
             read_own_version(self._catalog, dataset_name)
+
+
+KEDRO_VERSION_MISMATCH = r"Save version '.*' did not match load version"
 
 
 class RunPreflightHook:
@@ -151,7 +160,16 @@ class RunPreflightHook:
         device = f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} visible)" if (
             torch.cuda.is_available()) else "cpu"
         console.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
+        _refuse_unsupported_runner(run_params.get("runner"))
         missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
+        pinned = {name: v for name, v in (run_params.get("load_versions") or {}).items() if name in missing}
+        if pinned:  # a mistyped or pruned version, not a stage that was never run
+            raise MissingInputsError(
+                "--load-versions names version(s) that were never saved (or were pruned): "
+                + "; ".join(f"{name}:{version}" for name, version in sorted(pinned.items()))
+                + "; list the saved ones with catalog.get(name).list_versions() in a notebook or "
+                "see the dataset's folder under data/"
+            )
         if missing:
             stages = sorted({producing_stage(name) for name in missing}, key=STAGE_ORDER.index)
             raise MissingInputsError(
@@ -161,6 +179,27 @@ class RunPreflightHook:
                 "--pipelines"
             )
         _refuse_uncollected_runs(pipeline)
+
+
+# Kedro's ParallelRunner runs nodes in subprocesses: the hooks that pin each run's own
+# versions, track MLflow and count finished nodes run there, not here, and its shared-memory
+# copies of node inputs lose the pipelines' plain objects (a shift plan arrived as a bare
+# `object`) -- a run failed after writing artifacts while reporting that nothing was written.
+UNSUPPORTED_RUNNERS = ("ParallelRunner",)
+
+
+def _refuse_unsupported_runner(runner: Any) -> None:
+    """Refuse, before any node runs, a runner the project's guarantees do not hold under."""
+    if runner is None:
+        return
+    name = _describe(runner).rsplit(".", 1)[-1]
+    if name in UNSUPPORTED_RUNNERS:
+        raise ValueError(
+            f"--runner={name} is not supported: its worker processes bypass the hooks that keep "
+            "each run's versions, provenance and MLflow tracking; use the default runner, "
+            "--runner=ThreadRunner, or --runner=calib_pipeline.runner.DaskRunner to train in "
+            "parallel (docs/scaling.md)"
+        )
 
 
 def _first_stages(run_params: dict[str, Any], stages: list[str]) -> str:

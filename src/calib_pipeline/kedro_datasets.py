@@ -84,6 +84,26 @@ class PredictionsDataset(AbstractDataset[None, PredictionsFile]):
         return {"filepath": self._filepath}
 
 
+def versioned_load_path(dataset: AbstractVersionedDataset) -> Path:
+    """The file (or folder) ``dataset`` loads; a requested version that was never saved
+    (mistyped, or pruned) is named as such with the saved versions, not reported as a
+    truncated file to delete or a missing stage to run.
+
+    Raises:
+        DatasetError: no such version.
+    """
+    path = Path(str(dataset._get_load_path()))
+    if path.exists() or path.parent.exists():
+        return path  # a version folder without its file is an interrupted write: the loader says so
+    root = Path(str(dataset._filepath))
+    saved = sorted((p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                   reverse=True) if root.is_dir() else []
+    raise DatasetError(
+        f"{root} has no version {path.parent.name!r}; saved versions (newest first): "
+        f"{', '.join(saved[:5]) or 'none'}{', ...' if len(saved) > 5 else ''}"
+    )
+
+
 class TorchDataset(AbstractVersionedDataset[Any, Any]):
     """A versioned ``torch.save`` file of tensors, dicts, lists and scalars.
 
@@ -99,7 +119,7 @@ class TorchDataset(AbstractVersionedDataset[Any, Any]):
         self.metadata = metadata
 
     def load(self) -> Any:
-        return load_tensors(Path(str(self._get_load_path())), what="torch artifact")
+        return load_tensors(versioned_load_path(self), what="torch artifact")
 
     def save(self, data: Any) -> None:
         save_tensors(data, Path(str(self._get_save_path())))
@@ -124,7 +144,7 @@ class CalibratorsDataset(TorchDataset):
     """
 
     def load(self) -> dict[str, Any]:
-        path = Path(str(self._get_load_path()))
+        path = versioned_load_path(self)
         stored = load_tensors(path, what="calibrators")
         if not isinstance(stored, dict) or not isinstance(stored.get("fitted"), dict):
             raise ValueError(
@@ -268,7 +288,7 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
     def load(self) -> dict[str, Any]:
         import pandas as pd
 
-        folder = Path(str(self._get_load_path()))
+        folder = versioned_load_path(self)
         out: dict[str, Any] = {}
         for name in _report_artifacts(folder):
             path = folder / name
