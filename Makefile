@@ -45,8 +45,11 @@ viz: $(STAMP)
 viz-build: $(STAMP)
 	$(BIN)/kedro viz build
 
+# Where `kedro run` tracks: MLFLOW_TRACKING_URI if set, else mlflow.db at the project root.
+TRACKING_URI := $(or $(MLFLOW_TRACKING_URI),sqlite:///$(CURDIR)/mlflow.db)
+
 mlflow-ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1
+	$(BIN)/mlflow ui --backend-store-uri $(TRACKING_URI) --host 127.0.0.1
 
 bench: $(STAMP)  ## performance ratios (see benchmarks/README.md)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
@@ -59,6 +62,15 @@ prune: $(STAMP)  ## keep the newest KEEP versions of every artifact and their ML
 # keep the artifacts and still delete the MLflow store.
 DATA_DIR := $(or $(CALIB_DATA_DIR),data)
 
-clean-outputs:  ## delete generated data (of CALIB_DATA_DIR if set), run logs and the local MLflow store (keeps raw data); irreversible
-	find $(DATA_DIR)/02_intermediate $(DATA_DIR)/06_models $(DATA_DIR)/07_model_output $(DATA_DIR)/08_reporting -mindepth 1 ! -name .gitkeep -delete
-	rm -rf $(DATA_DIR)/.save_versions $(DATA_DIR)/logs mlflow.db mlflow.lock mlruns mlartifacts
+clean-outputs:  ## delete generated data (of CALIB_DATA_DIR if set), run logs and, for data/ with the default store, the local MLflow store (keeps raw data); irreversible
+	for folder in 02_intermediate 06_models 07_model_output 08_reporting; do \
+	  if [ -d $(DATA_DIR)/$$folder ]; then find $(DATA_DIR)/$$folder -mindepth 1 ! -name .gitkeep -delete || exit 1; fi; \
+	done
+	rm -rf $(DATA_DIR)/.save_versions $(DATA_DIR)/logs
+	@# The project's mlflow.db also tracks the runs of every other data folder: delete it only
+	@# when cleaning data/ itself, and never a store named by MLFLOW_TRACKING_URI.
+	@if [ -z "$(CALIB_DATA_DIR)" ] && [ -z "$(MLFLOW_TRACKING_URI)" ]; then \
+	  rm -rf mlflow.db mlflow.lock mlruns mlartifacts && echo "deleted the local MLflow store (mlflow.db)"; \
+	else \
+	  echo "kept the MLflow store $(TRACKING_URI): it may track runs of other data folders (make prune removes the runs of pruned versions)"; \
+	fi
