@@ -162,3 +162,35 @@ def test_published_methods_are_defined_methods():
     for paper in published_papers():
         unknown = sorted(set(load_published(paper)["method"]) - keys)
         assert not unknown, f"{paper}: {unknown}"
+
+
+@pytest.mark.parametrize("paper", paper_names())
+def test_every_paper_states_its_networks_as_buildable_architecture_tags(paper):
+    from calib_pipeline.models import architecture_tag
+    from calib_pipeline.reports.claim_specs import paper_protocol
+
+    protocol = paper_protocol(paper)
+    assert protocol is not None and protocol["training"]
+    for tag in protocol["architectures"]:
+        name, _, options = tag.partition("[")
+        params = dict(option.split("=") for option in options.rstrip("]").split(",") if option)
+        params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
+        assert architecture_tag(name, params) == tag
+
+
+def test_the_claims_report_names_the_papers_networks_beside_the_runs():
+    """A verdict from a network the paper never trained must say so (issue: every study ran
+    ResNet-18 on paper 004's schedule and printed "N of M paper claims hold" for all)."""
+    from types import SimpleNamespace
+
+    from calib_pipeline.reports.claims import protocol_notes
+
+    claims = [SimpleNamespace(paper="mukhoti"), SimpleNamespace(paper="mukhoti"),
+              SimpleNamespace(paper="my_study")]  # a study's own claims have no protocol
+    off = protocol_notes(SimpleNamespace(models={"ce": "resnet18", "focal": "resnet18"}), claims)
+    assert off.count("Protocol of") == 1 and "`resnet110_bottleneck`" in off
+    assert "These runs trained `resnet18`." in off and "None of them is a network of the paper" in off
+    on = protocol_notes(SimpleNamespace(models={"ce": "resnet50", "focal": "resnet18"}), claims)
+    assert "These runs trained `resnet18`, `resnet50`." in on and "None of them" not in on
+    unknown = protocol_notes(SimpleNamespace(models={}), claims)  # results assembled by hand
+    assert "Protocol of `mukhoti`" in unknown and "These runs" not in unknown

@@ -62,7 +62,7 @@ CLAIM_KEYS = (
     "test",
     "datasets",
 )
-FILE_KEYS = ("paper", "title", "seed_file", "claims")
+FILE_KEYS = ("paper", "title", "seed_file", "protocol", "claims")
 
 
 @dataclass(frozen=True)
@@ -350,6 +350,31 @@ def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
     claims = tuple(parse_claim(raw, paper) for raw in content.get("claims") or [])
     _no_duplicates(paper, claims)
     return claims
+
+
+@cache
+def paper_protocol(paper: str) -> dict[str, Any] | None:
+    """The networks (``architectures``, as ``models.architecture_tag`` writes them) and the
+    ``training`` schedule (one line) ``paper`` used, from its claims file; None for a name
+    without a claims file (a study's own claims) or a file without ``protocol``.
+
+    Raises:
+        ValueError: a malformed ``protocol`` entry.
+    """
+    if paper not in paper_names():
+        return None
+    content = yaml.safe_load((CLAIMS_DIR / f"{paper}.yml").read_text(encoding="utf-8"))
+    protocol = content.get("protocol")
+    if protocol is None:
+        return None
+    where = f"claims file {paper}.yml, protocol"
+    _known(where, protocol, ("architectures", "training"))
+    architectures, training = protocol.get("architectures"), protocol.get("training")
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        _fail(where, f"architectures must be a list of architecture tags, got {architectures!r}")
+    if not isinstance(training, str) or not training.strip():
+        _fail(where, f"training must be a one-line description, got {training!r}")
+    return {"architectures": list(architectures), "training": training.strip()}
 
 
 def _no_duplicates(where: str, claims: Sequence[Mapping[str, Any]]) -> None:

@@ -50,6 +50,7 @@ from calib_pipeline.reports.claim_specs import (
     claim_calibrators,
     option_sides,
     paper_names,
+    paper_protocol,
     parse_claim,
     study_claims,
 )
@@ -597,6 +598,33 @@ def _cell(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
+def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
+    """One paragraph per paper of ``claims``: the networks and schedule it trained, beside
+    the networks of these runs; a bold warning when the runs trained none of the paper's
+    networks (a verdict then tests the paper's finding on another network -- it does not
+    reproduce the paper's numbers). Empty when nothing is known."""
+    ours = sorted(set(results.models.values()))
+    notes = []
+    for paper in dict.fromkeys(c.paper for c in claims):
+        protocol = paper_protocol(paper)
+        if protocol is None:
+            continue
+        theirs = protocol["architectures"]
+        note = (
+            f"Protocol of `{paper}`: trained {', '.join(f'`{a}`' for a in theirs)}; "
+            f"{protocol['training']}."
+        )
+        if ours:
+            note += f" These runs trained {', '.join(f'`{a}`' for a in ours)}."
+            if not set(ours) & set(theirs):
+                note += (
+                    " **None of them is a network of the paper**: a verdict says whether the "
+                    "paper's finding holds on this network, not that its numbers are reproduced."
+                )
+        notes.append(note + "\n\n")
+    return "".join(notes)
+
+
 def _markdown(
     results: StudyResults, table: pd.DataFrame, claims: list[Claim], line: str, settings: str
 ) -> str:
@@ -708,7 +736,7 @@ def claims_report(
         results.study, results.dataset, table, "claims" if claims else "paper claims"
     )
     logger.info(line)
-    settings = (
+    settings = protocol_notes(results, resolved) + (
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
         f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
         "the verdict; "
