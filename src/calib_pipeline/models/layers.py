@@ -6,10 +6,12 @@ from torch import Tensor, nn
 
 
 def init_conv_weights(model: nn.Module) -> None:
-    """He initialisation of every convolution (normal, fan-out, ReLU gain), the papers' codes'
-    common choice (the focal-loss code's wide ResNet, Zagoruyko & Komodakis). One policy for
-    every architecture keeps runs comparable across them; BatchNorm starts at (1, 0) and
-    linear layers keep PyTorch's default."""
+    """He initialisation of every convolution (normal, fan-out, ReLU gain), as Zagoruyko &
+    Komodakis's and the focal-loss code's wide ResNet and Tiny-ImageNet ResNet do; BatchNorm
+    starts at (1, 0) and linear layers keep PyTorch's default. The CIFAR ResNet/DenseNet of
+    the focal-loss code and the meta-calibration code's ResNet-18 keep PyTorch's default
+    (Kaiming-uniform, a = sqrt(5)) instead -- a deliberate difference, one policy for every
+    CIFAR network here (``small_cnn`` keeps PyTorch's default); see docs/models.md."""
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
             nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
