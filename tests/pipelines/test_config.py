@@ -236,3 +236,33 @@ def test_a_misspelt_calibrator_fails_naming_where_it_is_read(parameters, study, 
     parameters["studies"]["a"] = {"methods": ["ce"], **study}
     with pytest.raises(ValueError, match=message):
         parse_structure(parameters)
+
+
+def test_a_dotted_sweep_reaches_a_composite_objectives_nested_hyperparameter(parameters):
+    """Karandikar et al. tune κ of the secondary loss per cell: ``secondary.kappa``."""
+    raw = {
+        "sc_focal_avuc": {
+            "objective": "composite", "label": "Focal + AvUC (κ={kappa})",
+            "params": {"primary": {"name": "focal", "gamma": 1.0}, "secondary": {"name": "avuc"}, "beta": 1.0},
+            "sweep": {"secondary.kappa": [0.2, 0.8]},
+        },
+        "sc_nll_sbece": {"objective": "composite", "params": {"primary": "nll", "secondary": "sb_ece"},
+                         "sweep": {"secondary.temperature": [0.01]}},
+    }
+    methods = expand_methods(raw)
+    assert sorted(methods) == ["sc_focal_avuc_secondary_kappa_0p2", "sc_focal_avuc_secondary_kappa_0p8",
+                               "sc_nll_sbece_secondary_temperature_0p01"]
+    member = methods["sc_focal_avuc_secondary_kappa_0p2"]
+    assert member["params"]["secondary"] == {"name": "avuc", "kappa": 0.2}
+    assert member["params"]["primary"] == {"name": "focal", "gamma": 1.0} and member["label"] == "Focal + AvUC (κ=0.2)"
+    assert raw["sc_focal_avuc"]["params"]["secondary"] == {"name": "avuc"}, "the entry itself is not changed"
+    assert methods["sc_nll_sbece_secondary_temperature_0p01"]["params"]["secondary"] == {
+        "name": "sb_ece", "temperature": 0.01}
+    bad = copy.deepcopy(parameters)
+    bad["methods"] = {**bad["methods"], **raw}
+    bad["methods"]["sc_focal_avuc"]["sweep"] = {"secondary.kappa": [1.5]}
+    with pytest.raises(ValueError, match="method 'sc_focal_avuc_secondary_kappa_1p5': .*kappa"):
+        validate_buildable(parse_structure(bad), bad)
+    twice = {**raw["sc_focal_avuc"], "params": {**raw["sc_focal_avuc"]["params"], "secondary": {"name": "avuc", "kappa": 0.5}}}
+    with pytest.raises(ValueError, match="sets 'secondary.kappa' in params and sweeps it"):
+        expand_methods({"sc": twice})

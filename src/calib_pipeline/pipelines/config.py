@@ -100,6 +100,9 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     ``ls_epsilon_0p01`` and ``ls_epsilon_0p03``, each with ``group: ls`` so a selection
     step can pick one per group. A label with a ``{param}`` placeholder is formatted with
     the value (``"LS-{epsilon}"`` -> ``LS-0.01``); otherwise `` (param=value)`` is appended.
+    A dotted name sweeps a nested hyperparameter: ``sweep: {secondary.kappa: [0.2, 0.5]}`` on
+    a ``composite`` method makes ``<key>_secondary_kappa_0p2`` ... (label placeholder
+    ``{kappa}``).
     """
     expanded: dict[str, dict[str, Any]] = {}
     made_by: dict[str, str] = {}
@@ -126,21 +129,22 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
         (param, values), = sweep.items()
         if not isinstance(values, list) or not values:
             raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
-        if param in (entry.get("params") or {}):  # the sweep would silently replace it
+        path = str(param).split(".")  # "secondary.kappa": a nested hyperparameter (composite)
+        if _nested_get(entry.get("params") or {}, path) is not None:  # the sweep would replace it
             raise ValueError(
                 f"method {key!r} sets {param!r} in params and sweeps it ({values}); set it in "
                 "one place (the sweep's values, or remove the sweep)"
             )
         for value in values:
-            name = f"{key}_{param}_{_format_value(value)}"
-            params = {**(entry.get("params") or {}), param: value}
+            name = f"{key}_{'_'.join(path)}_{_format_value(value)}"
+            params = _nested_set(entry.get("params") or {}, path, value)
             template = str(entry.get("label", key))
             try:
-                label = template.format(**{param: value}) if "{" in template else f"{template} ({param}={value})"
+                label = template.format(**{path[-1]: value}) if "{" in template else f"{template} ({param}={value})"
             except (KeyError, IndexError, ValueError) as error:
                 raise ValueError(
                     f"method {key!r}: its label {template!r} must name only the swept parameter, "
-                    f"as {{{param}}} ({type(error).__name__}: {error})"
+                    f"as {{{path[-1]}}} ({type(error).__name__}: {error})"
                 ) from None
             add(name, f"the sweep of methods.{key}", {
                 **{k: v for k, v in entry.items() if k != "sweep"},
@@ -149,6 +153,32 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "group": key,
             })
     return expanded
+
+
+def _nested_get(params: dict[str, Any], path: list[str]) -> Any:
+    """``params[a][b]...`` along ``path``; None where any step is missing."""
+    value: Any = params
+    for step in path:
+        if not isinstance(value, dict) or step not in value:
+            return None
+        value = value[step]
+    return value
+
+
+def _nested_set(params: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """A copy of ``params`` with ``value`` at ``path`` (``secondary.kappa`` sets the kappa of
+    the ``secondary`` mapping; a secondary given by name alone becomes ``{name: ...}``)."""
+    out = dict(params)
+    if len(path) == 1:
+        out[path[0]] = value
+        return out
+    inner = out.get(path[0])
+    if isinstance(inner, str):  # `secondary: avuc` is shorthand for `{name: avuc}`
+        inner = {"name": inner}
+    if not isinstance(inner, dict):
+        raise ValueError(f"sweep of {'.'.join(path)!r}: params.{path[0]} is not a mapping ({inner!r})")
+    out[path[0]] = _nested_set(inner, path[1:], value)
+    return out
 
 
 def parse_structure(parameters: dict[str, Any]) -> Structure:
