@@ -427,6 +427,7 @@ def test_a_training_reused_or_continued_from_a_stored_state_says_so(tmp_path, re
     outputs = dict(OUTPUTS)
     outputs["ce.seed_0.checkpoint"] = {
         **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": resumed, "config": {"training": {"epochs": 2}},
+        "hyperparameters": {"gamma": 3.0, "detach_pt": False},
     }
     driver.before_node_run(node=node, catalog=None, inputs={})
     driver.after_node_run(node=node, catalog=None, inputs={}, outputs=outputs)
@@ -435,6 +436,8 @@ def test_a_training_reused_or_continued_from_a_stored_state_says_so(tmp_path, re
     (child,) = client.search_runs([driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")
     assert child.data.tags.get("calib.training") == tag
     assert child.data.tags.get("calib.resumed_after_epoch") == (str(resumed) if resumed else None)
+    # the effective hyperparameters (defaults filled in) beside the configured ones
+    assert child.data.params["effective.detach_pt"] == "False" and child.data.params["effective.gamma"] == "3.0"
 
 
 def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_path):

@@ -500,6 +500,9 @@ class MlflowTrackingHook:
             if name.startswith("params:"):
                 _flatten(name[len("params:") :], value, params)
         _flatten("run", checkpoint.get("config", {}), params)
+        # the method's hyperparameters with their defaults filled in: two runs whose configured
+        # params agree but whose code defaults differ are told apart in the UI
+        _flatten("effective", checkpoint.get("hyperparameters", {}), params)
         self._log_params(run_id, params)
         resumed = int(checkpoint.get("resumed_after_epoch") or 0)
         epochs = int(checkpoint.get("config", {}).get("training", {}).get("epochs", -1))

@@ -397,3 +397,21 @@ def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
     unrecorded = cached_run(provenance())
     with pytest.raises(ProvenanceError, match="do not record the shift settings that made them"):
         evaluate(unrecorded, shift=made)
+
+
+def test_the_checkpoint_says_whether_it_was_trained_or_reused_and_its_effective_hyperparameters(digits, tmp_path):
+    """MLflow reads both: a reused training is tagged so, and a default (``detach_pt``)
+    appears beside the configured ``gamma``."""
+    import dataclasses
+
+    focal = dataclasses.replace(CE, key="focal_g3", objective="focal", params={"gamma": 3.0})
+    split = split_dataset(digits, SESSION["splits"]["standard"])
+    runs = [
+        train_method(digits, split, SESSION["splits"]["standard"], CheckpointStore(tmp_path),
+                     SESSION["model"], {"epochs": 1, "batch_size": 256, "device": "cpu"},
+                     SESSION["run_info"], method=focal, seed=0)[0]
+        for _ in range(2)
+    ]
+    assert [run["resumed_after_epoch"] for run in runs] == [0, 1], "trained, then reused"
+    assert runs[0]["hyperparameters"] == {"gamma": 3.0, "detach_pt": False}
+    assert runs[0]["config"]["params"] == {"gamma": 3.0}, "the configuration holds what was set"

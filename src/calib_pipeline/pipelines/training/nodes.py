@@ -107,7 +107,7 @@ def train_method(
     provenance = training_provenance(
         run_config, run_id=run_info["run_id"], env=run_info["env"], protocol=run_info["protocol"]
     )
-    checkpoint = _checkpoint(method, seed, data, run_config, result, provenance)
+    checkpoint = _checkpoint(method, seed, data, run_config, result, provenance, learner)
     return checkpoint, _history(method.key, seed, result, provenance)
 
 
@@ -144,10 +144,13 @@ def _checkpoint(
     run_config: dict[str, Any],
     result: TrainResult,
     provenance: dict[str, Any],
+    learner: Any,
 ) -> dict[str, Any]:
     """The run's artifact: selected weights, what rebuilds the model and the learner
-    (architecture, normalisation, ``meta_state``, ``config``), learned epochs, and the
-    provenance record everything derived from the run copies."""
+    (architecture, normalisation, ``meta_state``, ``config``), learned epochs, the
+    method's effective hyperparameters (``config`` holds those set; these have the
+    defaults filled in, for MLflow) and the provenance record everything derived from the
+    run copies."""
     model_cfg = run_config["model"]
     return {
         "method": method.key,
@@ -168,5 +171,6 @@ def _checkpoint(
         "epoch_logits": result.epoch_logits,
         "meta_state": result.meta_state,
         "config": run_config,
+        "hyperparameters": dict(getattr(getattr(learner, "objective", learner), "hyperparameters", {})),
         "provenance": provenance,
     }
