@@ -22,7 +22,7 @@ from typing import Any
 
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
-from calib_pipeline.calibration.posthoc import Calibrator, calibrator_from_state
+from calib_pipeline.calibration.posthoc import calibrator_from_state
 from calib_pipeline.data.datasets import ImageData, load_dataset
 from calib_pipeline.data.predictions import PredictionsFile, load_predictions
 from calib_pipeline.reports.common import write_artifacts

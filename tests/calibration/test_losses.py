@@ -350,6 +350,10 @@ def test_focal_loss_rejects_bad_arguments():
         focal_loss(logits, labels, 1.0, reduction="avg")
     with pytest.raises(ValueError, match="gamma"):
         focal_loss(logits, labels, -1.0)
+    # the objective's rule: an infinite gamma made every loss 0, a bool passed as 1
+    for gamma, message in ((float("inf"), "finite"), (float("nan"), "finite"), (True, "must be a number")):
+        with pytest.raises(ValueError, match=f"gamma .*{message}"):
+            focal_loss(logits, labels, gamma)
     with pytest.raises(ValueError, match=r"shape \(4,\)"):
         focal_loss(logits, labels, torch.ones(3))
 

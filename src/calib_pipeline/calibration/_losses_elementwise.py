@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from calib_pipeline.registry import check_range
+
 FLSD_THRESHOLD = 0.2
 FLSD_GAMMA_LOW_CONFIDENCE = 5.0
 FLSD_GAMMA = 3.0
@@ -176,8 +178,9 @@ def focal_loss(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    if not isinstance(gamma, Tensor) and (gamma != gamma or gamma < 0):
-        raise ValueError(f"gamma must be in [0, inf), got {gamma!r}")
+    if not isinstance(gamma, Tensor):
+        # the rule of build_objective("focal", gamma=...): gamma = inf would make every loss 0
+        gamma = check_range("gamma", gamma, low=0.0)
     losses = focal_per_sample(
         logits, prepare_targets(logits, targets), gamma=gamma, detach_pt=detach_pt
     )

@@ -80,7 +80,8 @@ def ece(
 def ece_em(
     pred: Predictions, *, n_bins: int = 15, norm: str = "l1", closure: str = "right"
 ) -> torch.Tensor:
-    """Adaptive (equal-mass) top-label ECE (Nixon et al. 'ACE' as in Mukhoti's AdaECE)."""
+    """Adaptive (equal-mass) top-label ECE: Mukhoti et al.'s AdaECE, bins of equal count weighted
+    by n_b / N (not Nixon et al.'s ACE, which is classwise with an unweighted mean over ranges)."""
     return binned_error(pred.confidence, pred.correct, n_bins, "mass", norm, closure)
 
 

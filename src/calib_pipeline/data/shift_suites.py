@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from calib_pipeline.data.datasets import ImageData, to_float
 from calib_pipeline.data.corruptions import (
     BENCHMARK_CORRUPTIONS,
     SEVERITIES,
@@ -38,6 +37,7 @@ from calib_pipeline.data.corruptions import (
     corrupt,
     corruption_names,
 )
+from calib_pipeline.data.datasets import ImageData, to_float
 from calib_pipeline.data.shift_sets import (
     CIFAR_C_CORRUPTIONS,
     MNIST_C_CORRUPTIONS,

@@ -9,6 +9,11 @@ meta-learning code rely on:
 * ``feature_dim`` and ``num_classes`` attributes.
 """
 
+from calib_pipeline.models import densenet as _densenet  # noqa: F401  (registers)
+from calib_pipeline.models import resnet as _resnet  # noqa: F401  (registers)
+from calib_pipeline.models import small_cnn as _small_cnn  # noqa: F401  (registers)
+from calib_pipeline.models import vgg as _vgg  # noqa: F401  (registers)
+from calib_pipeline.models import wide_resnet as _wide_resnet  # noqa: F401  (registers)
 from calib_pipeline.models.registry import (
     DATA_SHAPED,
     MODELS,
@@ -19,11 +24,6 @@ from calib_pipeline.models.registry import (
     model_from_checkpoint,
     model_names,
 )
-from calib_pipeline.models import small_cnn as _small_cnn  # noqa: F401  (registers)
-from calib_pipeline.models import resnet as _resnet  # noqa: F401  (registers)
-from calib_pipeline.models import wide_resnet as _wide_resnet  # noqa: F401  (registers)
-from calib_pipeline.models import densenet as _densenet  # noqa: F401  (registers)
-from calib_pipeline.models import vgg as _vgg  # noqa: F401  (registers)
 
 __all__ = [
     "DATA_SHAPED",

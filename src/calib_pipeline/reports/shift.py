@@ -40,11 +40,11 @@ from calib_pipeline.reports.common import (
     UNCALIBRATED,
     UNSHIFTED,
     cell_table,
-    stat_cells,
     method_colors,
     metric_unit,
     paper_view,
     seed_stats,
+    stat_cells,
     units_note,
     with_numbers,
 )

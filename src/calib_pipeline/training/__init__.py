@@ -1,8 +1,8 @@
 """The training engine (pure PyTorch): config, device-resident batching, loop, resume."""
 
+from calib_pipeline.training import accelerate, engine
 from calib_pipeline.training.checkpoint import CheckpointStore
 from calib_pipeline.training.config import TrainConfig
-from calib_pipeline.training import accelerate, engine
 from calib_pipeline.training.data import BatchStream, Normalizer, augment_batch
 from calib_pipeline.training.engine import (
     Split,
@@ -19,7 +19,9 @@ __all__ = [
     "Split",
     "TrainConfig",
     "TrainResult",
+    "accelerate",
     "augment_batch",
+    "engine",
     "predict_logits",
     "resolve_device",
     "train_model",

@@ -31,7 +31,7 @@ from calib_pipeline.training.provenance import (
 
 # A run's keyed collections hold their members under these keys, beside "provenance":
 # shifted-set logits (spec key -> logits) and fitted calibrators (key -> calibrator).
-SHIFT_SETS = "sets"
+SHIFT_LOGITS_SETS = "sets"
 SHIFT_SETTINGS = "settings"  # beside them: the shift settings that defined the sets
 # Calibrators fitted again on clean + shifted validation sets are stored as "<key>@shifted_val".
 SHIFTED_VAL_SUFFIX = "@shifted_val"

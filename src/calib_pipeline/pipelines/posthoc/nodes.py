@@ -13,7 +13,7 @@ from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
-    SHIFT_SETS,
+    SHIFT_LOGITS_SETS,
     SHIFTED_VAL_SUFFIX,
     check_run,
 )
@@ -104,7 +104,7 @@ def fit_calibrators(
         shift=shift,
     )
     fitting_sets = {"": logits["val"]}
-    pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_SETS))
+    pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_LOGITS_SETS))
     if pooled is not None:
         fitting_sets[SHIFTED_VAL_SUFFIX] = pooled
     fitted = _fit_each(fitting_sets, {name: calibrators[name] for name in keys}, f"{method.key} seed {seed}")

@@ -27,12 +27,12 @@ from calib_pipeline.reports.registry import StudyResults, build_report, report_n
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
     HISTORY_PROVENANCE,
-    SHIFT_SETS,
+    SHIFT_LOGITS_SETS,
     check_run,
 )
 
 # Reports read a run's collections without the provenance stored beside their members.
-COLLECTION_MEMBERS = {"calibrators": FITTED_CALIBRATORS, "shift": SHIFT_SETS}
+COLLECTION_MEMBERS = {"calibrators": FITTED_CALIBRATORS, "shift": SHIFT_LOGITS_SETS}
 
 
 def collect_runs(**artifacts: Any) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def _checked_run(
     return {
         "logits": named[f"{prefix}.logits"],
         "calibrators": named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],
-        "shift": None if shift is None else shift[SHIFT_SETS],
+        "shift": None if shift is None else shift[SHIFT_LOGITS_SETS],
         "run_id": provenance["run_id"],
     }
 

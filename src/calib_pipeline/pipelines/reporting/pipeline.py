@@ -14,8 +14,8 @@ from kedro.pipeline import Node, Pipeline, node
 
 from calib_pipeline.pipelines.config import Structure, StudySpec, run_prefix, study_uses_shift
 from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
-from calib_pipeline.pipelines.run_info import SESSION_INPUTS
 from calib_pipeline.pipelines.reporting.nodes import collect_runs, evaluate_study, run_report
+from calib_pipeline.pipelines.run_info import SESSION_INPUTS
 from calib_pipeline.reports.registry import StudyOutline, check_report, report_needs
 
 ARTIFACT_SUFFIX = {

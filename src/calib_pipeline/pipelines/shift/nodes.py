@@ -15,12 +15,12 @@ from calib_pipeline.data.shift_suites import (
     plan_shift_sets,
     predict_shift_sets,
 )
+from calib_pipeline.training.predict import checkpoint_predictor
 from calib_pipeline.training.provenance_checks import (
-    SHIFT_SETS,
+    SHIFT_LOGITS_SETS,
     SHIFT_SETTINGS,
     check_checkpoint_data,
 )
-from calib_pipeline.training.predict import checkpoint_predictor
 
 logger = logging.getLogger(__name__)
 
@@ -75,4 +75,4 @@ def compute_shift_logits(
     run = f"{checkpoint['method']} seed {checkpoint['seed']}"
     logger.info("%s: logits on %d shifted set(s)", run, len(sets))
     settings = defining_settings(shift_sets.settings)
-    return {"provenance": provenance, SHIFT_SETTINGS: settings, SHIFT_SETS: sets}
+    return {"provenance": provenance, SHIFT_SETTINGS: settings, SHIFT_LOGITS_SETS: sets}
