@@ -448,16 +448,14 @@ def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_pa
         "params:calibrators": {"ts": {"name": "temperature_fixed", "params": {"temperature": 3.0}}},
     }
 
-    def load(name):
-        if name not in settings:
-            raise KeyError(name)  # e.g. a project without a shift group
-        return settings[name]
+    class Catalog(dict):  # `in` and `load`, as Kedro's DataCatalog; no shift group here
+        load = dict.__getitem__
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "test"
     run_params = {"pipeline_names": ["baseline"], "extra_params": {"evaluation": {"n_bins": 5}}}
-    hook._start(run_params, catalog=SimpleNamespace(load=load), uri=uri)
+    hook._start(run_params, catalog=Catalog(settings), uri=uri)
     params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
     assert params["kedro.params.evaluation.n_bins"] == "5"
     assert params["evaluation.n_bins"] == "5"

@@ -273,11 +273,9 @@ def _evaluation_settings(run_params: dict[str, Any], catalog) -> dict[str, str]:
     settings: dict[str, str] = {}
     _flatten("kedro.params", dict(run_params.get("extra_params") or {}), settings)
     for group in EVALUATION_GROUPS:
-        try:
-            value = catalog.load(f"params:{group}")
-        except Exception:  # noqa: BLE001 -- a project without the group: nothing to log
-            continue
-        _flatten(group, value, settings)
+        if catalog is None or f"params:{group}" not in catalog:
+            continue  # a project (or test) without the group: nothing to log
+        _flatten(group, catalog.load(f"params:{group}"), settings)
     return settings
 
 
