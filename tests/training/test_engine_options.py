@@ -247,3 +247,17 @@ def test_contradicting_clips_fail_before_training():
         check_method(spec, TrainConfig(grad_clip=5.0))
     check_method(spec, TrainConfig(grad_clip=2.0))
     check_method(spec, TrainConfig())
+
+
+def test_compile_without_a_cpp_compiler_is_refused_before_training(monkeypatch):
+    """Inductor needs a C++ compiler: without one torch failed inside the first step with
+    its own error; the run refuses before training and names the way out."""
+    model = build_model("small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8)
+    learner = ObjectiveLearner(build_objective("cross_entropy"))
+    monkeypatch.setattr(accelerate, "COMPILE_BACKEND", "inductor")
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    monkeypatch.setattr(accelerate.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match=r"training.compile needs a C\+\+ compiler .* training.compile: false"):
+        accelerate.compiled_forward(model, learner, torch.device("cpu"))
+    monkeypatch.setattr(accelerate.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    assert accelerate.compiled_forward(model, learner, torch.device("cpu")) is not None  # compiles lazily

@@ -17,6 +17,8 @@ compiled graphs). Evaluation always runs the eager model: it is a small share of
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from collections.abc import Callable
 
 import torch
@@ -65,6 +67,8 @@ def compiled_forward(
     if reason is not None:
         logger.warning("%s: training.compile: %s; this run trains eagerly", label, reason)
         return None
+    if COMPILE_BACKEND == "inductor":
+        check_compiler()
     graphs = device.type == "cuda" and COMPILE_BACKEND == "inductor"
     if not graphs:
         logger.info(
@@ -74,6 +78,23 @@ def compiled_forward(
     return torch.compile(
         model, backend=COMPILE_BACKEND, mode="reduce-overhead" if graphs else None, dynamic=False
     )
+
+
+def check_compiler() -> None:
+    """``training.compile``'s inductor backend builds C++ (and, on a GPU, Triton launchers)
+    with the machine's compiler; without one torch fails inside the first training step
+    with its own error. Refuse before training instead, naming the way out.
+
+    Raises:
+        ValueError: neither ``$CXX`` nor ``g++``, ``clang++`` or ``c++`` is on the PATH.
+    """
+    candidates = [os.environ.get("CXX", ""), "g++", "clang++", "c++"]
+    if not any(name and shutil.which(name) for name in candidates):
+        raise ValueError(
+            "training.compile needs a C++ compiler for torch.compile's inductor backend, and "
+            "none was found ($CXX, g++, clang++, c++): install one (e.g. `apt install g++`) "
+            "or set training.compile: false"
+        )
 
 
 def begin_step(uses_graphs: bool) -> None:
