@@ -454,7 +454,7 @@ def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_pa
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "test"
-    run_params = {"pipeline_names": ["baseline"], "extra_params": {"evaluation": {"n_bins": 5}}}
+    run_params = {"pipeline_names": ["baseline"], "runtime_params": {"evaluation": {"n_bins": 5}}}  # as Kedro 1.x records them
     hook._start(run_params, catalog=Catalog(settings), uri=uri)
     params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
     assert params["kedro.params.evaluation.n_bins"] == "5"

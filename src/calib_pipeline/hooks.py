@@ -271,7 +271,7 @@ def _evaluation_settings(run_params: dict[str, Any], catalog) -> dict[str, str]:
     """``kedro.params.<key>`` for each ``--params`` override and the resolved evaluation
     groups (``evaluation.n_bins``, ``calibrators.ts.name``, ...) as MLflow params."""
     settings: dict[str, str] = {}
-    _flatten("kedro.params", dict(run_params.get("extra_params") or {}), settings)
+    _flatten("kedro.params", dict(run_params.get("runtime_params") or {}), settings)
     for group in EVALUATION_GROUPS:
         if catalog is None or f"params:{group}" not in catalog:
             continue  # a project (or test) without the group: nothing to log
