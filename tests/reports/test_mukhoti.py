@@ -4,6 +4,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports import mukhoti
@@ -148,3 +149,18 @@ def test_mukhoti_table_from_a_tidy_frame_alone_draws_nothing():
         mukhoti.table(tiny_tidy(), spread="iqr")
     with pytest.raises(ValueError, match=r"metric\(s\) \['nll'\] are not in the metrics table"):
         mukhoti.table(tiny_tidy(), metrics=["nll"])
+
+
+def test_mukhoti_table_refuses_a_calibrator_without_a_temperature(focal_results):
+    """Its "Post T" columns, T in parentheses and the paper's TS numbers beside them would
+    all describe another calibrator (e.g. histogram binning)."""
+    import dataclasses
+
+    from calib_pipeline.calibration.posthoc import build_calibrator
+
+    binned = {
+        run: {"ts_grid": build_calibrator("histogram_binning").fit(torch.randn(40, 4), torch.arange(40) % 4)}
+        for run in focal_results.calibrators
+    }
+    with pytest.raises(ValueError, match="calibrator 'ts_grid' fitted no temperature"):
+        build_report("mukhoti_table", dataclasses.replace(focal_results, calibrators=binned))

@@ -272,6 +272,14 @@ def mukhoti_table(
     key = calibrator_key(selected, calibrator)
     runs = selected[["method", "seed"]].drop_duplicates().itertuples(index=False)
     temperatures = fitted_temperatures(results.calibrators, runs, key)
+    if len(temperatures) and temperatures["temperature"].isna().all():
+        # "Post T" columns, T in parentheses and the paper's TS numbers beside them would
+        # all describe another calibrator
+        raise ValueError(
+            f"mukhoti_table: calibrator {key!r} fitted no temperature; the table compares "
+            "before / after temperature scaling -- name a temperature calibrator in its "
+            "`calibrator` option (the paper's: ts_grid_mukhoti)"
+        )
     wide = table(
         selected,
         key,
