@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports import mukhoti
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports.registry import build_report
 from tests.reports.synthetic import FOCAL, FOCAL_GROUPS, study
 
