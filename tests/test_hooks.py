@@ -492,6 +492,9 @@ def test_kedros_version_mismatch_warning_is_silenced_only_where_own_versions_mak
     pipeline = SimpleNamespace(inputs=lambda: set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # a process (notebook, tests) runs several: an earlier unpinned run must not silence
+        # a later pinned one
+        OwnVersionsHook().before_pipeline_run({"load_versions": None}, pipeline, DataCatalog())
         OwnVersionsHook().before_pipeline_run({"load_versions": load_versions}, pipeline, DataCatalog())
         warnings.warn("Save version 'a' did not match load version 'b' for x. This is strongly", UserWarning)
     assert len(caught) == (1 if load_versions else 0)

@@ -167,3 +167,10 @@ def test_a_version_that_was_never_saved_is_named_with_the_saved_ones(tmp_path):
     report = ReportDataset(filepath=str(tmp_path / "summary"), version=Version("2026-02-02T00.00.00.000Z", None))
     with pytest.raises(DatasetError, match=r"has no version '2026-02-02T00.00.00.000Z'; saved versions .*: none"):
         report.load()
+
+
+def test_an_unversioned_file_that_is_missing_is_not_called_a_missing_version(tmp_path):
+    plain = TorchDataset(filepath=str(tmp_path / "nowhere" / "logits.pt"))
+    with pytest.raises(DatasetError) as error:
+        plain.load()
+    assert "has no version" not in str(error.value)

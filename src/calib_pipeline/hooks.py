@@ -133,11 +133,14 @@ class OwnVersionsHook:
         self._catalog = catalog
         for name in sorted(pipeline.inputs()):
             read_latest_version_of_now(catalog, name)
-        if not run_params.get("load_versions"):
-            # Kedro warns when a save version differs from a dataset's load version (another
-            # run saved meanwhile): moot here, each save re-pins the load version to the run's
-            # own. With --load-versions the pin wins over the run's own save, and it warns.
-            warnings.filterwarnings("ignore", message=KEDRO_VERSION_MISMATCH)
+        # Kedro warns when a save version differs from a dataset's load version (another run
+        # saved meanwhile): moot here, each save re-pins the load version to the run's own.
+        # With --load-versions the pin wins over the run's own save, and it warns. Decided per
+        # run: a notebook or test process runs several.
+        warnings.filters[:] = [f for f in warnings.filters if not _is_version_mismatch_filter(f)]
+        # through the public call, which also resets the warnings' "already shown" caches
+        action = "default" if run_params.get("load_versions") else "ignore"
+        warnings.filterwarnings(action, message=KEDRO_VERSION_MISMATCH)
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
@@ -146,6 +149,11 @@ class OwnVersionsHook:
 
 
 KEDRO_VERSION_MISMATCH = r"Save version '.*' did not match load version"
+
+
+def _is_version_mismatch_filter(entry: tuple) -> bool:
+    message = entry[1]
+    return getattr(message, "pattern", None) == KEDRO_VERSION_MISMATCH
 
 
 class RunPreflightHook:

@@ -93,7 +93,7 @@ def versioned_load_path(dataset: AbstractVersionedDataset) -> Path:
         DatasetError: no such version.
     """
     path = Path(str(dataset._get_load_path()))
-    if path.exists() or path.parent.exists():
+    if dataset._version is None or path.exists() or path.parent.exists():  # unversioned: as is
         return path  # a version folder without its file is an interrupted write: the loader says so
     root = Path(str(dataset._filepath))
     saved = sorted((p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),

@@ -266,3 +266,8 @@ def test_a_dotted_sweep_reaches_a_composite_objectives_nested_hyperparameter(par
     twice = {**raw["sc_focal_avuc"], "params": {**raw["sc_focal_avuc"]["params"], "secondary": {"name": "avuc", "kappa": 0.5}}}
     with pytest.raises(ValueError, match="sets 'secondary.kappa' in params and sweeps it"):
         expand_methods({"sc": twice})
+    nulled = {**raw["sc_focal_avuc"], "params": {**raw["sc_focal_avuc"]["params"], "secondary": {"name": "avuc", "kappa": None}}}
+    with pytest.raises(ValueError, match="sets 'secondary.kappa' in params and sweeps it"):
+        expand_methods({"sc": nulled})  # set to null is set: the sweep would replace it silently
+    with pytest.raises(ValueError, match=r"its label 'LS \{gamma\[0\]\}' must name only the swept parameter"):
+        expand_methods({"ls": {"objective": "label_smoothing", "label": "LS {gamma[0]}", "sweep": {"gamma": [0.1]}}})

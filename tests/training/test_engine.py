@@ -439,3 +439,39 @@ def test_a_learner_that_reports_non_scalar_statistics_is_refused(vector):
         train_model(model, learner, Split(images, labels), Split(images[:8], labels[:8]),
                     TrainConfig(epochs=1, batch_size=32, device="cpu"),
                     normalization=((0.5,), (0.25,)), seed=0)
+
+
+def _squared_error(logits, targets, **context):
+    return (logits.softmax(1) - F.one_hot(targets, logits.shape[1]).to(logits.dtype)).square().sum(1).mean()
+
+
+def _plain_cross_entropy(logits, targets, **context):
+    return F.cross_entropy(logits, targets)
+
+
+def test_the_state_fingerprint_tells_methods_apart_without_a_caller_fingerprint(digits, tmp_path, caplog):
+    """Plain functions as objectives, and meta-learners (whose internal objective has no
+    name), must not resume each other's state."""
+    from calib_pipeline.calibration.methods import MethodSpec, build_method
+    from calib_pipeline.training.engine import learner_identity
+
+    data, train, val, _ = digits
+    config = TrainConfig(epochs=2, batch_size=64, device="cpu")
+    store = CheckpointStore(tmp_path / "run")
+
+    def run(objective, **kwargs):
+        torch.manual_seed(1)
+        model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+        return train_model(model, ObjectiveLearner(objective), train, val, config,
+                           normalization=(data.mean, data.std), seed=5, store=store, **kwargs)
+
+    run(_squared_error, stop_after_epoch=1)
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.engine"):
+        run(_plain_cross_entropy)
+    assert "discarding checkpoint" in caplog.text
+    identities = [
+        learner_identity(build_method(MethodSpec(key=k, meta_learner=m, params=p), num_classes=10, feature_dim=32))
+        for k, m, p in (("a", "ce_sece", {}), ("b", "ce_dece", {}), ("c", "ce_sece", {"meta_lr": 0.01}))
+    ]
+    assert len({repr(i) for i in identities}) == 3
+    assert identities[2][2]["meta_lr"] == 0.01, "a meta-learner's own hyperparameters"

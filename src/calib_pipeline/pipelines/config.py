@@ -130,7 +130,7 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if not isinstance(values, list) or not values:
             raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
         path = str(param).split(".")  # "secondary.kappa": a nested hyperparameter (composite)
-        if _nested_get(entry.get("params") or {}, path) is not None:  # the sweep would replace it
+        if _nested_get(entry.get("params") or {}, path) is not _ABSENT:  # the sweep would replace it
             raise ValueError(
                 f"method {key!r} sets {param!r} in params and sweeps it ({values}); set it in "
                 "one place (the sweep's values, or remove the sweep)"
@@ -141,7 +141,7 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
             template = str(entry.get("label", key))
             try:
                 label = template.format(**{path[-1]: value}) if "{" in template else f"{template} ({param}={value})"
-            except (KeyError, IndexError, ValueError) as error:
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
                 raise ValueError(
                     f"method {key!r}: its label {template!r} must name only the swept parameter, "
                     f"as {{{path[-1]}}} ({type(error).__name__}: {error})"
@@ -155,12 +155,16 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return expanded
 
 
+_ABSENT = object()
+
+
 def _nested_get(params: dict[str, Any], path: list[str]) -> Any:
-    """``params[a][b]...`` along ``path``; None where any step is missing."""
+    """``params[a][b]...`` along ``path``; ``_ABSENT`` where any step is missing (a value
+    set to null is present: a sweep must not silently replace it either)."""
     value: Any = params
     for step in path:
         if not isinstance(value, dict) or step not in value:
-            return None
+            return _ABSENT
         value = value[step]
     return value
 
@@ -229,7 +233,8 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
         if not isinstance(members, (list, tuple)):  # a string would be read letter by letter
             raise ValueError(
                 f"study {name!r}: methods must be a list of method keys, got {members!r} "
-                "(in --params, a list is written methods=[ce,focal])"
+                "(--params takes one key as methods=[ce]; it splits values at commas, so a "
+                "list of several needs a run file: `kedro run --config`, docs/models.md)"
             )
         if not members:  # e.g. a misspelt `--params=studies.baselin.seeds=[1]` makes one
             raise ValueError(

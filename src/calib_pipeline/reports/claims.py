@@ -600,9 +600,12 @@ def _cell(value: Any, digits: int = 4) -> str:
 
 def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
     """One paragraph per paper of ``claims``: the networks and schedule it trained, beside
-    the networks of these runs; a bold warning when the runs trained none of the paper's
-    networks (a verdict then tests the paper's finding on another network -- it does not
-    reproduce the paper's numbers). Empty when nothing is known."""
+    the networks of these runs; a bold warning naming the runs' networks the paper did not
+    train (a verdict then tests the paper's finding on another network -- it does not
+    reproduce the paper's numbers). Empty when nothing is known. The paper's networks are
+    listed across its datasets (Mukhoti et al.'s 2x2-pooled ResNet-50 is its Tiny-ImageNet
+    network, the global-pooled one its CIFAR one).
+    """
     ours = sorted(set(results.models.values()))
     notes = []
     for paper in dict.fromkeys(c.paper for c in claims):
@@ -616,10 +619,17 @@ def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
         )
         if ours:
             note += f" These runs trained {', '.join(f'`{a}`' for a in ours)}."
-            if not set(ours) & set(theirs):
+            foreign = [a for a in ours if a not in theirs]
+            if foreign == ours:
                 note += (
                     " **None of them is a network of the paper**: a verdict says whether the "
                     "paper's finding holds on this network, not that its numbers are reproduced."
+                )
+            elif foreign:
+                note += (
+                    f" **{', '.join(f'`{a}`' for a in foreign)} "
+                    f"{'is not a network' if len(foreign) == 1 else 'are not networks'} of the "
+                    "paper**: verdicts involving those runs test the finding on another network."
                 )
         notes.append(note + "\n\n")
     return "".join(notes)

@@ -221,6 +221,20 @@ def paper_orientation(
     return out
 
 
+def _temperatures_of(results: StudyResults, runs: Any, key: str) -> pd.DataFrame:
+    """:func:`fitted_temperatures`, refusing a calibrator that fitted none: the table's
+    "Post T" columns, T in parentheses and the paper's TS numbers beside them would all
+    describe another calibrator."""
+    temperatures = fitted_temperatures(results.calibrators, runs, key)
+    if len(temperatures) and temperatures["temperature"].isna().all():
+        raise ValueError(
+            f"mukhoti_table: calibrator {key!r} fitted no temperature; the table compares "
+            "before / after temperature scaling -- name a temperature calibrator in its "
+            "`calibrator` option (the paper's: ts_grid_mukhoti)"
+        )
+    return temperatures
+
+
 @report(
     "mukhoti_table",
     needs=("calibrators",),
@@ -271,15 +285,7 @@ def mukhoti_table(
     selected, record = apply_selection(results.metrics, results.groups, selection, selection_metric)
     key = calibrator_key(selected, calibrator)
     runs = selected[["method", "seed"]].drop_duplicates().itertuples(index=False)
-    temperatures = fitted_temperatures(results.calibrators, runs, key)
-    if len(temperatures) and temperatures["temperature"].isna().all():
-        # "Post T" columns, T in parentheses and the paper's TS numbers beside them would
-        # all describe another calibrator
-        raise ValueError(
-            f"mukhoti_table: calibrator {key!r} fitted no temperature; the table compares "
-            "before / after temperature scaling -- name a temperature calibrator in its "
-            "`calibrator` option (the paper's: ts_grid_mukhoti)"
-        )
+    temperatures = _temperatures_of(results, runs, key)
     wide = table(
         selected,
         key,

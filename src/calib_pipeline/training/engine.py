@@ -193,6 +193,27 @@ def train_model(
         torch.set_num_threads(threads)
 
 
+def learner_identity(learner: Learner) -> list[Any]:
+    """What distinguishes one method from another: the learner's type, its method's name (an
+    objective's registry name, a meta-learner's, else the callable's qualified name) and its
+    effective hyperparameters."""
+    method = learner.objective if isinstance(learner, ObjectiveLearner) else learner
+    name = getattr(method, "name", None) or (
+        f"{getattr(method, '__module__', '')}.{getattr(method, '__qualname__', type(method).__qualname__)}"
+    )
+    code = getattr(method, "__code__", None)  # a plain function: two lambdas share a name
+    if code is not None:
+        name += ":" + hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:12]
+    return [type(learner).__name__, name, method_hyperparameters(learner)]
+
+
+def method_hyperparameters(learner: Learner) -> dict[str, Any]:
+    """The effective hyperparameters (defaults filled in) of the learner's method: its
+    objective's for a plain objective, the meta-learner's own otherwise; empty if none."""
+    method = learner.objective if isinstance(learner, ObjectiveLearner) else learner
+    return dict(getattr(method, "hyperparameters", None) or {})
+
+
 def _state_fingerprint(
     caller: str,
     model: nn.Module,
@@ -214,7 +235,6 @@ def _state_fingerprint(
     learning rate, objective, epoch count or initialisation starts afresh, with the
     warning of ``_resume``.
     """
-    objective = getattr(learner, "objective", learner)
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
@@ -226,8 +246,7 @@ def _state_fingerprint(
         "seed": seed,
         "normalization": normalization,
         "sizes": {k: None if v is None else len(v.labels) for k, v in splits.items()},
-        "learner": [type(learner).__name__, getattr(objective, "name", type(objective).__name__),
-                    getattr(objective, "hyperparameters", None)],
+        "learner": learner_identity(learner),
         "model": [type(model).__name__, digest.hexdigest()],
         "record_epoch_logits": record_epoch_logits,
     })

@@ -14,6 +14,7 @@ from calib_pipeline.data.splits import split_fingerprint, split_tensors
 from calib_pipeline.models import build_model
 from calib_pipeline.training import CheckpointStore, Split, TrainConfig, TrainResult, train_model
 from calib_pipeline.training.checkpoint import code_fingerprint, fingerprint
+from calib_pipeline.training.engine import method_hyperparameters
 from calib_pipeline.training.provenance import run_configuration, training_provenance
 from calib_pipeline.training.provenance_checks import check_split_definition
 
@@ -171,6 +172,6 @@ def _checkpoint(
         "epoch_logits": result.epoch_logits,
         "meta_state": result.meta_state,
         "config": run_config,
-        "hyperparameters": dict(getattr(getattr(learner, "objective", learner), "hyperparameters", {})),
+        "hyperparameters": method_hyperparameters(learner),
         "provenance": provenance,
     }
