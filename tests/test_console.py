@@ -192,3 +192,23 @@ def test_the_run_header_names_kedros_default_env_when_none_is_given():
     described = _describe_context(SimpleNamespace(env=None, config_loader=globals_))
     assert described == {"env": "local", "describe": " (dataset digits, protocol digits)"}
     assert _describe_context(SimpleNamespace(env="test", config_loader=globals_))["env"] == "test"
+
+
+def test_a_run_refused_outside_kedros_error_hook_ends_its_mlflow_run_failed(tmp_path, capsys):
+    """A run refused in a before_pipeline_run hook (missing inputs, an unsupported runner)
+    never reaches Kedro's on_pipeline_error: its parent run ended KILLED at exit."""
+    import mlflow
+
+    from calib_pipeline.hooks import MlflowTrackingHook
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracking = MlflowTrackingHook()
+    tracking._project_path, tracking._config, tracking._env = tmp_path, {}, "test"
+    tracking._start({"pipeline_names": ["baseline"]}, catalog=None, uri=uri)
+    parent = tracking._parent
+    hook = ConsoleHook(lambda: tmp_path, tracking=tracking)
+    hook._report_uncaught(ValueError, ValueError("1 input(s) of this run do not exist yet"), None)
+    assert mlflow.MlflowClient(tracking_uri=uri).get_run(parent).info.status == "FAILED"
+    tracking._end_at_exit()  # what atexit does next: it must not turn FAILED into KILLED
+    assert mlflow.MlflowClient(tracking_uri=uri).get_run(parent).info.status == "FAILED"
+    assert "nothing was written" in capsys.readouterr().err

@@ -451,6 +451,15 @@ class MlflowTrackingHook:
                 self._client.set_terminated(self._parent, "KILLED")
         self._parent = None
 
+    def end_failed(self) -> None:
+        """A run that failed where Kedro's error hook does not see it (refused in a
+        ``before_pipeline_run`` hook, an input that failed to load): its open runs end
+        ``FAILED``, not ``KILLED`` at exit. Best effort, as all tracking."""
+        if self._client is None or self._parent is None:
+            return
+        with contextlib.suppress(Exception):
+            self._finish("FAILED")
+
     def _end_children(self, status: str) -> None:
         """Best-effort: every open nested run ends ``status``."""
         for run_id in self._open_children.values():
