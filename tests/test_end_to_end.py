@@ -169,7 +169,6 @@ def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
         ("methods.erl.params.beta=-1", "beta"),
         ("dataset.name=imagenet", "unknown dataset 'imagenet'; valid dataset names are"),
         ("dataset.name=fashion_mnist", "dataset.name 'fashion_mnist' differs from the dataset the catalog loads ('digits'"),
-        ("dataset.download=true", "dataset.download True differs from the catalog's (False"),
         ("evaluation.n_bin=20", "evaluation: unknown key(s) ['n_bin']; valid keys: ['n_bins',"),
     ],
 )

@@ -120,3 +120,17 @@ def test_check_positive_wants_a_positive_finite_number():
     for value in (math.inf, math.nan):
         with pytest.raises(ValueError, match=rf"h must be a finite number, got {value!r}"):
             check_positive("h", value)
+
+
+def test_the_catalogs_dataset_settings_cannot_be_changed_by_params():
+    """The raw-data dataset reads globals.yml: a --params value that differs would be
+    ignored (download) or would relabel the rows (name); both are refused."""
+    from calib_pipeline.pipeline_registry import check_catalog_dataset
+
+    globals_ = {"dataset": {"name": "digits", "download": False}}
+    check_catalog_dataset({"dataset": {"name": "digits"}}, globals_)
+    check_catalog_dataset({"dataset": {"name": "digits", "download": False}}, globals_)
+    with pytest.raises(ValueError, match=r"dataset.download True differs from the catalog's \(False, set in"):
+        check_catalog_dataset({"dataset": {"name": "digits", "download": True}}, globals_)
+    with pytest.raises(ValueError, match="dataset.name 'mnist' differs from the dataset the catalog loads"):
+        check_catalog_dataset({"dataset": {"name": "mnist"}}, globals_)
