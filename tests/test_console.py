@@ -65,6 +65,11 @@ def test_a_training_line_gives_the_selected_epoch_not_the_last():
     )
     outputs = {"ce.seed_0.checkpoint": {"selected_epoch": 2}, "ce.seed_0.history": history}
     assert node_result(outputs) == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800"
+    # a rerun says when it did not train (docs/reliability.md: it "says so")
+    reused = {**outputs, "ce.seed_0.checkpoint": {"selected_epoch": 2, "resumed_after_epoch": 3}}
+    assert node_result(reused) == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800 (reused: trained earlier)"
+    resumed = {**outputs, "ce.seed_0.checkpoint": {"selected_epoch": 2, "resumed_after_epoch": 1}}
+    assert node_result(resumed).endswith("(resumed after epoch 1)")
     claims = {"verdicts": {"line": "focal on digits: 2 of 18 paper claims hold"}}
     assert node_result({"focal.report_claims": claims}) == "focal on digits: 2 of 18 paper claims hold"
     assert node_result({"ce.seed_0.logits": {}}) == ""

@@ -431,14 +431,20 @@ def node_result(outputs: dict[str, Any]) -> str:
 
 
 def _training_result(history: Any, checkpoint: dict[str, Any]) -> str:
-    """``epoch 11 of 20 selected: val acc 0.991, test acc 0.981`` (the selected epoch's row)."""
+    """``epoch 11 of 20 selected: val acc 0.991, test acc 0.981`` (the selected epoch's row),
+    then ``(reused: trained earlier)`` or ``(resumed after epoch k)`` where the training
+    found a stored state."""
     selected = checkpoint.get("selected_epoch")
     rows = history[history["epoch"] == selected] if "epoch" in history and selected is not None else history
     row = (rows if len(rows) else history).iloc[-1]
     accuracies = ", ".join(
         f"{split} acc {row[f'{split}_accuracy']:.4f}" for split in ("val", "test") if f"{split}_accuracy" in row
     )
-    return f"epoch {int(row['epoch'])} of {len(history)} selected: {accuracies}"
+    line = f"epoch {int(row['epoch'])} of {len(history)} selected: {accuracies}"
+    resumed = int(checkpoint.get("resumed_after_epoch") or 0)
+    if resumed >= len(history):
+        return f"{line} (reused: trained earlier)"
+    return f"{line} (resumed after epoch {resumed})" if resumed else line
 
 
 # -- the failure report ---------------------------------------------------------------------
