@@ -43,6 +43,14 @@ NOT_SET = _NotSet()
 Difference = tuple[tuple[str, ...], Any, Any]
 
 
+def method_model(
+    model_params: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ``model`` entry a method trains with: its own ``model`` over the study's, key by
+    key (a method that names only another network keeps the study's ``params``)."""
+    return {**(model_params or {}), **(override or {})}
+
+
 def run_configuration(
     method: MethodSpec,
     *,
@@ -77,7 +85,7 @@ def run_configuration(
         "dataset": dataset,
         "split": method.split,
         "split_definition": definition,
-        "model": {**model_params, **(method.model or {})},
+        "model": method_model(model_params, method.model),
         "training": TrainConfig.from_params({**training_params, **method.training}).as_dict(),
         "objective": method.objective,
         "meta_learner": method.meta_learner,

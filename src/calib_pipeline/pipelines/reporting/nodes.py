@@ -24,6 +24,7 @@ from calib_pipeline.models import architecture_tag
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
+from calib_pipeline.training.provenance import method_model
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
     HISTORY_PROVENANCE,
@@ -185,7 +186,7 @@ def run_report(
         study: name, dataset, protocol, methods, seeds, labels and sweep groups of the study.
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         model_overrides: method -> its own ``model`` entry (``None``: none), over ``model``
-            as in training (``training.provenance.run_configuration``).
+            as in training (``training.provenance.method_model``).
         **collections: one :func:`collect_runs` value per method when the report declared
             per-run artifacts it needs (only those are handed to it).
 
@@ -194,7 +195,7 @@ def run_report(
     """
     artifacts = _runs(collections)
     overrides = model_overrides or {}
-    specs = {m: {**(model or {}), **(overrides.get(m) or {})} for m in study["methods"]}
+    specs = {m: method_model(model, overrides.get(m)) for m in study["methods"]}
     models = {
         m: architecture_tag(spec["name"], spec.get("params"))
         for m, spec in specs.items()
