@@ -441,10 +441,13 @@ def _training_result(history: Any, checkpoint: dict[str, Any]) -> str:
         f"{split} acc {row[f'{split}_accuracy']:.4f}" for split in ("val", "test") if f"{split}_accuracy" in row
     )
     line = f"epoch {int(row['epoch'])} of {len(history)} selected: {accuracies}"
-    resumed = int(checkpoint.get("resumed_after_epoch") or 0)
-    if resumed >= len(history):
+    # imported here: it loads torch, which only a finished training needs
+    from calib_pipeline.training.artifacts import training_reuse
+
+    reuse = training_reuse(checkpoint, epochs=len(history))
+    if reuse == "reused":
         return f"{line} (reused: trained earlier)"
-    return f"{line} (resumed after epoch {resumed})" if resumed else line
+    return f"{line} (resumed after epoch {checkpoint['resumed_after_epoch']})" if reuse else line
 
 
 # -- the failure report ---------------------------------------------------------------------

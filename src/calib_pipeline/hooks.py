@@ -519,11 +519,13 @@ class MlflowTrackingHook:
         # params agree but whose code defaults differ are told apart in the UI
         _flatten("effective", checkpoint.get("hyperparameters", {}), params)
         self._log_params(run_id, params)
-        resumed = int(checkpoint.get("resumed_after_epoch") or 0)
-        epochs = int(checkpoint.get("config", {}).get("training", {}).get("epochs", -1))
-        if resumed:  # a finished state reused, or an interrupted one continued: not a new training
-            self._client.set_tag(run_id, "calib.training", "reused" if resumed == epochs else "resumed")
-            self._client.set_tag(run_id, "calib.resumed_after_epoch", str(resumed))
+        # imported here: it loads torch, which only a finished training needs
+        from calib_pipeline.training.artifacts import training_reuse
+
+        reuse = training_reuse(checkpoint)
+        if reuse:  # a finished state reused, or an interrupted one continued: not a new training
+            self._client.set_tag(run_id, "calib.training", reuse)
+            self._client.set_tag(run_id, "calib.resumed_after_epoch", str(checkpoint["resumed_after_epoch"]))
         rows: list[tuple[str, float, int]] = []
         if isinstance(history, pd.DataFrame) and len(history):
             numeric = history.select_dtypes("number").drop(columns=["epoch", "seed"], errors="ignore")

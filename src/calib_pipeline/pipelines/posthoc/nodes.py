@@ -6,11 +6,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.training.artifacts import shifted_validation
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
     SHIFT_LOGITS_SETS,
@@ -19,24 +18,6 @@ from calib_pipeline.training.provenance_checks import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def shifted_validation(
-    logits: dict[str, Any], shift_sets: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """Clean val pooled with every shifted val set of the run (``split == "val"``), or None.
-
-    Args:
-        logits: the run's cached logits.
-        shift_sets: spec key -> logits of the run's shifted sets (``shift_logits["sets"]``).
-    """
-    shifted = [e for e in (shift_sets or {}).values() if e.get("split") == "val" and "logits" in e]
-    if not shifted:
-        return None
-    return {
-        "logits": torch.cat([logits["val"]["logits"], *(e["logits"] for e in shifted)]),
-        "labels": torch.cat([logits["val"]["labels"], *(e["labels"] for e in shifted)]),
-    }
 
 
 def fit_calibrators(

@@ -11,24 +11,15 @@ import torch
 from calib_pipeline.calibration.methods import MethodSpec, build_method
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_fingerprint, split_tensors
-from calib_pipeline.models import build_model
 from calib_pipeline.training import CheckpointStore, Split, TrainConfig, TrainResult, train_model
+from calib_pipeline.training.artifacts import model_from_config, run_checkpoint, run_history
 from calib_pipeline.training.checkpoint import code_fingerprint, fingerprint
-from calib_pipeline.training.engine import method_hyperparameters
 from calib_pipeline.training.provenance import run_configuration, training_provenance
 from calib_pipeline.training.provenance_checks import check_split_definition
 
 logger = logging.getLogger(__name__)
 
 
-def model_from_config(data: ImageData, model_params: dict[str, Any]) -> torch.nn.Module:
-    return build_model(
-        model_params["name"],
-        in_channels=data.in_channels,
-        num_classes=data.num_classes,
-        image_size=data.image_size,
-        **(model_params.get("params") or {}),
-    )
 
 
 def train_method(
@@ -108,8 +99,8 @@ def train_method(
     provenance = training_provenance(
         run_config, run_id=run_info["run_id"], env=run_info["env"], protocol=run_info["protocol"]
     )
-    checkpoint = _checkpoint(method, seed, data, run_config, result, provenance, learner)
-    return checkpoint, _history(method.key, seed, result, provenance)
+    checkpoint = run_checkpoint(method, seed, data, run_config, result, provenance, learner)
+    return checkpoint, run_history(method.key, seed, result, provenance)
 
 
 def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
@@ -124,54 +115,3 @@ def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
         result.selected_epoch,
         len(result.history),
     )
-
-
-def _history(key: str, seed: int, result: TrainResult, provenance: dict[str, Any]) -> pd.DataFrame:
-    """The per-epoch history with the run's method, seed, ``run_id`` and ``fingerprint`` (as
-    in the checkpoint's provenance) as leading columns: the evaluation refuses a history of
-    another training configuration than the logits it scores."""
-    history = pd.DataFrame(result.history)
-    history.insert(0, "fingerprint", provenance["fingerprint"])
-    history.insert(0, "run_id", provenance["run_id"])
-    history.insert(0, "seed", seed)
-    history.insert(0, "method", key)
-    return history
-
-
-def _checkpoint(
-    method: MethodSpec,
-    seed: int,
-    data: ImageData,
-    run_config: dict[str, Any],
-    result: TrainResult,
-    provenance: dict[str, Any],
-    learner: Any,
-) -> dict[str, Any]:
-    """The run's artifact: selected weights, what rebuilds the model and the learner
-    (architecture, normalisation, ``meta_state``, ``config``), learned epochs, the
-    method's effective hyperparameters (``config`` holds those set; these have the
-    defaults filled in, for MLflow) and the provenance record everything derived from the
-    run copies."""
-    model_cfg = run_config["model"]
-    return {
-        "method": method.key,
-        "label": method.label,
-        "seed": seed,
-        "state_dict": result.state_dict,
-        "architecture": {
-            "name": model_cfg["name"],
-            "params": dict(model_cfg.get("params") or {}),
-            "in_channels": data.in_channels,
-            "num_classes": data.num_classes,
-            "image_size": data.image_size,
-        },
-        "normalization": {"mean": list(data.mean), "std": list(data.std)},
-        "selected_epoch": result.selected_epoch,
-        "resumed_after_epoch": result.resumed_after_epoch,  # = epochs: reused, not trained
-        "learned_epoch": result.learned_epoch,
-        "epoch_logits": result.epoch_logits,
-        "meta_state": result.meta_state,
-        "config": run_config,
-        "hyperparameters": method_hyperparameters(learner),
-        "provenance": provenance,
-    }

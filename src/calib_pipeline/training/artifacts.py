@@ -1,0 +1,107 @@
+"""The artifacts of one training run, as the pipelines store them: the checkpoint (weights,
+what rebuilds the model and learner, the configuration and provenance), the per-epoch
+history with its provenance columns, the network a configuration names, and the pooled
+clean + shifted validation logits the post-hoc stage fits on. Pure PyTorch/pandas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+
+from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.data import ImageData
+from calib_pipeline.models import build_model
+from calib_pipeline.training.engine import TrainResult, method_hyperparameters
+
+
+def model_from_config(data: ImageData, model_params: dict[str, Any]) -> torch.nn.Module:
+    return build_model(
+        model_params["name"],
+        in_channels=data.in_channels,
+        num_classes=data.num_classes,
+        image_size=data.image_size,
+        **(model_params.get("params") or {}),
+    )
+
+
+def run_history(key: str, seed: int, result: TrainResult, provenance: dict[str, Any]) -> pd.DataFrame:
+    """The per-epoch history with the run's method, seed, ``run_id`` and ``fingerprint`` (as
+    in the checkpoint's provenance) as leading columns: the evaluation refuses a history of
+    another training configuration than the logits it scores."""
+    history = pd.DataFrame(result.history)
+    history.insert(0, "fingerprint", provenance["fingerprint"])
+    history.insert(0, "run_id", provenance["run_id"])
+    history.insert(0, "seed", seed)
+    history.insert(0, "method", key)
+    return history
+
+
+def run_checkpoint(
+    method: MethodSpec,
+    seed: int,
+    data: ImageData,
+    run_config: dict[str, Any],
+    result: TrainResult,
+    provenance: dict[str, Any],
+    learner: Any,
+) -> dict[str, Any]:
+    """The run's artifact: selected weights, what rebuilds the model and the learner
+    (architecture, normalisation, ``meta_state``, ``config``), learned epochs, the
+    method's effective hyperparameters (``config`` holds those set; these have the
+    defaults filled in, for MLflow) and the provenance record everything derived from the
+    run copies."""
+    model_cfg = run_config["model"]
+    return {
+        "method": method.key,
+        "label": method.label,
+        "seed": seed,
+        "state_dict": result.state_dict,
+        "architecture": {
+            "name": model_cfg["name"],
+            "params": dict(model_cfg.get("params") or {}),
+            "in_channels": data.in_channels,
+            "num_classes": data.num_classes,
+            "image_size": data.image_size,
+        },
+        "normalization": {"mean": list(data.mean), "std": list(data.std)},
+        "selected_epoch": result.selected_epoch,
+        "resumed_after_epoch": result.resumed_after_epoch,  # = epochs: reused, not trained
+        "learned_epoch": result.learned_epoch,
+        "epoch_logits": result.epoch_logits,
+        "meta_state": result.meta_state,
+        "config": run_config,
+        "hyperparameters": method_hyperparameters(learner),
+        "provenance": provenance,
+    }
+
+
+def shifted_validation(
+    logits: dict[str, Any], shift_sets: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Clean val pooled with every shifted val set of the run (``split == "val"``), or None.
+
+    Args:
+        logits: the run's cached logits.
+        shift_sets: spec key -> logits of the run's shifted sets (``shift_logits["sets"]``).
+    """
+    shifted = [e for e in (shift_sets or {}).values() if e.get("split") == "val" and "logits" in e]
+    if not shifted:
+        return None
+    return {
+        "logits": torch.cat([logits["val"]["logits"], *(e["logits"] for e in shifted)]),
+        "labels": torch.cat([logits["val"]["labels"], *(e["labels"] for e in shifted)]),
+    }
+
+
+def training_reuse(checkpoint: dict[str, Any], epochs: int | None = None) -> str | None:
+    """``"reused"`` when the checkpoint's training found a finished state of its
+    configuration (nothing trained), ``"resumed"`` when it continued an interrupted one,
+    None when it trained from the start (or the checkpoint predates the record). The
+    epoch count is the configuration's, else ``epochs`` (e.g. the history's length)."""
+    resumed = int(checkpoint.get("resumed_after_epoch") or 0)
+    if not resumed:
+        return None
+    epochs = (checkpoint.get("config") or {}).get("training", {}).get("epochs", epochs)
+    return "reused" if epochs is not None and resumed >= int(epochs) else "resumed"
