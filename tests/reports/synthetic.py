@@ -254,3 +254,11 @@ def reliability_bins(labels, seeds, calibrators=("none", "ts"), n_bins=15, n=400
                     )
                 )
     return pd.concat(frames, ignore_index=True)
+
+
+def parse_architecture_tag(tag: str) -> tuple[str, dict]:
+    """``resnet32[shortcut=zero_pad]`` -> ``("resnet32", {"shortcut": "zero_pad"})``: the
+    inverse of ``models.architecture_tag`` for the tags the shipped files hold."""
+    name, _, options = tag.partition("[")
+    params = dict(option.split("=") for option in options.rstrip("]").split(",") if option)
+    return name, {k: int(v) if v.isdigit() else v for k, v in params.items()}

@@ -14,6 +14,7 @@ from calib_pipeline.pipelines.config import expand_methods, parse_structure
 from calib_pipeline.reports.claim_specs import load_paper, paper_names
 from calib_pipeline.reports.published import load_published, published_papers
 from calib_pipeline.reports.registry import StudyOutline, check_report
+from tests.reports import synthetic
 from calib_pipeline.settings import load_parameters
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -172,10 +173,7 @@ def test_every_paper_states_its_networks_as_buildable_architecture_tags(paper):
     protocol = paper_protocol(paper)
     assert protocol is not None and protocol["training"]
     for tag in protocol["architectures"]:
-        name, _, options = tag.partition("[")
-        params = dict(option.split("=") for option in options.rstrip("]").split(",") if option)
-        params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
-        assert architecture_tag(name, params) == tag
+        assert architecture_tag(*synthetic.parse_architecture_tag(tag)) == tag
 
 
 def test_the_claims_report_names_the_papers_networks_beside_the_runs():

@@ -151,10 +151,7 @@ def test_every_published_architecture_is_a_network_the_registry_builds(paper):
     as a string: each must be the tag of a registered network (a typo, an unknown option
     or a default spelled out would never match any run)."""
     for tag in load_published(paper)["architecture"].unique():
-        name, _, options = tag.partition("[")
-        params = dict(option.split("=") for option in options.rstrip("]").split(",") if option)
-        params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
-        assert architecture_tag(name, params) == tag
+        assert architecture_tag(*synthetic.parse_architecture_tag(tag)) == tag
 
 
 def test_the_architecture_tag_names_the_options_that_change_the_network():

@@ -197,7 +197,7 @@ def learner_identity(learner: Learner) -> list[Any]:
     """What distinguishes one method from another: the learner's type, its method's name (an
     objective's registry name, a meta-learner's, else the callable's qualified name) and its
     effective hyperparameters."""
-    method = learner.objective if isinstance(learner, ObjectiveLearner) else learner
+    method = _method_of(learner)
     name = getattr(method, "name", None) or (
         f"{getattr(method, '__module__', '')}.{getattr(method, '__qualname__', type(method).__qualname__)}"
     )
@@ -210,8 +210,13 @@ def learner_identity(learner: Learner) -> list[Any]:
 def method_hyperparameters(learner: Learner) -> dict[str, Any]:
     """The effective hyperparameters (defaults filled in) of the learner's method: its
     objective's for a plain objective, the meta-learner's own otherwise; empty if none."""
-    method = learner.objective if isinstance(learner, ObjectiveLearner) else learner
-    return dict(getattr(method, "hyperparameters", None) or {})
+    return dict(getattr(_method_of(learner), "hyperparameters", None) or {})
+
+
+def _method_of(learner: Learner) -> Any:
+    """The object that defines the method: a plain objective's objective, else the
+    meta-learner itself (whose own ``objective`` is an internal loss without a name)."""
+    return learner.objective if isinstance(learner, ObjectiveLearner) else learner
 
 
 def _state_fingerprint(
