@@ -19,7 +19,7 @@ def test_karandikar_rule_excludes_lowest_ece_outside_accuracy_window(ls_table):
             "selected_on": "val",
             "metric": "ece_l2",
             "value": pytest.approx(0.04),
-            "accuracy": pytest.approx(0.89),
+            "accuracy": pytest.approx(0.892),
             "members": "ls_epsilon_0p01, ls_epsilon_0p03, ls_epsilon_0p05",
         }
     ]
@@ -77,3 +77,28 @@ def test_test_ece_rule_labels_the_choice_everywhere(ls_table):
 def test_selection_failure_paths(ls_table, kwargs, match):
     with pytest.raises(ValueError, match=match):
         select_sweep_members(ls_table, LS_GROUPS, **kwargs)
+
+
+def _accuracy_ece_table(members: dict[str, tuple[float, float]]):
+    import pandas as pd
+
+    from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
+
+    rows = [
+        {"method": name, "label": name, "seed": 0, "calibrator": UNCALIBRATED, "split": "val",
+         "shift": UNSHIFTED, "metric": metric, "value": value}
+        for name, (accuracy, ece) in members.items()
+        for metric, value in (("accuracy", accuracy), ("ece_l2", ece))
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_karandikar_rule_wants_less_than_one_point_given_up():
+    """App. E: "lowest ECE whilst giving up less than 1% accuracy" -- a member exactly one
+    point below the best is not eligible, one half a point below is."""
+    table = _accuracy_ece_table({"ls_a": (0.90, 0.05), "ls_b": (0.89, 0.01), "ls_c": (0.895, 0.03)})
+    groups = {"ls_a": "ls", "ls_b": "ls", "ls_c": "ls"}
+    assert select_sweep_members(table, groups, "karandikar")[1]["method"][0] == "ls_c"
+    assert select_sweep_members(table, groups, "karandikar", tolerance=0.0101)[1]["method"][0] == "ls_b"
+    # a zero window keeps the most accurate member(s) only
+    assert select_sweep_members(table, groups, "karandikar", tolerance=0.0)[1]["method"][0] == "ls_a"

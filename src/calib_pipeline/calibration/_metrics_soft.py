@@ -16,10 +16,11 @@ from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E, Pred
 
 
 def sb_ece_temperature(n_bins: int) -> float:
-    """SB-ECE's default soft-binning temperature for ``n_bins`` bins: the decay rule of the
-    authors' code (uncertainty-baselines, ``soft_binning_decay_factor=1e-4``),
-    T = 1 / (M^2 ln 10^4), so that a confidence at one bin centre gives the neighbouring
-    bin 10^-4 times the membership of its own, whatever M."""
+    """SB-ECE's default soft-binning temperature for ``n_bins`` bins,
+    T = 1 / (M^2 ln 10^4): a confidence at one bin centre gives the neighbouring bin 10^-4
+    times the membership of its own, whatever M. The decay factor 10^-4 is the authors'
+    code's (uncertainty-baselines, ``soft_binning_decay_factor``); the formula here is
+    derived from that property, not copied from their expression."""
     return 1.0 / (n_bins**2 * math.log(1e4))
 
 

@@ -4,9 +4,10 @@ A method with ``sweep`` in ``parameters_methods.yml`` expands into members
 (``ls_epsilon_0p01``, ``ls_epsilon_0p03``, ...) sharing a group key (``ls``). The papers
 report one member per group, chosen by their own rule:
 
-- ``"karandikar"`` (Karandikar et al., App. E): among the members whose mean validation
-  accuracy is within ``tolerance`` (absolute, default 0.01 = 1 percentage point) of the
-  best member's, the lowest mean validation ``metric`` (default ``ece_l2``).
+- ``"karandikar"`` (Karandikar et al., App. E, "lowest ECE whilst giving up less than 1%
+  accuracy"): among the members whose mean validation accuracy is less than
+  ``tolerance`` (absolute, default 0.01 = 1 percentage point) below the best member's,
+  the lowest mean validation ``metric`` (default ``ece_l2``).
 - ``"best_val_error"`` (meta-regularisation paper): the lowest mean validation error.
 - ``"test_ece"`` (Wang et al. §3): the lowest mean **test** ``metric`` (default
   ``ece``). The choice has seen the test set: its rows get ``selected_on = "test"`` and
@@ -87,9 +88,10 @@ def _member_means(
 def _choose(means: pd.DataFrame, rule: str, metric: str, tolerance: float) -> str:
     """The chosen member given its seed means (see the module docstring)."""
     if rule == "karandikar":
-        best = means["accuracy"].max()
-        # a hair of slack so "exactly 1 point below the best" stays eligible despite rounding
-        eligible = means[means["accuracy"] >= best - tolerance - 1e-12]
+        # "giving up less than 1% accuracy" (App. E): a drop of exactly `tolerance` is not
+        # less than it, whatever the rounding of the subtraction (hence the 1e-12)
+        drop = means["accuracy"].max() - means["accuracy"]
+        eligible = means[(drop <= 0) | (drop < tolerance - 1e-12)]
         return str(eligible[metric].idxmin())
     return str(means[metric].idxmin())
 
@@ -113,7 +115,8 @@ def select_sweep_members(
         rule: ``"karandikar"``, ``"best_val_error"`` or ``"test_ece"``.
         metric: the criterion minimised (default ``ece_l2`` for ``karandikar``, ``ece``
             for ``test_ece``; ``best_val_error`` always uses ``error``).
-        tolerance: the accuracy window of ``karandikar`` (absolute; 0.01 = 1 point).
+        tolerance: the accuracy window of ``karandikar`` (absolute; 0.01 = 1 point; a drop
+            of exactly ``tolerance`` is outside it).
         calibrator: whose scores the rule looks at (default uncalibrated).
 
     Returns:

@@ -227,8 +227,9 @@ def _legend(calibrator: str, baseline: str, test: str, alpha: float, metrics: li
     return (
         f"Test split. {units_note(metrics)} `{calibrator}` rows: the calibrator fitted on the "
         f"validation split. Bold: worse than the uncalibrated baseline ({baseline}) by a {test} "
-        f"t-test at {alpha} (needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9 (equals ECE "
-        "when every bin is overconfident).\n"
+        f"t-test at {alpha} (needs ≥ 2 seeds). α − β − γ is Singh et al.'s eq. 9, their "
+        "reading of ECE under bin-wise overconfidence; it puts eq. 8's accuracy, an average "
+        "over operating points, in place of the model's, so it need not equal the ECE column.\n"
     )
 
 
