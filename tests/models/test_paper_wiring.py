@@ -1,6 +1,6 @@
-"""The architecture overrides that conf/<env>/parameters.yml and docs/models.md give for each
-paper pass the same checks a `kedro run --env=<env> --params=...` runs, and build for the
-env's images."""
+"""Picking a paper's network with `--params` (docs/models.md, "Paper protocols") passes the
+same checks a `kedro run --env=<env> --params=...` runs, and builds for the env's images.
+The run files with the papers' full protocols: tests/test_paper_runs.py."""
 
 import pytest
 import torch
@@ -64,25 +64,6 @@ def parameters_from_run_file(env: str, params: dict) -> dict:
         conf_source=f"{project_root()}/conf", env=env, runtime_params=params, **CONFIG_LOADER_ARGS
     )
     return loader["parameters"]
-
-
-def test_the_papers_schedules_of_docs_models_md_pass_the_checks():
-    wang = parameters_from_run_file("cifar10", {
-        "model": {"name": "resnet32", "params": {"shortcut": "zero_pad"}},
-        "training": {"epochs": 200, "batch_size": 512, "weight_decay": 1.0e-4, "milestones": [100, 150]},
-    })
-    check_parameters(wang)
-    validate_buildable(parse_structure(wang), wang)
-    assert wang["training"]["milestones"] == [100, 150] and wang["training"]["lr"] == 0.1
-    singh = parameters_from_run_file("cifar10", {
-        "training": {"epochs": 300, "milestones": [150, 225]},
-        "methods": {"erl": {"training": {"lr_decay": 0.2}}},
-    })
-    check_parameters(singh)
-    structure = parse_structure(singh)
-    validate_buildable(structure, singh)
-    assert structure.methods["erl"].training == {"lr_decay": 0.2}
-    assert structure.methods["erl"].objective == "entropy_regularized", "the method keeps its own keys"
 
 
 def test_epochs_without_their_milestones_fail_before_anything_runs():

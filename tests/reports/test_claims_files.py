@@ -189,7 +189,8 @@ def test_the_claims_report_names_the_papers_networks_beside_the_runs():
     assert off.count("Protocol of") == 1 and "`resnet110_bottleneck`" in off
     assert "These runs trained `resnet18`." in off and "None of them is a network of the paper" in off
     on = protocol_notes(SimpleNamespace(models={"ce": "resnet50", "focal": "resnet50"}), claims)
-    assert "These runs trained `resnet50`." in on and "**" not in on
+    assert "These runs trained `resnet50`." in on and "**" not in on and "paper_runs/" not in on
+    assert "`paper_runs/`" in off, "where the paper's own protocol is"
     mixed = protocol_notes(SimpleNamespace(models={"ce": "resnet50", "focal": "resnet18"}), claims)
     assert "These runs trained `resnet18`, `resnet50`." in mixed and "None of them" not in mixed
     assert "**`resnet18` is not a network of the paper**" in mixed

@@ -631,6 +631,8 @@ def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
                     f"{'is not a network' if len(foreign) == 1 else 'are not networks'} of the "
                     "paper**: verdicts involving those runs test the finding on another network."
                 )
+            if foreign:
+                note += " The paper's own networks and schedules are run files under `paper_runs/` (docs/models.md)."
         notes.append(note + "\n\n")
     return "".join(notes)
 
