@@ -185,14 +185,81 @@ def test_the_claims_report_names_the_papers_networks_beside_the_runs():
 
     claims = [SimpleNamespace(paper="mukhoti"), SimpleNamespace(paper="mukhoti"),
               SimpleNamespace(paper="my_study")]  # a study's own claims have no protocol
-    off = protocol_notes(SimpleNamespace(models={"ce": "resnet18", "focal": "resnet18"}), claims)
+    off = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet18", "focal": "resnet18"}), claims)
     assert off.count("Protocol of") == 1 and "`resnet110_bottleneck`" in off
     assert "These runs trained `resnet18`." in off and "None of them is a network of the paper" in off
-    on = protocol_notes(SimpleNamespace(models={"ce": "resnet50", "focal": "resnet50"}), claims)
+    on = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet50"}), claims)
     assert "These runs trained `resnet50`." in on and "**" not in on and "paper_runs/" not in on
     assert "`paper_runs/`" in off, "where the paper's own protocol is"
-    mixed = protocol_notes(SimpleNamespace(models={"ce": "resnet50", "focal": "resnet18"}), claims)
+    mixed = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet18"}), claims)
     assert "These runs trained `resnet18`, `resnet50`." in mixed and "None of them" not in mixed
     assert "**`resnet18` is not a network of the paper**" in mixed
-    unknown = protocol_notes(SimpleNamespace(models={}), claims)  # results assembled by hand
+    unknown = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={}), claims)  # results assembled by hand
     assert "Protocol of `mukhoti`" in unknown and "These runs" not in unknown
+
+
+def _schedule_results(dataset: str, **per_method: dict):
+    from types import SimpleNamespace
+
+    from calib_pipeline.training.config import TrainConfig
+
+    base = {"epochs": 300, "lr": 0.1, "milestones": [150, 225], "lr_decay": 0.1}
+    return SimpleNamespace(
+        dataset=dataset,
+        models={m: "resnet50" for m in per_method},
+        schedules={m: TrainConfig.from_params({**base, **own}).as_dict() for m, own in per_method.items()},
+    )
+
+
+def test_the_claims_report_says_whether_the_runs_trained_on_the_papers_schedule():
+    """Singh et al. state 300 epochs, drops after 150 and 225, ÷5 for CE, ERL and Mixup and
+    ÷10 for LS and FL (A.3): the report names each setting a run trained differently."""
+    from types import SimpleNamespace
+
+    from calib_pipeline.reports.claims import protocol_notes
+
+    claims = [SimpleNamespace(paper="singh")]
+    paper_like = _schedule_results("cifar10", ce={"lr_decay": 0.2}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={})
+    note = protocol_notes(paper_like, claims)
+    assert "These runs trained with every setting the paper states for `cifar10`." in note
+    assert "paper_runs/" not in note
+    env_default = _schedule_results("cifar10", ce={}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={"epochs": 350, "milestones": [150, 250]})
+    note = protocol_notes(env_default, claims)
+    assert "**The runs' schedule differs from the paper's for `cifar10`**" in note
+    assert "lr_decay 0.1 (ce), the paper's 0.2" in note
+    assert "epochs 350 (ls_epsilon_0p05), the paper's 300" in note
+    assert "milestones [150, 250] (ls_epsilon_0p05), the paper's [150, 225]" in note
+    assert "`paper_runs/`" in note, "where the paper's protocol is"
+    everyone = _schedule_results("cifar100", ce={"epochs": 2, "milestones": [1], "lr_decay": 0.2},
+                                 erl={"epochs": 2, "milestones": [1], "lr_decay": 0.2})
+    assert "epochs 2, the paper's 300" in protocol_notes(everyone, claims), "no method list when all differ"
+    digits = protocol_notes(_schedule_results("digits", ce={}), claims)
+    assert "The paper states no schedule for `digits` (it does for `cifar10`, `cifar100`)." in digits
+    unknown = SimpleNamespace(dataset="cifar10", models={}, schedules={})  # assembled by hand
+    assert "schedule" not in protocol_notes(unknown, claims).split("(A.3)")[-1]
+
+
+@pytest.mark.parametrize(
+    ("schedules", "message"),
+    [
+        ({"cifar10": {"epochs": 350.5}}, "epochs must be a positive integer"),
+        ({"cifar10": {"milestones": "150,250"}}, "milestones must be a list of epochs"),
+        ({"cifar10": {"momentum": 0.9}}, r"unknown key\(s\) \['momentum'\]"),
+        ({"cifar10": {"methods": {"ce": {"lr_decay": "fast"}}}}, "lr_decay"),
+        (["cifar10"], "schedules must map a dataset"),
+    ],
+)
+def test_a_malformed_protocol_schedule_is_refused(tmp_path, monkeypatch, schedules, message):
+    from calib_pipeline.reports import claim_specs
+
+    (tmp_path / "mine.yml").write_text(yaml.safe_dump({
+        "paper": "mine", "title": "t", "claims": [],
+        "protocol": {"architectures": ["resnet18"], "training": "x", "schedules": schedules},
+    }))
+    monkeypatch.setattr(claim_specs, "CLAIMS_DIR", tmp_path)
+    claim_specs.paper_protocol.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=message):
+            claim_specs.paper_protocol("mine")
+    finally:
+        claim_specs.paper_protocol.cache_clear()

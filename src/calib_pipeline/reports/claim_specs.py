@@ -352,11 +352,58 @@ def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
     return claims
 
 
+#: The training settings a claims file's ``protocol.schedules`` may state (``training``
+#: parameters; what the paper leaves unstated is left out and never compared).
+SCHEDULE_KEYS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "weight_decay")
+
+
+def _schedule_values(where: str, entry: Any) -> dict[str, Any]:
+    values = {}
+    for key, value in _known(where, entry, SCHEDULE_KEYS).items():
+        if key == "milestones":
+            epochs = isinstance(value, list) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            )
+            if not epochs:
+                _fail(where, f"milestones must be a list of epochs, got {value!r}")
+            values[key] = [int(v) for v in value]
+        elif key in ("epochs", "batch_size"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                _fail(where, f"{key} must be a positive integer, got {value!r}")
+            values[key] = value
+        else:
+            values[key] = _number(where, key, value)
+    return values
+
+
+def _schedules(where: str, raw: Any) -> dict[str, dict[str, Any]]:
+    """``{dataset: {key: value, ..., methods: {method: {key: value}}}}`` checked; a
+    method's entry states what differs for it (Singh et al. decay CE's rate by 5, LS's by 10)."""
+    if not isinstance(raw or {}, Mapping):
+        _fail(where, f"schedules must map a dataset to its settings, got {raw!r}")
+    schedules: dict[str, dict[str, Any]] = {}
+    for dataset, entry in (raw or {}).items():
+        here = f"{where}.schedules.{dataset}"
+        entry = _known(here, entry, (*SCHEDULE_KEYS, "methods"))
+        methods = entry.get("methods") or {}
+        if not isinstance(methods, Mapping):
+            _fail(here, f"methods must map a method to its own settings, got {methods!r}")
+        schedules[str(dataset)] = {
+            **_schedule_values(here, {k: v for k, v in entry.items() if k != "methods"}),
+            "methods": {
+                str(m): _schedule_values(f"{here}.methods.{m}", v) for m, v in methods.items()
+            },
+        }
+    return schedules
+
+
 @cache
 def paper_protocol(paper: str) -> dict[str, Any] | None:
-    """The networks (``architectures``, as ``models.architecture_tag`` writes them) and the
-    ``training`` schedule (one line) ``paper`` used, from its claims file; None for a name
-    without a claims file (a study's own claims) or a file without ``protocol``.
+    """The networks (``architectures``, as ``models.architecture_tag`` writes them), the
+    ``training`` schedule (one line) and, per dataset, the ``schedules`` settings the paper
+    states (:data:`SCHEDULE_KEYS`; ``methods`` for per-method ones) that ``paper`` used,
+    from its claims file; None for a name without a claims file (a study's own claims) or a
+    file without ``protocol``.
 
     Raises:
         ValueError: a malformed ``protocol`` entry.
@@ -368,13 +415,17 @@ def paper_protocol(paper: str) -> dict[str, Any] | None:
     if protocol is None:
         return None
     where = f"claims file {paper}.yml, protocol"
-    _known(where, protocol, ("architectures", "training"))
+    _known(where, protocol, ("architectures", "training", "schedules"))
     architectures, training = protocol.get("architectures"), protocol.get("training")
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         _fail(where, f"architectures must be a list of architecture tags, got {architectures!r}")
     if not isinstance(training, str) or not training.strip():
         _fail(where, f"training must be a one-line description, got {training!r}")
-    return {"architectures": list(architectures), "training": training.strip()}
+    return {
+        "architectures": list(architectures),
+        "training": training.strip(),
+        "schedules": _schedules(where, protocol.get("schedules")),
+    }
 
 
 def _no_duplicates(where: str, claims: Sequence[Mapping[str, Any]]) -> None:

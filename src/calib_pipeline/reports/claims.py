@@ -602,7 +602,9 @@ def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
     """One paragraph per paper of ``claims``: the networks and schedule it trained, beside
     the networks of these runs; a bold warning naming the runs' networks the paper did not
     train (a verdict then tests the paper's finding on another network -- it does not
-    reproduce the paper's numbers). Empty when nothing is known. The paper's networks are
+    reproduce the paper's numbers), and one naming the training settings that differ from
+    those the paper states for the dataset (:func:`schedule_note`). Empty when nothing is
+    known. The paper's networks are
     listed across its datasets (Mukhoti et al.'s 2x2-pooled ResNet-50 is its Tiny-ImageNet
     network, the global-pooled one its CIFAR one).
     """
@@ -631,10 +633,78 @@ def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
                     f"{'is not a network' if len(foreign) == 1 else 'are not networks'} of the "
                     "paper**: verdicts involving those runs test the finding on another network."
                 )
-            if foreign:
-                note += " The paper's own networks and schedules are run files under `paper_runs/` (docs/models.md)."
+        schedule, differs = schedule_note(results, protocol["schedules"])
+        note += schedule
+        if differs or any(a not in theirs for a in ours):
+            note += (
+                " The paper's own networks and schedules are run files under `paper_runs/` "
+                "(docs/models.md)."
+            )
         notes.append(note + "\n\n")
     return "".join(notes)
+
+
+def _setting(value: Any) -> Any:
+    """A training setting in comparable form (milestones, a tuple in ``TrainConfig``, as a list)."""
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _stated_for(stated: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """The settings a paper states for ``method``: its own entry over the dataset's."""
+    common = {k: v for k, v in stated.items() if k != "methods"}
+    return {**common, **stated.get("methods", {}).get(method, {})}
+
+
+def schedule_differences(
+    schedules: Mapping[str, Mapping[str, Any]], stated: Mapping[str, Any]
+) -> dict[str, list[str]]:
+    """Setting -> the methods whose effective value differs from what the paper states for
+    ``stated``'s dataset (a method's own entry under ``methods`` over the dataset's)."""
+    differences: dict[str, list[str]] = {}
+    for method, settings in schedules.items():
+        for key, value in _stated_for(stated, method).items():
+            ours = _setting(settings.get(key))
+            same = (
+                math.isclose(ours, value, rel_tol=1e-9)
+                if isinstance(ours, (int, float)) and isinstance(value, (int, float))
+                else ours == value
+            )
+            if not same:
+                differences.setdefault(key, []).append(method)
+    return differences
+
+
+def schedule_note(
+    results: StudyResults, schedules: Mapping[str, Mapping[str, Any]]
+) -> tuple[str, bool]:
+    """A sentence on whether the runs trained with the settings the paper states for this
+    dataset ("" when the runs' settings are unknown, e.g. results assembled by hand), and
+    whether any differs."""
+    if not results.schedules:
+        return "", False
+    stated = schedules.get(results.dataset)
+    if stated is None:
+        return (
+            f" The paper states no schedule for `{results.dataset}`"
+            + (f" (it does for {', '.join(f'`{d}`' for d in schedules)})." if schedules else "."),
+            False,
+        )
+    differences = schedule_differences(results.schedules, stated)
+    if not differences:
+        where = f"`{results.dataset}`"
+        return f" These runs trained with every setting the paper states for {where}.", False
+    parts = []
+    for key, methods in differences.items():
+        values = sorted({str(_setting(results.schedules[m].get(key))) for m in methods})
+        wanted = {str(_stated_for(stated, m)[key]) for m in methods}
+        who = "" if len(methods) == len(results.schedules) else f" ({', '.join(methods)})"
+        parts.append(f"{key} {' / '.join(values)}{who}, the paper's {' / '.join(sorted(wanted))}")
+    return (
+        f" **The runs' schedule differs from the paper's for `{results.dataset}`**: "
+        + "; ".join(parts)
+        + ". Verdicts then test the finding under another schedule.",
+        True,
+    )
 
 
 def _markdown(

@@ -73,6 +73,9 @@ class StudyResults:
     """Method -> the architecture it was trained with, as ``models.architecture_tag`` writes
     it (name plus non-default options: ``resnet32[shortcut=zero_pad]``); empty when
     unknown (e.g. results assembled in a notebook)."""
+    schedules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Method -> the training settings it was trained with (every ``TrainConfig`` field,
+    its own ``training`` over the study's); empty when unknown."""
 
     @property
     def dataset_label(self) -> str:

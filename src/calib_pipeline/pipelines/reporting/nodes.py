@@ -24,6 +24,7 @@ from calib_pipeline.models import architecture_tag
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
+from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.provenance import method_model
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
@@ -172,6 +173,8 @@ def run_report(
     study: dict[str, Any],
     run_keys: dict[str, tuple[str, int]],
     model_overrides: dict[str, dict | None] | None = None,
+    training: dict[str, Any] | None = None,
+    training_overrides: dict[str, dict] | None = None,
     **collections: dict[str, Any],
 ) -> dict[str, Any]:
     """Build report ``report`` for a study.
@@ -187,6 +190,9 @@ def run_report(
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         model_overrides: method -> its own ``model`` entry (``None``: none), over ``model``
             as in training (``training.provenance.method_model``).
+        training: the ``training`` parameters; with ``training_overrides`` (method -> its
+            own ``training`` entry) they give each method's effective settings, which the
+            claims report compares with its paper's schedule.
         **collections: one :func:`collect_runs` value per method when the report declared
             per-run artifacts it needs (only those are handed to it).
 
@@ -201,7 +207,12 @@ def run_report(
         for m, spec in specs.items()
         if spec.get("name")
     }
-    results = StudyResults(metrics=metrics, bins=bins, models=models, **study)
+    own = training_overrides or {}
+    schedules = {} if training is None else {
+        m: TrainConfig.from_params({**training, **(own.get(m) or {})}).as_dict()
+        for m in study["methods"]
+    }
+    results = StudyResults(metrics=metrics, bins=bins, models=models, schedules=schedules, **study)
     for key, (method, seed) in run_keys.items():
         for kind in report_needs(report):
             value = artifacts.get(f"{key}_{kind}")

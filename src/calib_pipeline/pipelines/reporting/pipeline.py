@@ -75,6 +75,7 @@ def _report_nodes(
     name = study.name
     outline = StudyOutline(name, study.methods, study_info["groups"], calibrators)
     models = {m: structure.methods[m].model for m in study.methods}
+    trainings = {m: structure.methods[m].training for m in study.methods}
     nodes = []
     for report, options in study.reports.items():
         try:
@@ -90,11 +91,13 @@ def _report_nodes(
                     study=study_info,
                     run_keys=run_keys,
                     model_overrides=models,
+                    training_overrides=trainings,
                 ),
                 inputs={
                     "metrics": f"{name}.metrics",
                     "bins": f"{name}.reliability_bins",
                     "model": "params:model",
+                    "training": "params:training",
                     **(collections if report_needs(report) else {}),
                 },
                 outputs=f"{name}.report_{report}",
