@@ -349,6 +349,11 @@ def test_claims_verdict_counts_and_line_go_on_the_parent(tmp_path):
     parent = client.get_run(driver._parent).data
     assert parent.metrics["baseline.claims.holds"] == 3.0 and parent.metrics["baseline.claims.total"] == 6.0
     assert parent.tags["baseline.claims"] == "baseline on digits: 3 of 6 claims hold"
+    assert "baseline.claims_protocol" not in parent.tags, "unknown protocol: no tag"
+    for gaps, tag in (([], "paper"), (["network", "schedule"], "network,schedule")):
+        report["verdicts"]["protocol_gaps"] = gaps
+        driver.after_dataset_saved(dataset_name="baseline.report_claims", data=report, node=CLAIMS)
+        assert client.get_run(driver._parent).data.tags["baseline.claims_protocol"] == tag
 
 
 def test_the_parent_run_is_tagged_with_dataset_protocol_studies_and_commit(tmp_path):

@@ -617,8 +617,10 @@ class MlflowTrackingHook:
         return self._runs[(method, seed)], True
 
     def _log_claims(self, study: str, report: dict[str, Any]) -> None:
-        """The claims report's verdict counts (``<study>.claims.holds``, ...) and its summary
-        line (tag ``<study>.claims``) on the parent run."""
+        """The claims report's verdict counts (``<study>.claims.holds``, ...), its summary
+        line (tag ``<study>.claims``) and whether the runs followed the paper's protocol (tag
+        ``<study>.claims_protocol``: ``paper``, or the gaps, e.g. ``network,schedule``) on
+        the parent run."""
         verdicts = report.get("verdicts")
         if isinstance(verdicts, str):
             verdicts = json.loads(verdicts)
@@ -628,6 +630,9 @@ class MlflowTrackingHook:
         self._log_metrics(self._parent, [(f"{study}.{k}", v, 0) for k, v in metrics.items()])
         if verdicts.get("line"):
             self._client.set_tag(self._parent, f"{study}.claims", str(verdicts["line"])[:5000])
+        gaps = verdicts.get("protocol_gaps")
+        if gaps is not None:
+            self._client.set_tag(self._parent, f"{study}.claims_protocol", ",".join(gaps) or "paper")
 
     @hook_impl
     @_tracked

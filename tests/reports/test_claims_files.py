@@ -263,3 +263,25 @@ def test_a_malformed_protocol_schedule_is_refused(tmp_path, monkeypatch, schedul
             claim_specs.paper_protocol("mine")
     finally:
         claim_specs.paper_protocol.cache_clear()
+
+
+def test_the_claims_line_says_whether_the_runs_followed_the_papers_protocol():
+    """protocol_gaps feeds the claims line ("...; not the paper's protocol (network)") and
+    the MLflow tag <study>.claims_protocol."""
+    from types import SimpleNamespace
+
+    from calib_pipeline.reports.claims import protocol_gaps
+
+    singh = [SimpleNamespace(paper="singh")]
+    paper_like = _schedule_results("cifar10", ce={"lr_decay": 0.2}, ls_epsilon_0p05={})
+    assert protocol_gaps(paper_like, singh) == []
+    assert protocol_gaps(_schedule_results("cifar10", ce={}), singh) == ["schedule"], "CE ÷10"
+    small = SimpleNamespace(**{**vars(paper_like), "models": {"ce": "small_cnn", "ls_epsilon_0p05": "resnet50"}})
+    assert protocol_gaps(small, singh) == ["network"]
+    digits = SimpleNamespace(**{**vars(small), "dataset": "digits"})
+    assert protocol_gaps(digits, singh) == ["network", "dataset"]
+    wang = [SimpleNamespace(paper="wang")]  # states networks, no schedule
+    resnet32 = SimpleNamespace(**{**vars(paper_like), "models": {"ce": "resnet32[shortcut=zero_pad]"}})
+    assert protocol_gaps(resnet32, wang) == []
+    assert protocol_gaps(paper_like, [SimpleNamespace(paper="my_study")]) is None, "no protocol"
+    assert protocol_gaps(SimpleNamespace(**{**vars(paper_like), "schedules": {}}), singh) is None

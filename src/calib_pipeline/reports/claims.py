@@ -649,6 +649,28 @@ def _setting(value: Any) -> Any:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
+def protocol_gaps(results: StudyResults, claims: Sequence[Claim]) -> list[str] | None:
+    """How these runs depart from their papers' protocols: ``"network"`` (a run's network is
+    not one the paper trained), ``"dataset"`` (the paper states schedules, none for this
+    dataset), ``"schedule"`` (a setting it states for the dataset differs); ``[]`` when
+    none does; None when it cannot be told (no paper protocol, or results assembled by hand
+    without their networks and settings)."""
+    protocols = [p for p in map(paper_protocol, dict.fromkeys(c.paper for c in claims)) if p]
+    if not protocols or not results.models or not results.schedules:
+        return None
+    gaps = set()
+    for protocol in protocols:
+        if any(a not in protocol["architectures"] for a in results.models.values()):
+            gaps.add("network")
+        schedules = protocol["schedules"]
+        stated = schedules.get(results.dataset)
+        if schedules and stated is None:
+            gaps.add("dataset")
+        elif stated and schedule_differences(results.schedules, stated):
+            gaps.add("schedule")
+    return [g for g in ("network", "dataset", "schedule") if g in gaps]
+
+
 def _stated_for(stated: Mapping[str, Any], method: str) -> dict[str, Any]:
     """The settings a paper states for ``method``: its own entry over the dataset's."""
     common = {k: v for k, v in stated.items() if k != "methods"}
@@ -817,6 +839,9 @@ def claims_report(
     line = summary_line(
         results.study, results.dataset, table, "claims" if claims else "paper claims"
     )
+    gaps = protocol_gaps(results, resolved)
+    if gaps is not None:  # a count of holding claims must not read as a reproduction
+        line += f"; not the paper's protocol ({', '.join(gaps)})" if gaps else "; the paper's protocol"
     logger.info(line)
     settings = protocol_notes(results, resolved) + (
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
@@ -830,6 +855,7 @@ def claims_report(
         "study": results.study,
         "dataset": results.dataset,
         "line": line,
+        "protocol_gaps": gaps,
         "counts": verdict_counts(table),
         "metrics": claims_metrics(table),
     }
