@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import mlflow
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 
 from calib_pipeline.hooks import MlflowTrackingHook, mask_credentials
+from calib_pipeline.settings import project_root
 
 
 class RecordingClient:
@@ -482,6 +484,42 @@ def test_the_parallel_runner_is_refused_before_any_node_runs(runner):
     RunPreflightHook().before_pipeline_run(  # the default and the thread runner pass
         run_params={"runner": "kedro.runner.thread_runner.ThreadRunner"}, pipeline=pipeline, catalog=None
     )
+
+
+RUN_FILE = "paper_runs/cifar10/dark_side_vgg16_bn.yml"
+
+
+@pytest.mark.parametrize("argv", [
+    ["kedro", "run", f"--config={RUN_FILE}", "--params=seeds=[0]"],
+    ["kedro", "run", "-c", RUN_FILE, "--params", "seeds=[0]"],
+    ["kedro", "run", "--params=seeds=[0]", "--config", RUN_FILE],
+])
+def test_a_run_file_with_params_and_params_on_the_command_line_is_refused(monkeypatch, argv):
+    """Kedro replaces a run file's params with --params: the paper protocol's network and
+    schedule would silently be dropped (a ResNet-18 trained on the env's schedule)."""
+    from calib_pipeline.hooks import RunPreflightHook
+
+    monkeypatch.chdir(project_root())
+    monkeypatch.setattr(sys, "argv", argv)
+    pipeline = SimpleNamespace(inputs=lambda: set(), nodes=[])
+    with pytest.raises(ValueError, match=r"replaces the run file's params \(methods, model, seeds, training\)"):
+        RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=None)
+
+
+@pytest.mark.parametrize("argv", [
+    ["kedro", "run", f"--config={RUN_FILE}"],  # the file alone
+    ["kedro", "run", "--params=seeds=[0]"],  # --params alone
+    ["kedro", "run", "--config=run_without_params.yml", "--params=seeds=[0]"],
+])
+def test_a_run_file_or_params_alone_pass(monkeypatch, tmp_path, argv):
+    from calib_pipeline.hooks import RunPreflightHook
+
+    (tmp_path / "run_without_params.yml").write_text("run:\n  env: test\n  pipelines: baseline\n")
+    monkeypatch.chdir(tmp_path)
+    argv = [a.replace(RUN_FILE, str(Path(project_root()) / RUN_FILE)) for a in argv]
+    monkeypatch.setattr(sys, "argv", argv)
+    pipeline = SimpleNamespace(inputs=lambda: set(), nodes=[])
+    RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=None)
 
 
 @pytest.mark.parametrize("load_versions", [None, {"ce.seed_0.logits": "2026-01-01T00.00.00.000Z"}])

@@ -48,6 +48,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -169,6 +170,7 @@ class RunPreflightHook:
             torch.cuda.is_available()) else "cpu"
         console.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
         _refuse_unsupported_runner(run_params.get("runner"))
+        _refuse_dropped_run_file_params(sys.argv)
         missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
         pinned = {name: v for name, v in (run_params.get("load_versions") or {}).items() if name in missing}
         if pinned:  # a mistyped or pruned version, not a stage that was never run
@@ -207,6 +209,42 @@ def _refuse_unsupported_runner(runner: Any) -> None:
             "each run's versions, provenance and MLflow tracking; use the default runner, "
             "--runner=ThreadRunner, or --runner=calib_pipeline.runner.DaskRunner to train in "
             "parallel (docs/scaling.md)"
+        )
+
+
+def _option_value(argv: list[str], *names: str) -> str | None:
+    """The value of a command-line option given as ``--name=value`` or ``--name value``
+    (last one wins, as in click); None when absent."""
+    value = None
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg[len(name) + 1:]
+    return value
+
+
+def _refuse_dropped_run_file_params(argv: list[str]) -> None:
+    """Refuse ``kedro run --config=<file> --params=...`` when the file has params: Kedro
+    *replaces* a run file's params with ``--params`` instead of merging them, so the run
+    would silently train without the file's network and schedule (e.g. a paper protocol of
+    ``paper_runs/`` plus ``--params=seeds=[0]`` would train the env's ResNet-18)."""
+    config = _option_value(argv, "--config", "-c")
+    if not config or _option_value(argv, "--params") is None:
+        return
+    try:
+        from omegaconf import OmegaConf
+
+        params = (OmegaConf.to_container(OmegaConf.load(config)).get("run") or {}).get("params")
+    except (OSError, ValueError, AttributeError):  # Kedro reads the file itself and says so
+        return
+    if params:
+        raise ValueError(
+            f"kedro run --config={config} --params=...: Kedro replaces the run file's params "
+            f"({', '.join(sorted(params))}) with --params rather than adding to them, so this "
+            "run would train without them; put the extra parameters into a copy of the file "
+            "instead (docs/models.md, \"Paper protocols\"). Nothing was run."
         )
 
 
