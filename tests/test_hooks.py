@@ -352,8 +352,9 @@ def test_claims_verdict_counts_and_line_go_on_the_parent(tmp_path):
     assert parent.metrics["baseline.claims.holds"] == 3.0 and parent.metrics["baseline.claims.total"] == 6.0
     assert parent.tags["baseline.claims"] == "baseline on digits: 3 of 6 claims hold"
     assert "baseline.claims_protocol" not in parent.tags, "unknown protocol: no tag"
-    for gaps, tag in (([], "paper"), (["network", "schedule"], "network,schedule")):
-        report["verdicts"]["protocol_gaps"] = gaps
+    for gaps, stated, tag in (([], True, "paper"), ([], False, "paper_network"),
+                              (["network", "schedule"], True, "network,schedule")):
+        report["verdicts"]["protocol_gaps"], report["verdicts"]["settings_stated"] = gaps, stated
         driver.after_dataset_saved(dataset_name="baseline.report_claims", data=report, node=CLAIMS)
         assert client.get_run(driver._parent).data.tags["baseline.claims_protocol"] == tag
 

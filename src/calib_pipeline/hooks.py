@@ -657,8 +657,9 @@ class MlflowTrackingHook:
     def _log_claims(self, study: str, report: dict[str, Any]) -> None:
         """The claims report's verdict counts (``<study>.claims.holds``, ...), its summary
         line (tag ``<study>.claims``) and whether the runs followed the paper's protocol (tag
-        ``<study>.claims_protocol``: ``paper``, or the gaps, e.g. ``network,schedule``) on
-        the parent run."""
+        ``<study>.claims_protocol``: ``paper``; ``paper_network`` where the paper states no
+        training settings for the dataset; or the gaps, e.g. ``network,schedule``) on the
+        parent run."""
         verdicts = report.get("verdicts")
         if isinstance(verdicts, str):
             verdicts = json.loads(verdicts)
@@ -670,7 +671,9 @@ class MlflowTrackingHook:
             self._client.set_tag(self._parent, f"{study}.claims", str(verdicts["line"])[:5000])
         gaps = verdicts.get("protocol_gaps")
         if gaps is not None:
-            self._client.set_tag(self._parent, f"{study}.claims_protocol", ",".join(gaps) or "paper")
+            stated = verdicts.get("settings_stated", True)
+            tag = ",".join(gaps) or ("paper" if stated else "paper_network")
+            self._client.set_tag(self._parent, f"{study}.claims_protocol", tag)
 
     @hook_impl
     @_tracked

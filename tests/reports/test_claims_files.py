@@ -193,7 +193,7 @@ def test_the_claims_report_names_the_papers_networks_beside_the_runs():
     assert "`paper_runs/`" in off, "where the paper's own protocol is"
     mixed = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet18"}), claims)
     assert "These runs trained `resnet18`, `resnet50`." in mixed and "None of them" not in mixed
-    assert "**`resnet18` is not a network of the paper**" in mixed
+    assert "**`resnet18` is not a network of the paper on `cifar10`**" in mixed
     unknown = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={}), claims)  # results assembled by hand
     assert "Protocol of `mukhoti`" in unknown and "These runs" not in unknown
 
@@ -221,7 +221,8 @@ def test_the_claims_report_says_whether_the_runs_trained_on_the_papers_schedule(
     claims = [SimpleNamespace(paper="singh")]
     paper_like = _schedule_results("cifar10", ce={"lr_decay": 0.2}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={})
     note = protocol_notes(paper_like, claims)
-    assert "These runs trained with every setting the paper states for `cifar10`." in note
+    assert ("These runs trained with every setting the paper states for `cifar10` "
+            "(compared: epochs, lr, milestones, lr_decay).") in note
     assert "paper_runs/" not in note
     env_default = _schedule_results("cifar10", ce={}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={"epochs": 350, "milestones": [150, 250]})
     note = protocol_notes(env_default, claims)
@@ -233,28 +234,54 @@ def test_the_claims_report_says_whether_the_runs_trained_on_the_papers_schedule(
     everyone = _schedule_results("cifar100", ce={"epochs": 2, "milestones": [1], "lr_decay": 0.2},
                                  erl={"epochs": 2, "milestones": [1], "lr_decay": 0.2})
     assert "epochs 2, the paper's 300" in protocol_notes(everyone, claims), "no method list when all differ"
+    # the claims' `rename` (the paper's names -> the study's): a study calling CE `baseline`
+    renamed = _schedule_results("cifar10", baseline={"lr_decay": 0.2}, ls_epsilon_0p05={})
+    assert "every setting" in protocol_notes(renamed, claims, rename={"ce": "baseline"})
+    assert "lr_decay 0.2 (baseline), the paper's 0.1" in protocol_notes(renamed, claims)
     digits = protocol_notes(_schedule_results("digits", ce={}), claims)
-    assert "The paper states no schedule for `digits` (it does for `cifar10`, `cifar100`)." in digits
+    assert "The paper did not train on `digits` (it trained on `cifar10`, `cifar100`)." in digits
+    wang = protocol_notes(_schedule_results("cifar10", ce={}), [SimpleNamespace(paper="wang")])
+    assert "The paper states no training settings for `cifar10`." in wang
     unknown = SimpleNamespace(dataset="cifar10", models={}, schedules={})  # assembled by hand
     assert "schedule" not in protocol_notes(unknown, claims).split("(A.3)")[-1]
 
 
+def test_the_papers_networks_are_checked_per_dataset():
+    """Mukhoti et al.'s 2x2-pooled ResNet-50 is their Tiny-ImageNet network, the
+    global-pooled one their CIFAR one: each is foreign on the other dataset."""
+    from types import SimpleNamespace
+
+    from calib_pipeline.reports.claims import protocol_gaps, protocol_notes
+
+    mukhoti = [SimpleNamespace(paper="mukhoti")]
+    settings = {"epochs": 100, "milestones": [40, 60]}
+    tiny = SimpleNamespace(**{**vars(_schedule_results("tiny_imagenet", ce=settings)), "models": {"ce": "resnet50"}})
+    assert protocol_gaps(tiny, mukhoti)[0] == ["network"]
+    assert "**None of them is a network of the paper on `tiny_imagenet`**" in protocol_notes(tiny, mukhoti)
+    tiny.models = {"ce": "resnet50[pool_grid=2]"}
+    assert protocol_gaps(tiny, mukhoti) == ([], True)
+    cifar = SimpleNamespace(**{**vars(tiny), "dataset": "cifar10"})
+    assert "network" in protocol_gaps(cifar, mukhoti)[0]
+
+
 @pytest.mark.parametrize(
-    ("schedules", "message"),
+    ("datasets", "message"),
     [
         ({"cifar10": {"epochs": 350.5}}, "epochs must be a positive integer"),
         ({"cifar10": {"milestones": "150,250"}}, "milestones must be a list of epochs"),
-        ({"cifar10": {"momentum": 0.9}}, r"unknown key\(s\) \['momentum'\]"),
+        ({"cifar10": {"nesterov": True}}, r"unknown key\(s\) \['nesterov'\]"),
         ({"cifar10": {"methods": {"ce": {"lr_decay": "fast"}}}}, "lr_decay"),
-        (["cifar10"], "schedules must map a dataset"),
+        ({"cifar10": {"augment": ""}}, "augment must be a non-empty string"),
+        ({"cifar10": {"architectures": ["resnet50"]}}, r"architectures must be a non-empty subset of \['resnet18'\]"),
+        (["cifar10"], "datasets must map a dataset"),
     ],
 )
-def test_a_malformed_protocol_schedule_is_refused(tmp_path, monkeypatch, schedules, message):
+def test_a_malformed_protocol_dataset_entry_is_refused(tmp_path, monkeypatch, datasets, message):
     from calib_pipeline.reports import claim_specs
 
     (tmp_path / "mine.yml").write_text(yaml.safe_dump({
         "paper": "mine", "title": "t", "claims": [],
-        "protocol": {"architectures": ["resnet18"], "training": "x", "schedules": schedules},
+        "protocol": {"architectures": ["resnet18"], "training": "x", "datasets": datasets},
     }))
     monkeypatch.setattr(claim_specs, "CLAIMS_DIR", tmp_path)
     claim_specs.paper_protocol.cache_clear()
@@ -270,18 +297,25 @@ def test_the_claims_line_says_whether_the_runs_followed_the_papers_protocol():
     the MLflow tag <study>.claims_protocol."""
     from types import SimpleNamespace
 
-    from calib_pipeline.reports.claims import protocol_gaps
+    from calib_pipeline.reports.claims import protocol_gaps, protocol_suffix
 
     singh = [SimpleNamespace(paper="singh")]
     paper_like = _schedule_results("cifar10", ce={"lr_decay": 0.2}, ls_epsilon_0p05={})
-    assert protocol_gaps(paper_like, singh) == []
-    assert protocol_gaps(_schedule_results("cifar10", ce={}), singh) == ["schedule"], "CE ÷10"
+    assert protocol_gaps(paper_like, singh) == ([], True)
+    assert protocol_suffix(([], True), "cifar10") == "; the paper's network and stated settings"
+    assert protocol_gaps(_schedule_results("cifar10", ce={}), singh)[0] == ["schedule"], "CE ÷10"
     small = SimpleNamespace(**{**vars(paper_like), "models": {"ce": "small_cnn", "ls_epsilon_0p05": "resnet50"}})
-    assert protocol_gaps(small, singh) == ["network"]
+    assert protocol_gaps(small, singh)[0] == ["network"]
     digits = SimpleNamespace(**{**vars(small), "dataset": "digits"})
-    assert protocol_gaps(digits, singh) == ["network", "dataset"]
-    wang = [SimpleNamespace(paper="wang")]  # states networks, no schedule
+    assert protocol_gaps(digits, singh)[0] == ["network", "dataset"]
+    assert protocol_suffix(protocol_gaps(digits, singh), "digits") == "; not the paper's protocol (network, dataset)"
+    wang = [SimpleNamespace(paper="wang")]  # ResNet-32 everywhere, ResNet-110 on CIFAR only
     resnet32 = SimpleNamespace(**{**vars(paper_like), "models": {"ce": "resnet32[shortcut=zero_pad]"}})
-    assert protocol_gaps(resnet32, wang) == []
+    assert protocol_gaps(resnet32, wang) == ([], False), "the paper states no settings for CIFAR-10"
+    assert protocol_suffix(([], False), "cifar10") == "; the paper's network (it states no training settings for cifar10)"
+    assert protocol_gaps(SimpleNamespace(**{**vars(resnet32), "dataset": "digits"}), wang)[0] == ["dataset"]
+    svhn_110 = SimpleNamespace(**{**vars(resnet32), "dataset": "svhn", "models": {"ce": "resnet110_bottleneck"}})
+    assert protocol_gaps(svhn_110, wang)[0] == ["network"]
     assert protocol_gaps(paper_like, [SimpleNamespace(paper="my_study")]) is None, "no protocol"
     assert protocol_gaps(SimpleNamespace(**{**vars(paper_like), "schedules": {}}), singh) is None
+    assert protocol_suffix(None, "cifar10") == ""

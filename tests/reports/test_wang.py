@@ -381,3 +381,16 @@ def test_max_logit_histograms_leave_out_runs_without_learned_epochs(study):
     nothing = {key: {**run, "learned_epoch": torch.full((N_TRAIN,), -1)} for key, run in study.logits.items()}
     with pytest.warns(UserWarning), pytest.raises(ValueError, match="no run of study .* tracked"):
         build_report("max_logit_histograms", StudyResults(**{**study.__dict__, "logits": nothing}))
+
+
+def test_excluded_members_outside_the_study_are_refused_before_any_training():
+    """conf/cifar100 excludes two L1 settings; a calibratability study without that sweep
+    must fail when the pipelines are built, not after every run has trained."""
+    from calib_pipeline.reports.registry import StudyOutline, check_report
+
+    outline = StudyOutline("calibratability", ("ce", "ls_epsilon_0p05"), {}, ("ts_grid_wang", "hist_binning"))
+    with pytest.raises(ValueError, match=r"exclude: \['l1_norm_alpha_0p05'\] are not methods"):
+        check_report("calibratability_table", {"exclude": ["l1_norm_alpha_0p05"]}, study=outline)
+    with pytest.raises(ValueError, match=r"baseline: \['cross_entropy'\] are not methods"):
+        check_report("calibratability_table", {"baseline": "cross_entropy"}, study=outline)
+    check_report("calibratability_table", {"exclude": ["ls_epsilon_0p05"]}, study=outline)

@@ -1,11 +1,11 @@
 """VGG-16 with batch normalisation for CIFAR (Simonyan & Zisserman, configuration D).
 
 Thirteen 3×3 convolutions (with bias, as in VGG and torchvision's ``vgg16_bn``), each
-followed by BN and ReLU, in five blocks closed by 2×2 max-pooling; the CIFAR variant (for
-Singh et al.'s "VGG-16": they state BN only for their ConfidNet experiment, A.2) replaces the three 4096-wide fully connected layers by one linear
-layer on the 512 channels -- here the shared ``head``, after global average pooling (at
-32 px the map is already 1×1). Pooling uses ``ceil_mode`` so that 28-px and 8-px images keep
-a pixel through the five poolings.
+followed by BN and ReLU, in five blocks closed by 2×2 max-pooling. The CIFAR variant -- for
+Singh et al.'s "VGG-16"; they state BN only for their ConfidNet experiment (A.2) -- replaces
+the three 4096-wide fully connected layers by one linear layer on the 512 channels -- here
+the shared ``head``, after global average pooling (at 32 px the map is already 1×1). Pooling
+uses ``ceil_mode`` so that 28-px and 8-px images keep a pixel through the five poolings.
 """
 
 from __future__ import annotations

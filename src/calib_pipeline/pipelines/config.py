@@ -20,8 +20,7 @@ from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import check_model_params
 from calib_pipeline.registry import check_bool
 from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
-from calib_pipeline.training.config import TrainConfig
-from calib_pipeline.training.provenance import method_model
+from calib_pipeline.training.provenance import method_model, method_training
 from calib_pipeline.training.provenance import run_name as run_prefix  # noqa: F401  (re-export: the catalog prefix of a run)
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -342,7 +341,7 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
         model = method_model(base_model, method.model)
         try:
             check_model_params(model.get("name"), model.get("params"))
-            training = TrainConfig.from_params({**parameters.get("training", {}), **method.training})
+            training = method_training(parameters.get("training"), method.training)
         except ValueError as error:
             raise ValueError(f"method {method.key!r}: {error}") from None
         check_method(method, training)

@@ -352,9 +352,12 @@ def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
     return claims
 
 
-#: The training settings a claims file's ``protocol.schedules`` may state (``training``
+#: The training settings a claims file's ``protocol.datasets`` may state (``training``
 #: parameters; what the paper leaves unstated is left out and never compared).
-SCHEDULE_KEYS = ("epochs", "batch_size", "lr", "milestones", "lr_decay", "weight_decay")
+SCHEDULE_KEYS = (
+    "epochs", "batch_size", "lr", "momentum", "milestones", "lr_decay", "weight_decay", "augment",
+    "select",
+)
 
 
 def _schedule_values(where: str, entry: Any) -> dict[str, Any]:
@@ -371,39 +374,48 @@ def _schedule_values(where: str, entry: Any) -> dict[str, Any]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 _fail(where, f"{key} must be a positive integer, got {value!r}")
             values[key] = value
+        elif key in ("augment", "select"):
+            values[key] = _text(where, key, value)
         else:
             values[key] = _number(where, key, value)
     return values
 
 
-def _schedules(where: str, raw: Any) -> dict[str, dict[str, Any]]:
-    """``{dataset: {key: value, ..., methods: {method: {key: value}}}}`` checked; a
-    method's entry states what differs for it (Singh et al. decay CE's rate by 5, LS's by 10)."""
+def _datasets(where: str, raw: Any, architectures: list[str]) -> dict[str, dict[str, Any]]:
+    """``{dataset: {architectures: [...], <setting>: value, ..., methods: {method:
+    {<setting>: value}}}}`` checked: the networks the paper trained on that dataset (default:
+    every network of the protocol) and the settings it states for it; a method's entry states
+    what differs for it (Singh et al. decay CE's rate by 5, LS's by 10)."""
     if not isinstance(raw or {}, Mapping):
-        _fail(where, f"schedules must map a dataset to its settings, got {raw!r}")
-    schedules: dict[str, dict[str, Any]] = {}
+        _fail(where, f"datasets must map a dataset to its networks and settings, got {raw!r}")
+    datasets: dict[str, dict[str, Any]] = {}
     for dataset, entry in (raw or {}).items():
-        here = f"{where}.schedules.{dataset}"
-        entry = _known(here, entry, (*SCHEDULE_KEYS, "methods"))
+        here = f"{where}.datasets.{dataset}"
+        entry = _known(here, entry or {}, (*SCHEDULE_KEYS, "architectures", "methods"))
+        nets = entry.get("architectures", architectures)
+        if not isinstance(nets, list) or not set(nets) <= set(architectures) or not nets:
+            _fail(here, f"architectures must be a non-empty subset of {architectures}, got {nets!r}")
         methods = entry.get("methods") or {}
         if not isinstance(methods, Mapping):
             _fail(here, f"methods must map a method to its own settings, got {methods!r}")
-        schedules[str(dataset)] = {
-            **_schedule_values(here, {k: v for k, v in entry.items() if k != "methods"}),
+        settings = {k: v for k, v in entry.items() if k not in ("architectures", "methods")}
+        datasets[str(dataset)] = {
+            "architectures": list(nets),
+            "settings": _schedule_values(here, settings),
             "methods": {
                 str(m): _schedule_values(f"{here}.methods.{m}", v) for m, v in methods.items()
             },
         }
-    return schedules
+    return datasets
 
 
 @cache
 def paper_protocol(paper: str) -> dict[str, Any] | None:
-    """The networks (``architectures``, as ``models.architecture_tag`` writes them), the
-    ``training`` schedule (one line) and, per dataset, the ``schedules`` settings the paper
-    states (:data:`SCHEDULE_KEYS`; ``methods`` for per-method ones) that ``paper`` used,
-    from its claims file; None for a name without a claims file (a study's own claims) or a
-    file without ``protocol``.
+    """The networks (``architectures``, as ``models.architecture_tag`` writes them) and the
+    ``training`` schedule (one line) ``paper`` used, and per dataset it trained on
+    (``datasets``) its networks there, the ``settings`` it states (:data:`SCHEDULE_KEYS`)
+    and per-method ones (``methods``), from its claims file; None for a name without a
+    claims file (a study's own claims) or a file without ``protocol``.
 
     Raises:
         ValueError: a malformed ``protocol`` entry.
@@ -415,7 +427,7 @@ def paper_protocol(paper: str) -> dict[str, Any] | None:
     if protocol is None:
         return None
     where = f"claims file {paper}.yml, protocol"
-    _known(where, protocol, ("architectures", "training", "schedules"))
+    _known(where, protocol, ("architectures", "training", "datasets"))
     architectures, training = protocol.get("architectures"), protocol.get("training")
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         _fail(where, f"architectures must be a list of architecture tags, got {architectures!r}")
@@ -424,7 +436,7 @@ def paper_protocol(paper: str) -> dict[str, Any] | None:
     return {
         "architectures": list(architectures),
         "training": training.strip(),
-        "schedules": _schedules(where, protocol.get("schedules")),
+        "datasets": _datasets(where, protocol.get("datasets"), list(architectures)),
     }
 
 

@@ -598,15 +598,15 @@ def _cell(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
-def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
+def protocol_notes(
+    results: StudyResults, claims: Sequence[Claim], rename: Mapping[str, str] | None = None
+) -> str:
     """One paragraph per paper of ``claims``: the networks and schedule it trained, beside
     the networks of these runs; a bold warning naming the runs' networks the paper did not
-    train (a verdict then tests the paper's finding on another network -- it does not
-    reproduce the paper's numbers), and one naming the training settings that differ from
-    those the paper states for the dataset (:func:`schedule_note`). Empty when nothing is
-    known. The paper's networks are
-    listed across its datasets (Mukhoti et al.'s 2x2-pooled ResNet-50 is its Tiny-ImageNet
-    network, the global-pooled one its CIFAR one).
+    train on this dataset (a verdict then tests the paper's finding on another network -- it
+    does not reproduce the paper's numbers), and one naming the training settings that
+    differ from those the paper states for the dataset (:func:`schedule_note`). Empty when
+    nothing is known. ``rename``: the claims' paper method names -> the study's.
     """
     ours = sorted(set(results.models.values()))
     notes = []
@@ -614,26 +614,27 @@ def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
         protocol = paper_protocol(paper)
         if protocol is None:
             continue
-        theirs = protocol["architectures"]
-        note = (
-            f"Protocol of `{paper}`: trained {', '.join(f'`{a}`' for a in theirs)}; "
-            f"{protocol['training']}."
-        )
+        theirs = _networks(protocol, results.dataset)
+        networks = ", ".join(f"`{a}`" for a in protocol["architectures"])
+        note = f"Protocol of `{paper}`: trained {networks}; {protocol['training']}."
         if ours:
             note += f" These runs trained {', '.join(f'`{a}`' for a in ours)}."
             foreign = [a for a in ours if a not in theirs]
+            where = f" on `{results.dataset}`" if results.dataset in protocol["datasets"] else ""
             if foreign == ours:
                 note += (
-                    " **None of them is a network of the paper**: a verdict says whether the "
-                    "paper's finding holds on this network, not that its numbers are reproduced."
+                    f" **None of them is a network of the paper{where}**: a verdict says "
+                    "whether the paper's finding holds on this network, not that its numbers "
+                    "are reproduced."
                 )
             elif foreign:
                 note += (
                     f" **{', '.join(f'`{a}`' for a in foreign)} "
                     f"{'is not a network' if len(foreign) == 1 else 'are not networks'} of the "
-                    "paper**: verdicts involving those runs test the finding on another network."
+                    f"paper{where}**: verdicts involving those runs test the finding on another "
+                    "network."
                 )
-        schedule, differs = schedule_note(results, protocol["schedules"])
+        schedule, differs = schedule_note(results, protocol, rename)
         note += schedule
         if differs or any(a not in theirs for a in ours):
             note += (
@@ -644,47 +645,70 @@ def protocol_notes(results: StudyResults, claims: Sequence[Claim]) -> str:
     return "".join(notes)
 
 
-def _setting(value: Any) -> Any:
-    """A training setting in comparable form (milestones, a tuple in ``TrainConfig``, as a list)."""
-    return [int(v) for v in value] if isinstance(value, (list, tuple)) else value
+def _networks(protocol: Mapping[str, Any], dataset: str) -> list[str]:
+    """The networks the paper trained on ``dataset`` (all its networks when it names no
+    networks per dataset or never trained on this one)."""
+    entry = protocol["datasets"].get(dataset)
+    return entry["architectures"] if entry else protocol["architectures"]
 
 
-def protocol_gaps(results: StudyResults, claims: Sequence[Claim]) -> list[str] | None:
-    """How these runs depart from their papers' protocols: ``"network"`` (a run's network is
-    not one the paper trained), ``"dataset"`` (the paper states schedules, none for this
-    dataset), ``"schedule"`` (a setting it states for the dataset differs); ``[]`` when
-    none does; None when it cannot be told (no paper protocol, or results assembled by hand
-    without their networks and settings)."""
+def protocol_gaps(
+    results: StudyResults, claims: Sequence[Claim], rename: Mapping[str, str] | None = None
+) -> tuple[list[str], bool] | None:
+    """How these runs depart from their papers' protocols -- ``"network"`` (a run's network
+    is not one the paper trained on this dataset), ``"dataset"`` (the paper never trained on
+    it), ``"schedule"`` (a setting it states for the dataset differs) -- and whether the
+    papers state any training setting for the dataset; None when it cannot be told (no
+    paper protocol, or results assembled by hand without their networks and settings)."""
     protocols = [p for p in map(paper_protocol, dict.fromkeys(c.paper for c in claims)) if p]
     if not protocols or not results.models or not results.schedules:
         return None
-    gaps = set()
+    gaps, stated_any = set(), False
     for protocol in protocols:
-        if any(a not in protocol["architectures"] for a in results.models.values()):
+        if any(a not in _networks(protocol, results.dataset) for a in results.models.values()):
             gaps.add("network")
-        schedules = protocol["schedules"]
-        stated = schedules.get(results.dataset)
-        if schedules and stated is None:
+        entry = protocol["datasets"].get(results.dataset)
+        if entry is None:
             gaps.add("dataset")
-        elif stated and schedule_differences(results.schedules, stated):
+            continue
+        stated_any = stated_any or bool(entry["settings"] or entry["methods"])
+        if schedule_differences(results.schedules, entry, rename):
             gaps.add("schedule")
-    return [g for g in ("network", "dataset", "schedule") if g in gaps]
+    return [g for g in ("network", "dataset", "schedule") if g in gaps], stated_any
 
 
-def _stated_for(stated: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The settings a paper states for ``method``: its own entry over the dataset's."""
-    common = {k: v for k, v in stated.items() if k != "methods"}
-    return {**common, **stated.get("methods", {}).get(method, {})}
+def protocol_suffix(gaps: tuple[list[str], bool] | None, dataset: str) -> str:
+    """The end of the claims line: whether a count of holding claims is a reproduction."""
+    if gaps is None:
+        return ""
+    departures, stated = gaps
+    if departures:
+        return f"; not the paper's protocol ({', '.join(departures)})"
+    if not stated:
+        return f"; the paper's network (it states no training settings for {dataset})"
+    return "; the paper's network and stated settings"
+
+
+def _stated_for(
+    entry: Mapping[str, Any], method: str, rename: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The settings a paper states for ``method`` (a method of the study): its own entry,
+    under the paper's name for it (``rename`` maps the paper's names to the study's), over
+    the dataset's."""
+    own = {(rename or {}).get(name, name): values for name, values in entry["methods"].items()}
+    return {**entry["settings"], **own.get(method, {})}
 
 
 def schedule_differences(
-    schedules: Mapping[str, Mapping[str, Any]], stated: Mapping[str, Any]
+    schedules: Mapping[str, Mapping[str, Any]],
+    entry: Mapping[str, Any],
+    rename: Mapping[str, str] | None = None,
 ) -> dict[str, list[str]]:
     """Setting -> the methods whose effective value differs from what the paper states for
-    ``stated``'s dataset (a method's own entry under ``methods`` over the dataset's)."""
+    the dataset of ``entry`` (a ``paper_protocol(...)["datasets"]`` value)."""
     differences: dict[str, list[str]] = {}
     for method, settings in schedules.items():
-        for key, value in _stated_for(stated, method).items():
+        for key, value in _stated_for(entry, method, rename).items():
             ours = _setting(settings.get(key))
             same = (
                 math.isclose(ours, value, rel_tol=1e-9)
@@ -696,29 +720,40 @@ def schedule_differences(
     return differences
 
 
+def _setting(value: Any) -> Any:
+    """A training setting in comparable form (milestones, a tuple in ``TrainConfig``, as a list)."""
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
 def schedule_note(
-    results: StudyResults, schedules: Mapping[str, Mapping[str, Any]]
+    results: StudyResults, protocol: Mapping[str, Any], rename: Mapping[str, str] | None = None
 ) -> tuple[str, bool]:
     """A sentence on whether the runs trained with the settings the paper states for this
     dataset ("" when the runs' settings are unknown, e.g. results assembled by hand), and
     whether any differs."""
-    if not results.schedules:
+    datasets = protocol["datasets"]
+    if not results.schedules or not datasets:
         return "", False
-    stated = schedules.get(results.dataset)
-    if stated is None:
+    entry = datasets.get(results.dataset)
+    if entry is None:
+        trained = ", ".join(f"`{d}`" for d in datasets)
+        return f" The paper did not train on `{results.dataset}` (it trained on {trained}).", False
+    if not entry["settings"] and not entry["methods"]:
+        return f" The paper states no training settings for `{results.dataset}`.", False
+    differences = schedule_differences(results.schedules, entry, rename)
+    compared = ", ".join(dict.fromkeys(
+        [*entry["settings"], *(k for own in entry["methods"].values() for k in own)]
+    ))
+    if not differences:
         return (
-            f" The paper states no schedule for `{results.dataset}`"
-            + (f" (it does for {', '.join(f'`{d}`' for d in schedules)})." if schedules else "."),
+            f" These runs trained with every setting the paper states for `{results.dataset}` "
+            f"(compared: {compared}).",
             False,
         )
-    differences = schedule_differences(results.schedules, stated)
-    if not differences:
-        where = f"`{results.dataset}`"
-        return f" These runs trained with every setting the paper states for {where}.", False
     parts = []
     for key, methods in differences.items():
         values = sorted({str(_setting(results.schedules[m].get(key))) for m in methods})
-        wanted = {str(_stated_for(stated, m)[key]) for m in methods}
+        wanted = {str(_stated_for(entry, m, rename)[key]) for m in methods}
         who = "" if len(methods) == len(results.schedules) else f" ({', '.join(methods)})"
         parts.append(f"{key} {' / '.join(values)}{who}, the paper's {' / '.join(sorted(wanted))}")
     return (
@@ -839,11 +874,10 @@ def claims_report(
     line = summary_line(
         results.study, results.dataset, table, "claims" if claims else "paper claims"
     )
-    gaps = protocol_gaps(results, resolved)
-    if gaps is not None:  # a count of holding claims must not read as a reproduction
-        line += f"; not the paper's protocol ({', '.join(gaps)})" if gaps else "; the paper's protocol"
+    gaps = protocol_gaps(results, resolved, rename)
+    line += protocol_suffix(gaps, results.dataset)  # holding claims alone are no reproduction
     logger.info(line)
-    settings = protocol_notes(results, resolved) + (
+    settings = protocol_notes(results, resolved, rename) + (
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
         f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
         "the verdict; "
@@ -855,7 +889,8 @@ def claims_report(
         "study": results.study,
         "dataset": results.dataset,
         "line": line,
-        "protocol_gaps": gaps,
+        "protocol_gaps": None if gaps is None else gaps[0],
+        "settings_stated": None if gaps is None else gaps[1],
         "counts": verdict_counts(table),
         "metrics": claims_metrics(table),
     }

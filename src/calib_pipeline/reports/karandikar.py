@@ -276,7 +276,7 @@ def karandikar_table(
             ``"<Primary> + <Secondary>"`` / ``"<Primary>"`` (secondary ``none``), ``CE`` =
             ``NLL``.
         selection, selection_metric: one member per sweep group, by default the paper's
-            rule (lowest val ``ece_l2`` within 1 point of the best val accuracy).
+            rule (lowest val ``ece_l2`` less than 1 point below the best val accuracy).
 
     Returns:
         ``table`` (Primary, Secondary, Accuracy, ECE, ECE+TS, ECE+TS-SB-ECE; clean test

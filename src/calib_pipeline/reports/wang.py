@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -48,6 +48,7 @@ from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
     Option,
+    StudyOutline,
     StudyResults,
     calibrators_in,
     choice,
@@ -418,10 +419,22 @@ def _published(
     return published_artifacts(results, "wang", calibrators, temperatures)
 
 
+def _members_known(study: StudyOutline, options: Mapping[str, Any]) -> None:
+    """Before any training: the ``baseline`` and ``exclude`` members are methods of the study
+    (e.g. conf/cifar100's exclusion of L1 settings in a study without that sweep)."""
+    baseline, exclude = options.get("baseline", "ce"), list(options.get("exclude") or [])
+    for name, methods in (("baseline", [baseline]), ("exclude", exclude)):
+        unknown = [m for m in methods if m not in study.methods]
+        if unknown:
+            raise ValueError(
+                f"{name}: {unknown} are not methods of study {study.name!r}: "
+                f"{list(study.methods)}"
+            )
+
+
 @report(
-    "calibratability_table",
-    needs=("logits", "calibrators"),
-    calibrators=calibrators_in("calibrators"),
+    "calibratability_table", needs=("logits", "calibrators"), calibrators=calibrators_in("calibrators"),
+    study_check=_members_known,  # baseline and exclude, before any training
     options={
         "calibrators": list_of(TEXT),
         "baseline": TEXT,

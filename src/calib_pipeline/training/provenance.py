@@ -51,6 +51,14 @@ def method_model(
     return {**(model_params or {}), **(override or {})}
 
 
+def method_training(
+    training_params: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> TrainConfig:
+    """The training settings a method trains with: its own ``training`` over the study's,
+    key by key, every ``TrainConfig`` field filled (unknown keys raise ``ValueError``)."""
+    return TrainConfig.from_params({**(training_params or {}), **(override or {})})
+
+
 def run_configuration(
     method: MethodSpec,
     *,
@@ -86,7 +94,7 @@ def run_configuration(
         "split": method.split,
         "split_definition": definition,
         "model": method_model(model_params, method.model),
-        "training": TrainConfig.from_params({**training_params, **method.training}).as_dict(),
+        "training": method_training(training_params, method.training).as_dict(),
         "objective": method.objective,
         "meta_learner": method.meta_learner,
         "params": dict(method.params),

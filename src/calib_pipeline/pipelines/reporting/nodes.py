@@ -24,8 +24,7 @@ from calib_pipeline.models import architecture_tag
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
-from calib_pipeline.training.config import TrainConfig
-from calib_pipeline.training.provenance import method_model
+from calib_pipeline.training.provenance import method_model, method_training
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
     HISTORY_PROVENANCE,
@@ -209,8 +208,7 @@ def run_report(
     }
     own = training_overrides or {}
     schedules = {} if training is None else {
-        m: TrainConfig.from_params({**training, **(own.get(m) or {})}).as_dict()
-        for m in study["methods"]
+        m: method_training(training, own.get(m)).as_dict() for m in study["methods"]
     }
     results = StudyResults(metrics=metrics, bins=bins, models=models, schedules=schedules, **study)
     for key, (method, seed) in run_keys.items():
