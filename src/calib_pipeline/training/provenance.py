@@ -18,6 +18,7 @@ from typing import Any
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.data.splits import check_fractions, check_subset
+from calib_pipeline.models import architecture_tag
 from calib_pipeline.training.checkpoint import fingerprint
 from calib_pipeline.training.config import TrainConfig
 
@@ -57,6 +58,28 @@ def method_training(
     """The training settings a method trains with: its own ``training`` over the study's,
     key by key, every ``TrainConfig`` field filled (unknown keys raise ``ValueError``)."""
     return TrainConfig.from_params({**(training_params or {}), **(override or {})})
+
+
+def method_setups(
+    methods: list[str],
+    model_params: Mapping[str, Any] | None,
+    model_overrides: Mapping[str, Mapping[str, Any] | None] | None = None,
+    training_params: Mapping[str, Any] | None = None,
+    training_overrides: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """What each of ``methods`` trains: its network as ``models.architecture_tag`` writes it
+    (methods without a network name are left out) and, when ``training_params`` are
+    given, its effective training settings (every ``TrainConfig`` field; else ``{}``) --
+    the method's own ``model`` / ``training`` over the study's, as in training."""
+    own_models, own_training = model_overrides or {}, training_overrides or {}
+    specs = {m: method_model(model_params, own_models.get(m)) for m in methods}
+    networks = {
+        m: architecture_tag(s["name"], s.get("params")) for m, s in specs.items() if s.get("name")
+    }
+    settings = {} if training_params is None else {
+        m: method_training(training_params, own_training.get(m)).as_dict() for m in methods
+    }
+    return networks, settings
 
 
 def run_configuration(

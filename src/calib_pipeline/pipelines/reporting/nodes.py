@@ -20,11 +20,10 @@ matplotlib.use("Agg")
 import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
-from calib_pipeline.models import architecture_tag
 from calib_pipeline.pipelines.config import run_prefix
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
-from calib_pipeline.training.provenance import method_model, method_training
+from calib_pipeline.training.provenance import method_setups
 from calib_pipeline.training.provenance_checks import (
     FITTED_CALIBRATORS,
     HISTORY_PROVENANCE,
@@ -199,17 +198,9 @@ def run_report(
         artifact name -> DataFrame / Markdown string / Figure.
     """
     artifacts = _runs(collections)
-    overrides = model_overrides or {}
-    specs = {m: method_model(model, overrides.get(m)) for m in study["methods"]}
-    models = {
-        m: architecture_tag(spec["name"], spec.get("params"))
-        for m, spec in specs.items()
-        if spec.get("name")
-    }
-    own = training_overrides or {}
-    schedules = {} if training is None else {
-        m: method_training(training, own.get(m)).as_dict() for m in study["methods"]
-    }
+    models, schedules = method_setups(
+        study["methods"], model, model_overrides, training, training_overrides
+    )
     results = StudyResults(metrics=metrics, bins=bins, models=models, schedules=schedules, **study)
     for key, (method, seed) in run_keys.items():
         for kind in report_needs(report):
