@@ -22,16 +22,19 @@ backend) so CI can check the script; its numbers mean nothing for a GPU.
     PYTHONPATH=src python benchmarks/bench_gpu.py            # on a GPU machine, < 5 min
     PYTHONPATH=src python benchmarks/bench_gpu.py --smoke --epochs 2   # CPU, ~30 s
 
-Measured on one H100 (torch 2.11): the default run took 148 s wall with --epochs 4; the
-table is in docs/performance.md. ``--models`` adds the papers' other architectures
+Measured on one H200 (torch 2.11): the default run took 120 s wall with --epochs 3 (on an
+H100, 148 s with --epochs 4); the tables are in docs/performance.md. ``--models`` adds the papers' other architectures
 (resnet50, resnet110, wrn_26_10, densenet121, vgg16_bn, resnet18@64), ``--loops`` picks
 rows, ``--learner fl_gamma_sece`` times a meta-learner's engine loop, ``--host-overhead``
-times only what the host spends per step (bare loop vs engine on ResNet-18 at width 2).
+times only what the host spends per step (bare loop vs engine on ResNet-18 at width 2),
+``--profile`` compares the kernels per step of the bare loop and the engine's training loop.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import math
 import os
 import statistics
@@ -117,26 +120,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bare_epochs(case: Case, device: torch.device, epochs: int) -> list[float]:
-    """Seconds per epoch of the floor loop."""
+def bare_epochs(case: Case, device: torch.device, epochs: int,
+                last_epoch_in=contextlib.nullcontext) -> list[float]:
+    """Seconds per epoch of the floor loop; the last epoch runs inside ``last_epoch_in()``
+    (``--profile`` passes the profiler)."""
     images, labels = (t.to(device) for t in _data(case, device))
     model, normalizer = _model(case, device), Normalizer(MEAN, STD, device)
     optimizer = _sgd(model, device)
     generator = torch.Generator(device=device).manual_seed(0)
     times = []
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
         _sync(device)
         started = time.perf_counter()
-        order = torch.randperm(len(labels), generator=generator, device=device)
-        for start in range(0, len(order), case.batch):
-            index = order[start : start + case.batch]
-            draws = draw_augmentation(len(index), "crop_flip", generator)
-            x = normalizer(apply_augmentation(images[index], draws))
-            loss = F.cross_entropy(model(x), labels[index])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        _sync(device)
+        with last_epoch_in() if epoch == epochs else contextlib.nullcontext():
+            order = torch.randperm(len(labels), generator=generator, device=device)
+            for start in range(0, len(order), case.batch):
+                index = order[start : start + case.batch]
+                draws = draw_augmentation(len(index), "crop_flip", generator)
+                x = normalizer(apply_augmentation(images[index], draws))
+                loss = F.cross_entropy(model(x), labels[index])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            _sync(device)
         times.append(time.perf_counter() - started)
     return times
 
@@ -251,6 +257,56 @@ def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, flo
     return {name: statistics.median(values) for name, values in phases.items()}
 
 
+def _kernels(profile: torch.profiler.profile, device: torch.device) -> collections.Counter:
+    """Microseconds per kernel name in ``profile`` (on the CPU: per top-level operation)."""
+    kind = torch.autograd.DeviceType.CUDA if device.type == "cuda" else torch.autograd.DeviceType.CPU
+    tally: collections.Counter = collections.Counter()
+    for event in profile.events():
+        if event.device_type == kind and (device.type == "cuda" or event.cpu_parent is None):
+            tally[event.name] += event.time_range.elapsed_us()
+            tally[("count", event.name)] += 1
+    return tally
+
+
+def kernel_profile(case: Case, device: torch.device) -> None:
+    """The device's work per step in one epoch of the bare loop and of the engine's training
+    loop (fp32, CE), under ``torch.profiler`` after a warm-up epoch: kernels launched, their
+    summed time and its share of the epoch's wall time (how busy the GPU is; the profiler
+    slows the host, so compare the two loops, not these wall times with the table's), and
+    the kernels whose time differs most -- whether the engine's gap to the bare loop is
+    work on the device or time the device waits for the host."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    steps = math.ceil(case.images / case.batch)
+    profiles = {"bare": torch.profiler.profile(activities=activities),
+                "engine fp32": torch.profiler.profile(activities=activities)}
+    wall = {"bare": bare_epochs(case, device, 2, lambda: profiles["bare"])[-1]}
+    run = _ce_run(case, device, 2, "profile")
+    engine._train_epoch(run, 1)  # warm-up
+    _sync(device)
+    started = time.perf_counter()
+    with profiles["engine fp32"]:
+        engine._train_epoch(run, 2)
+        _sync(device)
+    wall["engine fp32"] = time.perf_counter() - started
+    tallies = {label: _kernels(profile, device) for label, profile in profiles.items()}
+    unit = "kernels" if device.type == "cuda" else "top-level ops"
+    print(f"\n{case.label}: device work per step of one profiled epoch ({steps} steps)")
+    for label, tally in tallies.items():
+        count = sum(v for k, v in tally.items() if isinstance(k, tuple))
+        busy = sum(v for k, v in tally.items() if not isinstance(k, tuple)) / 1e6
+        print(f"  {label:12s} {count / steps:7.1f} {unit}, {busy / steps * 1e3:7.3f} ms of "
+              f"{unit}, wall {wall[label] / steps * 1e3:7.3f} ms ({busy / wall[label]:.0%} busy)")
+    bare, eng = tallies["bare"], tallies["engine fp32"]
+    names = {k for k in [*bare, *eng] if not isinstance(k, tuple)}
+    print("  largest differences (engine - bare, per step):")
+    for name in sorted(names, key=lambda n: -abs(eng[n] - bare[n]))[:8]:
+        print(f"    {(eng[name] - bare[name]) / steps:+9.1f} us, calls "
+              f"{(eng['count', name] - bare['count', name]) / steps:+6.2f}  {name[:90]}",
+              flush=True)
+
+
 def syncs_per_epoch(case: Case, device: torch.device) -> int:
     """Host synchronisations CUDA reports during one engine training epoch (fp32)."""
     run = _ce_run(case, device, 2, "syncs")
@@ -343,6 +399,9 @@ def main() -> None:
                         "width 2, batch 4 (host cost, almost no arithmetic), alternating")
     parser.add_argument("--rounds", type=int, default=None,
                         help="rounds of the loops, alternating (default 1; 3 with --host-overhead)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one epoch of the bare loop and the engine fp32: "
+                        "kernels per step, their time, how busy the device is, what differs")
     parser.add_argument("--phases", action="store_true",
                         help="also time the phases of an engine fp32 epoch (train loop, "
                         "scheduler, evaluation, selection)")
@@ -402,6 +461,12 @@ def main() -> None:
                 total = sum(split.values())
                 print("engine fp32 epoch phases (median s): " + ", ".join(
                     f"{k} {v:.4f} ({v / total:.1%})" for k, v in split.items()), flush=True)
+        if args.profile:
+            try:
+                kernel_profile(case, device)
+            except Exception:  # noqa: BLE001
+                failed = True
+                traceback.print_exc()
         if device.type == "cuda" and not args.no_syncs:
             try:
                 print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}",

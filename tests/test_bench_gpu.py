@@ -137,3 +137,19 @@ def test_bench_gpu_rounds_alternate_the_loops_and_pool_their_epochs():
     table = out.split("\nsmall_cnn, ")[1].splitlines()
     assert [row.split()[0] for row in table[2:4]] == ["bare", "engine"]
     assert table[2].split()[2] == "1.00" and float(table[3].split()[3]) > 0
+
+
+@pytest.mark.slow
+def test_bench_gpu_profile_compares_the_device_work_per_step():
+    done = _bench("--epochs", "2", "--models", "resnet20", "--loops", "bare", "--profile",
+                  "--no-syncs")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = done.stdout.split("resnet20: device work per step of one profiled epoch (1 steps)")[1]
+    lines = report.splitlines()
+    rows = {line.split()[0]: line for line in lines[1:4] if line.strip()}
+    for label in ("bare", "engine"):  # "engine fp32" starts with "engine"
+        row = rows[label]
+        assert float(row.split()[2 if label == "engine" else 1]) > 10  # ops per step
+        assert "busy)" in row and "wall" in row
+    differences = lines[lines.index("  largest differences (engine - bare, per step):") + 1:]
+    assert len([line for line in differences if " us, calls " in line]) == 8
