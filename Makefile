@@ -29,11 +29,18 @@ run: $(STAMP)  ## the main job on the embedded default (digits, CPU)
 run-all: $(STAMP)  ## every study
 	$(BIN)/kedro run --env=$(ENV)
 
+# Test processes (pytest-xdist): each test process keeps torch at one thread (tests/conftest.py),
+# so 2 fill CI's 2 cores (12.9 min instead of 18 serially on the 2-core development machine,
+# measured 2026-11-27); `make test TEST_WORKERS=8`
+# on a bigger machine (~1.6 GB of memory each). Whole files go to one process (--dist
+# loadfile): a module's shared fixture (one kedro run) runs once, not once per process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)  ## the whole test suite (unit, pipeline, end-to-end kedro run, notebook)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 notebook: $(STAMP)  ## Jupyter over the catalog of ENV (installs the notebook extra on first use)
 	$(BIN)/python -c "import notebook, ipywidgets" 2>/dev/null || $(BIN)/pip install --quiet -e ".[notebook]"
