@@ -11,7 +11,7 @@ import pytest
 
 from calib_pipeline.reports.common import method_colors
 from calib_pipeline.reports.registry import build_report, check_report
-from calib_pipeline.reports.standard import MAX_COLUMNS, PANEL_HEIGHT, PANEL_WIDTH
+from calib_pipeline.reports.standard import MAX_COLUMNS, PANEL_HEIGHT, PANEL_WIDTH, pooled_bins
 
 from .synthetic import reliability_bins, study, tidy
 
@@ -35,12 +35,13 @@ def expected_ece(bins):
 
 
 def panels(fig):
-    """(title, ECE text, colour of the first bar) of every reliability panel."""
+    """(title, ECE text, colour of the accuracy bars) of every reliability panel."""
     out = []
     for ax in fig.axes:
         texts = [t.get_text() for t in ax.texts if t.get_text().startswith("ECE")]
         if texts:
-            out.append((ax.get_title(), texts[0], ax.patches[0].get_facecolor()))
+            bars = next(c for c in ax.collections if c.get_label() == "accuracy")
+            out.append((ax.get_title(), texts[0], bars.get_facecolor()[0]))
     return out
 
 
@@ -99,4 +100,28 @@ def test_few_panels_use_few_columns(results):
     fig = build_report("reliability", res, n_bins=15)["reliability_15_bins"]
     assert len(panels(fig)) == 2
     assert fig.get_size_inches()[0] == pytest.approx(2 * PANEL_WIDTH)
+    plt.close(fig)
+
+
+def test_bars_are_the_bins_and_empty_bins_draw_none(results):
+    """Each panel's accuracy bars span their bins' edges up to the bin's accuracy, its gap
+    bars run between accuracy and confidence, and a bin without samples draws no bar."""
+    fig = build_report("reliability", results, n_bins=15)["reliability_15_bins"]
+    ax = next(a for a in fig.axes if a.get_title() == "Method 3 · ts")
+    cell = results.bins[(results.bins["label"] == "Method 3") & (results.bins["calibrator"] == "ts")]
+    pooled = pooled_bins(cell).sort_values("lower")
+    filled = pooled[pooled["count"] > 0]
+    assert 0 < len(filled) < 15, "the synthetic bins should leave some bins empty"
+    by_label = {c.get_label(): c for c in ax.collections}
+    bars = sorted((p.vertices[:4] for p in by_label["accuracy"].get_paths()), key=lambda v: v[0, 0])
+    assert len(bars) == len(filled)
+    for corners, (_, row) in zip(bars, filled.iterrows()):
+        assert corners[:, 0].min() == pytest.approx(row["lower"])
+        assert corners[:, 0].max() == pytest.approx(row["upper"])
+        assert corners[:, 1].min() == 0 and corners[:, 1].max() == pytest.approx(row["accuracy"])
+    gaps = sorted((p.vertices[:4] for p in by_label["gap to confidence"].get_paths()),
+                  key=lambda v: v[0, 0])
+    for corners, (_, row) in zip(gaps, filled.iterrows()):
+        low, high = sorted([row["accuracy"], row["confidence"]])
+        assert corners[:, 1].min() == pytest.approx(low) and corners[:, 1].max() == pytest.approx(high)
     plt.close(fig)
