@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from calib_pipeline.reports import standard
 from calib_pipeline.reports.standard import pooled_bins, reliability_axes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,9 +43,10 @@ def test_the_anchor_draws_the_same_bars_as_the_report(monkeypatch):
     pooled = pooled_bins(bench.bins_table(1, 40, n=100))  # 100 samples in 40 bins: empty bins
     assert pooled["count"].eq(0).any()
     drawn = []
-    for axes in (bench.per_bar_axes, reliability_axes):
+    for bars in (bench.per_bar_bars, bench.REPORT_BARS):
+        monkeypatch.setattr(standard, "_bars", bars)
         fig, (ax, hist) = plt.subplots(2, 1)
-        axes(ax, hist, pooled, "C0")
+        reliability_axes(ax, hist, pooled, "C0")
         drawn.append((_rectangles(ax), _rectangles(hist), [t.get_text() for t in ax.texts]))
         plt.close(fig)
     assert drawn[0] == drawn[1]
