@@ -35,7 +35,11 @@ run-all: $(STAMP)  ## every study
 # loadfile): a module's shared fixture (one kedro run) runs once, not once per process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)  ## the whole test suite (unit, pipeline, end-to-end kedro run, notebook)
+.PHONY: lint
+lint: $(STAMP)  ## ruff (pinned in the test extra): its rules (pyproject.toml) and the formatting
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+test: $(STAMP) lint  ## lint, then the whole suite (unit, pipeline, end-to-end kedro run, notebook)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
