@@ -35,7 +35,7 @@ def _soft_bins(logits: torch.Tensor) -> torch.Tensor:
     """softmax over the last dim, differentiable, without torch's slow underflowing exp.
 
     Sharp soft bins put most memberships far below e^-87, where ``torch.softmax``'s exp
-    takes a ~50x slower path; exp2 of the max-shifted argument floored at -115 gives the
+    takes a much slower path; exp2 of the max-shifted argument floored at -115 gives the
     same values to float32 precision (floored terms are < 2^-115 of the largest).
     """
     shifted = (logits - logits.amax(-1, keepdim=True).detach()) * LOG2_E
