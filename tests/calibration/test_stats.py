@@ -228,3 +228,19 @@ def test_large_effects_need_few_seeds():
     assert seeds_needed(5.48, 1.0) == 3
     assert t_test_power(5.48, 1.0, 3) == pytest.approx(0.988, abs=1e-3)
     assert np.all(np.isfinite(t_test_power(50.0, 1.0, np.arange(2, 6))))
+
+
+def test_holm_adjusted_by_hand_and_against_the_bonferroni_bound():
+    from calib_pipeline.calibration.stats import holm_adjusted
+
+    # sorted 0.01, 0.02, 0.03, 0.04 with m = 4: 0.04, 0.06, 0.06 (monotone), 0.06
+    adjusted = holm_adjusted([0.03, 0.01, np.nan, 0.04, 0.02])
+    assert adjusted[[1, 4, 0, 3]] == pytest.approx([0.04, 0.06, 0.06, 0.06])
+    assert np.isnan(adjusted[2])  # untested: neither adjusted nor counted
+    p = np.random.default_rng(0).uniform(size=20)
+    holm = holm_adjusted(p)
+    assert np.all(holm >= p) and np.all(holm <= np.minimum(1, 20 * p) + 1e-15)
+    assert holm_adjusted([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm_adjusted([]).size == 0
+    with pytest.raises(ValueError, match=r"p-values must be in \[0, 1\]"):
+        holm_adjusted([0.1, 1.5])

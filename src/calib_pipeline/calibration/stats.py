@@ -363,3 +363,24 @@ def seeds_needed(
             return int(n[enough[0]])
         low = int(n[-1]) + 1
     return None
+
+
+def holm_adjusted(p_values: ArrayLike) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979): with the m finite p-values sorted,
+    ``p_(i) -> max_{j <= i} min(1, (m - j + 1) p_(j))``. Rejecting where the adjusted value
+    is below α keeps the family-wise error rate at α for any dependence between the tests.
+    NaN (a claim not tested) stays NaN and is not counted in m.
+
+    SciPy offers only false-discovery-rate control (``false_discovery_control``); Holm's
+    family-wise control is a few lines, so it is written here rather than adding statsmodels.
+    """
+    p = np.asarray(p_values, dtype=float)
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p-values must be in [0, 1], got {p[(p < 0) | (p > 1)].tolist()}")
+    adjusted = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(np.isfinite(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = order.size
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
