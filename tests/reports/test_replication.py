@@ -28,6 +28,7 @@ def claims_table(paper: str, verdicts: list[str]) -> pd.DataFrame:
         "ci_low": [0.0] * n,
         "ci_high": [0.02] * n,
         "p_value": [0.04] * n,
+        "p_holm": [min(1.0, 0.04 * n)] * n,
         "verdict": verdicts,
         "seeds_needed": [None if v != "inconclusive" else 7 for v in verdicts],
         "note": [""] * n,

@@ -26,8 +26,8 @@ from calib_pipeline.reports.claims import (
 
 #: The columns of a study's claims table that the combined table needs.
 CLAIM_COLUMNS = (
-    "paper", "id", "claim", "verdict", "effect", "ci_low", "ci_high", "p_value", "n_seeds",
-    "seeds_needed",
+    "paper", "id", "claim", "verdict", "effect", "ci_low", "ci_high", "p_value", "p_holm",
+    "n_seeds", "seeds_needed",
 )
 TABLE_COLUMNS = ("study", *CLAIM_COLUMNS)
 
@@ -115,7 +115,8 @@ def replication_report(claims: Mapping[str, pd.DataFrame], protocol: str) -> dic
 
     Returns:
         ``replication`` (one row per claim: study, paper, id, claim, verdict, effect, CI,
-        p, seeds, seeds needed; written as CSV, Markdown and LaTeX), ``verdicts`` (counts per
+        p, the study's Holm-adjusted p, seeds, seeds needed; written as CSV, Markdown and
+        LaTeX), ``verdicts`` (counts per
         paper and overall, the same three formats), ``summary`` (Markdown: the overall line
         first, then one line per paper) and ``metrics`` (the overall counts as
         ``replication.<verdict>``, for MLflow).
