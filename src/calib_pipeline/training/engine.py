@@ -22,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from calib_pipeline.calibration import metrics
+from calib_pipeline.calibration.meta import MetaLearner
 from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.calibration.precision import check_device_precision
 from calib_pipeline.training import accelerate
@@ -322,7 +323,9 @@ def _setup(
     forward = (
         accelerate.compiled_forward(model, learner, device, description) if config.compile else None
     )
-    if forward is not None:
+    if forward is not None and isinstance(learner, MetaLearner):
+        learner.compiled_features = forward
+    elif forward is not None:
         learner = dataclasses.replace(learner, forward=forward)
     optimizer = torch.optim.SGD(
         model.parameters(),
