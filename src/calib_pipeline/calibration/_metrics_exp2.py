@@ -1,8 +1,10 @@
-"""The base-2 exponential of the top-label scans, shared by the eager torch kernels
-(``_metrics_kernels``) and the compiled loop (``_metrics_fused``) so both scale and floor
-alike: a confidence is 1 / sum_k 2^x_k with x_k = (z_k - max_j z_j) log2(e), each x_k
-floored at ``EXP2_FLOOR``. Both kernel modules import these numbers from here, so neither
-imports the other for them.
+"""The constants of the metrics' base-2 exponentials, in a module of their own.
+
+The eager top-label scan (``_metrics_kernels``), the compiled scan (``_metrics_fused``) and
+the soft estimators (``_metrics_soft``) compute e^(z - max) as 2^x with
+x = (z - max) log2(e); the compiled scan and the soft estimators floor x at ``EXP2_FLOOR``.
+They live here, below all three, so the compiled scan does not import the eager one (which
+imports it on first use).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from calib_pipeline.calibration._metrics_exp2 import EXP2_FLOOR, LOG2_E
+from calib_pipeline.calibration._metrics_exp2 import LOG2_E
 from calib_pipeline.calibration._metrics_threads import run_blocks
 from calib_pipeline.calibration.validation import (
     check_batched_logits_labels,
