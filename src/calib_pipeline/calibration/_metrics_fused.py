@@ -60,8 +60,7 @@ from numba import types
 from numba.core.errors import NumbaWarning
 from numba.extending import intrinsic
 
-# the floor of 2^x's argument and log2(e), as the eager torch kernels use them
-from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E
+from calib_pipeline.calibration._metrics_exp2 import EXP2_FLOOR, LOG2_E
 
 # elements of a row chunk's work buffer: 2^13 (32 KiB of float32) stays in L1/L2 cache
 # between the loops; 2^12 - 2^14 measured alike (1,000,000 x 100; docs/performance.md).

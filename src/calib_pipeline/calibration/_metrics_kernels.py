@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from calib_pipeline.calibration._metrics_exp2 import LOG2_E
 from calib_pipeline.calibration._metrics_threads import run_blocks
 from calib_pipeline.calibration.validation import (
     check_batched_logits_labels,
@@ -27,10 +27,6 @@ from calib_pipeline.calibration.validation import (
     check_logits_labels,
 )
 
-LOG2_E = 1.0 / math.log(2.0)
-# torch's exp takes a much slower path where it underflows; the kernels use exp2 of an
-# argument floored at -115 (2^-115 ~ 2e-35, a normal float32 that no sum can notice).
-EXP2_FLOOR = -115.0
 # Below K = 24 classes a block of rows is scanned transposed (see _scan_columns); measured
 # faster than row-wise for K = 2..20, slower from K = 24 on (docs/performance.md).
 SHORT_ROWS = 24

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E, Predictions
+from calib_pipeline.calibration._metrics_exp2 import EXP2_FLOOR, LOG2_E
+from calib_pipeline.calibration._metrics_kernels import Predictions
 
 
 def sb_ece_temperature(n_bins: int) -> float:

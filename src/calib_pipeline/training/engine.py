@@ -25,9 +25,9 @@ from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.meta import MetaLearner
 from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.calibration.precision import check_device_precision
+from calib_pipeline.tensor_io import fingerprint as checkpoint_fingerprint
 from calib_pipeline.training import accelerate
 from calib_pipeline.training.checkpoint import CheckpointStore
-from calib_pipeline.training.checkpoint import fingerprint as checkpoint_fingerprint
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.data import (
     BatchStream,
