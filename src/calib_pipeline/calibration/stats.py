@@ -297,6 +297,17 @@ def t_test_power(
     return reached
 
 
+def _check_power_arguments(
+    effect: float, std: float, alpha: float, power: float, alternative: str
+) -> None:
+    check_choice("alternative", alternative, ALTERNATIVES)
+    for name, value in (("alpha", alpha), ("power", power)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    if not (math.isfinite(effect) and math.isfinite(std)) or std < 0:
+        raise ValueError(f"effect and std must be finite and std >= 0, got {effect!r}, {std!r}")
+
+
 def seeds_needed(
     effect: float,
     std: float,
@@ -311,8 +322,7 @@ def seeds_needed(
     were ``effect`` with per-seed standard deviation ``std``.
 
     Args:
-        effect: the assumed mean effect (its sign does not matter: the test is run in its
-            direction).
+        effect: the assumed mean effect (the test runs in its direction, so its sign is moot).
         std: the per-seed standard deviation of the effect.
         alpha: significance level in (0, 1).
         power: wanted power in (0, 1), e.g. 0.8.
@@ -328,12 +338,7 @@ def seeds_needed(
         ValueError: ``alpha`` or ``power`` outside (0, 1), a negative or non-finite
             ``std``, a non-finite ``effect`` or an unknown ``alternative``.
     """
-    check_choice("alternative", alternative, ALTERNATIVES)
-    for name, value in (("alpha", alpha), ("power", power)):
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-    if not (math.isfinite(effect) and math.isfinite(std)) or std < 0:
-        raise ValueError(f"effect and std must be finite and std >= 0, got {effect!r}, {std!r}")
+    _check_power_arguments(effect, std, alpha, power, alternative)
     if effect == 0.0:
         return None
     if std == 0.0:
