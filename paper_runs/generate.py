@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-RUN_FILES = Path(__file__).resolve().parent
+PAPER_RUNS = Path(__file__).resolve().parent
 
 DATASETS = {
     "cifar10": "CIFAR-10",
@@ -310,7 +310,7 @@ def run_files() -> dict[str, str]:
     return files
 
 
-def stale_files(folder: Path = RUN_FILES) -> list[str]:
+def stale_files(folder: Path = PAPER_RUNS) -> list[str]:
     """What in ``folder`` is not as generated: a differing or missing file, or a run file
     no template writes."""
     expected = run_files()
@@ -325,7 +325,7 @@ def stale_files(folder: Path = RUN_FILES) -> list[str]:
     return problems
 
 
-def write(folder: Path = RUN_FILES) -> list[str]:
+def write(folder: Path = PAPER_RUNS) -> list[str]:
     """Writes every run file under ``folder``; returns the paths whose text changed."""
     changed = []
     for path, text in run_files().items():
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="write nothing; exit 1 if a file is not as generated"
     )
     parser.add_argument(
-        "--folder", type=Path, default=RUN_FILES, help="where the run files are (default: here)"
+        "--folder", type=Path, default=PAPER_RUNS, help="where the run files are (default: here)"
     )
     args = parser.parse_args(argv)
     if args.check:
@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"paper_runs/{problem}")
         if problems:
-            print("run `python paper_runs/generate.py` (after changing its templates, not the files)")
+            print(
+                "run `python paper_runs/generate.py` (after changing its templates, not the files)"
+            )
         return 1 if problems else 0
     changed = write(args.folder)
     print(f"{len(changed)} of {len(run_files())} run files rewritten under {args.folder}")

@@ -17,21 +17,32 @@ def test_a_shared_setting_is_changed_for_every_paper_env_in_one_place(tmp_path):
     shutil.copytree(PROJECT / "conf", tmp_path / "conf")
     shared = tmp_path / "conf" / "base" / "globals_paper_envs.yml"
     text = shared.read_text(encoding="utf-8")
-    for old, new in [("seeds: [0, 1, 2, 3, 4]", "seeds: [7]"), ("weight_decay: 5.0e-4", "weight_decay: 1.0e-3")]:
+    for old, new in [
+        ("seeds: [0, 1, 2, 3, 4]", "seeds: [7]"),
+        ("weight_decay: 5.0e-4", "weight_decay: 1.0e-3"),
+    ]:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     shared.write_text(text, encoding="utf-8")
     for env in PAPER_ENVS:
         parameters = load_parameters(env, tmp_path)
         assert parameters["seeds"] == [7], env
-        assert parameters["training"]["weight_decay"] == 1.0e-3, f"{env}: the SGD block reaches every recipe"
+        assert parameters["training"]["weight_decay"] == 1.0e-3, (
+            f"{env}: the SGD block reaches every recipe"
+        )
     for env in OTHER_ENVS:
-        assert load_parameters(env, tmp_path) == load_parameters(env, PROJECT), f"{env} shares nothing"
+        assert load_parameters(env, tmp_path) == load_parameters(env, PROJECT), (
+            f"{env} shares nothing"
+        )
 
 
 def test_cifar10_and_cifar100_differ_only_in_their_own_settings():
     cifar10, cifar100 = load_parameters("cifar10", PROJECT), load_parameters("cifar100", PROJECT)
-    assert {key for key in cifar10 if cifar10[key] != cifar100[key]} == {"dataset", "shift", "studies"}
+    assert {key for key in cifar10 if cifar10[key] != cifar100[key]} == {
+        "dataset",
+        "shift",
+        "studies",
+    }
     assert cifar100["studies"]["calibratability"]["reports"]["calibratability_table"]["exclude"]
 
 
