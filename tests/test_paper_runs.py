@@ -1,9 +1,10 @@
 """The papers' protocols shipped as run files (paper_runs/<env>/<study>_<network>.yml, for
 `kedro run --config=...`): each passes the checks `kedro run` makes before anything runs,
 trains a network its paper's claims file lists, and together they cover every network
-of every paper."""
+of every paper; the files are the ones paper_runs/generate.py writes from its templates."""
 
 import functools
+import importlib.util
 from pathlib import Path
 from unittest import mock
 
@@ -27,6 +28,14 @@ from calib_pipeline.training.provenance import method_training
 PROJECT = Path(project_root())
 RUN_FILES = sorted((PROJECT / "paper_runs").glob("*/*.yml"))
 IMAGES = {"cifar10": (3, 32, 10), "cifar100": (3, 32, 100), "svhn": (3, 32, 10), "tiny_imagenet": (3, 64, 200)}
+
+
+def generator():
+    path = PROJECT / "paper_runs" / "generate.py"
+    spec = importlib.util.spec_from_file_location("generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_run(path: Path) -> dict:
@@ -160,3 +169,45 @@ def test_kedro_run_config_hands_the_file_to_the_session():
     assert kwargs["runtime_params"]["training"]["milestones"] == [150, 225]
     assert kwargs["runtime_params"]["methods"]["ce"] == {"training": {"lr_decay": 0.2}}
     assert session.run.call_args.kwargs["pipeline_names"] == ["dark_side"]
+
+
+def test_the_run_files_are_the_ones_the_templates_generate():
+    """A run file edited by hand (or a template changed without rerunning the script) fails
+    here: `python paper_runs/generate.py` rewrites them."""
+    assert generator().stale_files() == []
+    assert len(generator().run_files()) == len(RUN_FILES)
+
+
+def test_the_check_names_each_file_that_is_not_as_generated(tmp_path, capsys):
+    generate = generator()
+    assert generate.main(["--folder", str(tmp_path)]) == 0
+    assert generate.main(["--check", "--folder", str(tmp_path)]) == 0
+    edited = tmp_path / "cifar100" / "focal_resnet50.yml"
+    edited.write_text(edited.read_text().replace("epochs: 350", "epochs: 35"))
+    (tmp_path / "svhn" / "calibratability_resnet32.yml").unlink()
+    (tmp_path / "cifar10" / "focal_my_copy.yml").write_text("run: {env: cifar10}\n")
+    capsys.readouterr()
+    assert generate.main(["--check", "--folder", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "paper_runs/cifar100/focal_resnet50.yml: differs from its template",
+        "paper_runs/svhn/calibratability_resnet32.yml: missing",
+        "paper_runs/cifar10/focal_my_copy.yml: no template writes it",
+    ]
+    assert "epochs: 35\n" in edited.read_text(), "--check writes nothing"
+    assert generate.main(["--folder", str(tmp_path)]) == 0  # rewrites the two, keeps the copy
+    assert generate.stale_files(tmp_path) == ["cifar10/focal_my_copy.yml: no template writes it"]
+
+
+def test_a_cifar100_run_file_differs_from_its_cifar10_twin_only_in_the_env():
+    """One template per paper: the two datasets' files cannot drift apart."""
+    for path in (PROJECT / "paper_runs" / "cifar10").glob("*.yml"):
+        cifar10 = read_run(path)
+        cifar100 = read_run(PROJECT / "paper_runs" / "cifar100" / path.name)
+        assert {**cifar10, "env": "cifar100"} == cifar100, path.name
+
+
+def test_two_templates_writing_one_file_are_refused(monkeypatch):
+    generate = generator()
+    monkeypatch.setattr(generate, "PROTOCOLS", generate.PROTOCOLS + generate.PROTOCOLS[:1])
+    with pytest.raises(ValueError, match="two templates write paper_runs/cifar10/focal_meta_resnet18"):
+        generate.run_files()

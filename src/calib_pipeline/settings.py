@@ -78,7 +78,11 @@ CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": DEFAULT_RUN_ENV,
     "merge_strategy": {"parameters": "soft", "globals": "soft", "catalog": "soft"},
-    "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},
+    "config_patterns": {
+        "mlflow": ["mlflow*", "mlflow*/**"],
+        # globals_*.yml: what the paper envs share (conf/base/globals_paper_envs.yml)
+        "globals": ["globals.yml", "globals_*.yml"],
+    },
     "custom_resolvers": {"project_root": project_root, "data_root": data_root, "oc.env": oc.env},
 }
 
