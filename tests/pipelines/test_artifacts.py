@@ -105,7 +105,8 @@ def test_a_name_matching_two_patterns_belongs_to_the_more_specific_as_in_the_cat
 
 def test_names_of_no_kind_and_unknown_kinds():
     assert kind_of("params:training") is None and kind_of(RUN_INFO) is None
-    assert producing_stage("params:training") is None and collected_study("ce.seed_0.logits") is None
+    assert producing_stage("params:training") is None
+    assert collected_study("ce.seed_0.logits") is None
     with pytest.raises(KeyError, match="no_such_kind"):
         artifact_name("no_such_kind")
     with pytest.raises(KeyError, match="study"):

@@ -288,7 +288,9 @@ def check_history(run: str, name: str, history: Any, record: Mapping[str, Any]) 
     )
 
 
-def check_shift_settings(run: str, shift_logits: Mapping[str, Any], shift: Mapping[str, Any]) -> None:
+def check_shift_settings(
+    run: str, shift_logits: Mapping[str, Any], shift: Mapping[str, Any]
+) -> None:
     """Refuse shift logits made under other ``shift`` settings than the session's (e.g.
     ``--params=shift.severities=[2]`` with a reporting-only run would report the old sets).
 
@@ -356,7 +358,8 @@ def _configuration_refusal(
         f"  {_parameter_name(path, method)}: {trained!r} when trained, {now!r} in this session"
         for path, trained, now in mismatch.differences
     )
-    split_changed = any(path[0] in ("split", "split_definition") for path, _, _ in mismatch.differences)
+    changed = {path[0] for path, _, _ in mismatch.differences}
+    split_changed = bool(changed & {"split", "split_definition"})
     split_note = (
         "The split changed since training: this session's val part is not the one the model "
         "was validated on and may hold its own training data.\n"

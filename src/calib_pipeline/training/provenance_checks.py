@@ -121,7 +121,9 @@ def configuration_mismatch(
     """A run trained with another configuration than ``expected``
     (:func:`~calib_pipeline.training.provenance.configuration_differences`)."""
     differences = configuration_differences(record["config"], expected)
-    return Mismatch(Check.CONFIGURATION, subject, tuple(differences), record) if differences else None
+    if not differences:
+        return None
+    return Mismatch(Check.CONFIGURATION, subject, tuple(differences), record)
 
 
 def history_mismatch(subject: str, history: Any, record: Mapping[str, Any]) -> Mismatch | None:
