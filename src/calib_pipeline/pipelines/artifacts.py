@@ -6,8 +6,8 @@ its names.
 pattern and layer (``tests/pipelines/test_artifacts.py`` checks that the two agree); every
 module builds and recognises catalog names here. A (method, seed) run's artifacts are named
 ``<method>.seed_<k>.<kind>``, a study's ``<study>.<kind>``, the score pipeline's
-``score.<name>.<kind>``. Kept to the standard library: the hooks import it with the
-project's settings.
+``score.<name>.<kind>``. Kept to the standard library: the hooks, loaded with the
+project's settings, read it too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class ArtifactKind:
     Attributes:
         pattern: its catalog name, with the ``{field}`` placeholders of the catalog's dataset
             factory (a run's ``{seed}`` holds ``seed_<k>``).
-        stage: the stage whose nodes write it; None for what only the catalog reads.
+        stage: the stage whose nodes write it; None for what no node writes (the raw data, a
+            user's predictions file).
         layer: its kedro-viz layer (``metadata: kedro-viz: layer`` in the catalog).
         prerequisite: a run that reads it without running ``stage`` needs the version an
             earlier run stored (the preflight names ``stage`` when there is none); False for
