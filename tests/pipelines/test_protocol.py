@@ -17,7 +17,7 @@ from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.hooks import RUN_ENV
 from calib_pipeline.pipelines.logits.nodes import compute_logits
 from calib_pipeline.protocols import check_protocol, declared_protocols
-from calib_pipeline.training.provenance_checks import ProvenanceError, check_run
+from calib_pipeline.pipelines.provenance import ProvenanceError, check_run
 from calib_pipeline.pipelines.run_info import run_info
 from calib_pipeline.settings import config_loader, project_root
 from calib_pipeline.training.provenance import run_configuration, training_provenance

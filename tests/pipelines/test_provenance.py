@@ -16,7 +16,7 @@ from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.hooks import RUN_ENV, RunInfoHook
 from calib_pipeline.pipelines.logits.nodes import compute_logits
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
-from calib_pipeline.training.provenance_checks import ProvenanceError, check_run, check_same_training
+from calib_pipeline.pipelines.provenance import ProvenanceError, check_run, check_same_training
 from calib_pipeline.pipelines.reporting.nodes import evaluate_study
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.pipelines.training.nodes import train_method

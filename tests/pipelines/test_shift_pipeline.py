@@ -16,7 +16,7 @@ from calib_pipeline.data.shift_sets import LAYOUTS, ShiftSetMissing
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
-from calib_pipeline.training.provenance_checks import ProvenanceError
+from calib_pipeline.pipelines.provenance import ProvenanceError
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.settings import load_parameters
 from calib_pipeline.reports.evaluation import evaluate_runs

@@ -21,7 +21,6 @@ from calib_pipeline.models import check_model_params
 from calib_pipeline.registry import check_bool
 from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
 from calib_pipeline.training.provenance import method_model, method_training
-from calib_pipeline.training.provenance import run_name as run_prefix  # noqa: F401  (re-export: the catalog prefix of a run)
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}

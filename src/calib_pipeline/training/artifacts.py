@@ -15,6 +15,17 @@ from calib_pipeline.data import ImageData
 from calib_pipeline.models import build_model
 from calib_pipeline.training.engine import TrainResult, method_hyperparameters
 
+# A run's stored collections hold their members under these keys, beside "provenance":
+# shifted-set logits (spec key -> logits) with the shift settings that defined the sets,
+# and fitted calibrators (key -> calibrator).
+SHIFT_LOGITS_SETS = "sets"
+SHIFT_SETTINGS = "settings"
+FITTED_CALIBRATORS = "fitted"
+# Calibrators fitted again on the run's shifted validation are stored as "<key>@shifted_val".
+SHIFTED_VAL_SUFFIX = "@shifted_val"
+# Columns of a training history that say which training wrote it (dropped before reports).
+HISTORY_PROVENANCE = ("run_id", "fingerprint")
+
 
 def model_from_config(data: ImageData, model_params: dict[str, Any]) -> torch.nn.Module:
     return build_model(

@@ -188,9 +188,3 @@ def _differences(recorded: Any, expected: Any, path: tuple[str, ...]) -> list[Di
             )
         return found
     return [] if recorded == expected else [(path, recorded, expected)]
-
-
-def run_name(method: str, seed: int) -> str:
-    """A run's name, ``<method>.seed_<k>``: the prefix of its catalog artifacts and how
-    messages name it."""
-    return f"{method}.seed_{seed}"

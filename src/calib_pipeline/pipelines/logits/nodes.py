@@ -10,8 +10,8 @@ from calib_pipeline.calibration.methods import Learner, MethodSpec, build_method
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_fingerprint, split_tensors
 from calib_pipeline.models import model_from_checkpoint
+from calib_pipeline.pipelines.provenance import check_checkpoint_data
 from calib_pipeline.training.predict import checkpoint_predictor
-from calib_pipeline.training.provenance_checks import check_checkpoint_data
 
 
 def compute_logits(

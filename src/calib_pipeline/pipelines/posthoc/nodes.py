@@ -8,13 +8,13 @@ from typing import Any
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
-from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.training.artifacts import shifted_validation
-from calib_pipeline.training.provenance_checks import (
+from calib_pipeline.pipelines.artifacts import run_artifact
+from calib_pipeline.pipelines.provenance import check_run
+from calib_pipeline.training.artifacts import (
     FITTED_CALIBRATORS,
     SHIFT_LOGITS_SETS,
     SHIFTED_VAL_SUFFIX,
-    check_run,
+    shifted_validation,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,10 +69,9 @@ def fit_calibrators(
             f"calibrator(s) {missing} are not in the calibrators parameters; defined: "
             f"{sorted(calibrators)}"
         )
-    prefix = run_prefix(method.key, seed)
-    artifacts = {f"{prefix}.logits": logits}
+    artifacts = {run_artifact("logits", method.key, seed): logits}
     if shift_logits is not None:
-        artifacts[f"{prefix}.shift_logits"] = shift_logits
+        artifacts[run_artifact("shift_logits", method.key, seed)] = shift_logits
     provenance = check_run(
         method,
         seed,

@@ -2,7 +2,8 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure, run_prefix
+from calib_pipeline.pipelines.artifacts import run_artifact
+from calib_pipeline.pipelines.config import Structure
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
 from calib_pipeline.pipelines.run_info import SESSION_INPUTS
 
@@ -19,12 +20,12 @@ def create_pipeline(
         # in the order of fit_calibrators' arguments: Kedro's parameter validation maps
         # node inputs to arguments by position
         inputs = {
-            "logits": f"{run_prefix(m, s)}.logits",
+            "logits": run_artifact("logits", m, s),
             "calibrators": "params:calibrators",
             **SESSION_INPUTS,
         }
         if shifted_val:
-            inputs["shift_logits"] = f"{run_prefix(m, s)}.shift_logits"
+            inputs["shift_logits"] = run_artifact("shift_logits", m, s)
             inputs["shift"] = "params:shift"
         func = partial(
             fit_calibrators, method=structure.methods[m], seed=s, keys=structure.run_calibrators(m, s)
@@ -33,7 +34,7 @@ def create_pipeline(
             node(
                 update_wrapper(func, fit_calibrators),
                 inputs=inputs,
-                outputs=f"{run_prefix(m, s)}.calibrators",
+                outputs=run_artifact("calibrators", m, s),
                 name=f"posthoc_seed_{s}",
                 namespace=m,
                 tags=["posthoc"],

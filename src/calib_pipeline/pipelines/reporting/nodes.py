@@ -20,16 +20,16 @@ matplotlib.use("Agg")
 import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
-from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.pipelines.artifacts import run_artifact
+from calib_pipeline.pipelines.provenance import check_run
 from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
-from calib_pipeline.training.provenance import method_setups
-from calib_pipeline.training.provenance_checks import (
+from calib_pipeline.training.artifacts import (
     FITTED_CALIBRATORS,
     HISTORY_PROVENANCE,
     SHIFT_LOGITS_SETS,
-    check_run,
 )
+from calib_pipeline.training.provenance import method_setups
 
 # Reports read a run's collections without the provenance stored beside their members.
 COLLECTION_MEMBERS = {"calibrators": FITTED_CALIBRATORS, "shift": SHIFT_LOGITS_SETS}
@@ -141,21 +141,19 @@ def _checked_run(
 ) -> dict[str, Any]:
     """The ``evaluate_runs`` entry of run ``key``, once its artifacts (shift settings,
     calibrator definitions and history included) passed ``check_run``."""
-    prefix = run_prefix(method.key, seed)
-    named = {
-        f"{prefix}.logits": artifacts[f"{key}_logits"],
-        f"{prefix}.calibrators": artifacts[f"{key}_calibrators"],
-    }
+    logits = run_artifact("logits", method.key, seed)
+    calibrators = run_artifact("calibrators", method.key, seed)
+    named = {logits: artifacts[f"{key}_logits"], calibrators: artifacts[f"{key}_calibrators"]}
     shift = artifacts.get(f"{key}_shift")
     if shift is not None:
-        named[f"{prefix}.shift_logits"] = shift
+        named[run_artifact("shift_logits", method.key, seed)] = shift
     provenance = check_run(
         method, seed, named, **session, shift=shift_params,
         calibrator_definitions=calibrator_definitions, history=artifacts.get(f"{key}_histories"),
     )
     return {
-        "logits": named[f"{prefix}.logits"],
-        "calibrators": named[f"{prefix}.calibrators"][FITTED_CALIBRATORS],
+        "logits": named[logits],
+        "calibrators": named[calibrators][FITTED_CALIBRATORS],
         "shift": None if shift is None else shift[SHIFT_LOGITS_SETS],
         "run_id": provenance["run_id"],
     }

@@ -12,13 +12,15 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure, StudySpec, run_prefix, study_uses_shift
-from calib_pipeline.pipelines.posthoc.nodes import SHIFTED_VAL_SUFFIX
+from calib_pipeline.pipelines.artifacts import artifact_name, collected_runs, run_artifact
+from calib_pipeline.pipelines.config import Structure, StudySpec, study_uses_shift
 from calib_pipeline.pipelines.reporting.nodes import collect_runs, evaluate_study, run_report
 from calib_pipeline.pipelines.run_info import SESSION_INPUTS
 from calib_pipeline.reports.registry import StudyOutline, check_report, report_needs
+from calib_pipeline.training.artifacts import SHIFTED_VAL_SUFFIX
 
-ARTIFACT_SUFFIX = {
+# the artifact kind of each per-run input a report may need (reports.registry.RUN_ARTIFACTS)
+RUN_ARTIFACT_KIND = {
     "logits": "logits",
     "calibrators": "calibrators",
     "shift": "shift_logits",
@@ -32,15 +34,10 @@ def _named(func, **kwargs):
 
 def _run_inputs(run_keys: dict[str, tuple[str, int]], kinds: tuple[str, ...]) -> dict[str, str]:
     return {
-        f"{key}_{kind}": f"{run_prefix(method, seed)}.{ARTIFACT_SUFFIX[kind]}"
+        f"{key}_{kind}": run_artifact(RUN_ARTIFACT_KIND[kind], method, seed)
         for key, (method, seed) in run_keys.items()
         for kind in kinds
     }
-
-
-def collected_runs(method: str, study: str) -> str:
-    """Catalog name of ``method``'s runs collected for ``study`` (in memory)."""
-    return f"{method}.runs_for_{study}"
 
 
 def _collect_nodes(
@@ -94,13 +91,13 @@ def _report_nodes(
                     training_overrides=trainings,
                 ),
                 inputs={
-                    "metrics": f"{name}.metrics",
-                    "bins": f"{name}.reliability_bins",
+                    "metrics": artifact_name("metrics", study=name),
+                    "bins": artifact_name("reliability_bins", study=name),
                     "model": "params:model",
                     "training": "params:training",
                     **(collections if report_needs(report) else {}),
                 },
-                outputs=f"{name}.report_{report}",
+                outputs=artifact_name("report", study=name, report=report),
                 name=f"report_{report}",
                 tags=["reporting"],
             )
@@ -151,7 +148,10 @@ def study_pipeline(
                 **({"shift": "params:shift"} if shift_kind else {}),
                 **collections,
             },
-            outputs=[f"{name}.metrics", f"{name}.reliability_bins"],
+            outputs=[
+                artifact_name("metrics", study=name),
+                artifact_name("reliability_bins", study=name),
+            ],
             name="evaluate",
             tags=["reporting", "evaluation"],
         )

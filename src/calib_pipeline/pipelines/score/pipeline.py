@@ -11,6 +11,7 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
+from calib_pipeline.pipelines.artifacts import artifact_name
 from calib_pipeline.reports.scoring import (
     ScoreOptions,
     fit_calibrators,
@@ -31,26 +32,29 @@ def create_pipeline(parameters: dict) -> Pipeline:
     options = ScoreOptions.from_params(
         parameters.get("predictions"), parameters.get("calibrators") or {}
     )
-    out = f"score.{options.name}"
+    calibrators = artifact_name("score_calibrators", name=options.name)
+    metrics = artifact_name("score_metrics", name=options.name)
+    bins = artifact_name("score_reliability_bins", name=options.name)
+    predictions = artifact_name("predictions")
     # inputs in the order of the functions' arguments: Kedro maps them by position
     nodes = [
         node(
             _named(fit_calibrators, keys=list(options.calibrators)),
-            inputs=["score.predictions", "params:calibrators"],
-            outputs=f"{out}.calibrators",
+            inputs=[predictions, "params:calibrators"],
+            outputs=calibrators,
             name="fit_calibrators",
         ),
         node(
             _named(score_predictions, name=options.name),
-            inputs=["score.predictions", f"{out}.calibrators", *BINS],
-            outputs=[f"{out}.metrics", f"{out}.reliability_bins"],
+            inputs=[predictions, calibrators, *BINS],
+            outputs=[metrics, bins],
             name="evaluate",
         ),
         *(
             node(
                 _named(predictions_report, report=report),
-                inputs=[f"{out}.metrics", f"{out}.reliability_bins", f"{out}.calibrators", BINS[1]],
-                outputs=f"{out}.report_{report}",
+                inputs=[metrics, bins, calibrators, BINS[1]],
+                outputs=artifact_name("score_report", name=options.name, report=report),
                 name=f"report_{report}",
             )
             for report in REPORTS

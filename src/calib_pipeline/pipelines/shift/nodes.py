@@ -15,12 +15,9 @@ from calib_pipeline.data.shift_suites import (
     plan_shift_sets,
     predict_shift_sets,
 )
+from calib_pipeline.pipelines.provenance import check_checkpoint_data
+from calib_pipeline.training.artifacts import SHIFT_LOGITS_SETS, SHIFT_SETTINGS
 from calib_pipeline.training.predict import checkpoint_predictor
-from calib_pipeline.training.provenance_checks import (
-    SHIFT_LOGITS_SETS,
-    SHIFT_SETTINGS,
-    check_checkpoint_data,
-)
 
 logger = logging.getLogger(__name__)
 

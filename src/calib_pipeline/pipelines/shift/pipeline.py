@@ -1,6 +1,6 @@
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import run_prefix
+from calib_pipeline.pipelines.artifacts import artifact_name, run_artifact
 from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.pipelines.shift.nodes import compute_shift_logits, make_shift_sets
 
@@ -13,8 +13,8 @@ def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
     nodes = [
         node(
             make_shift_sets,
-            ["raw_data", "params:splits", "params:shift"],
-            "shift_sets",
+            [artifact_name("raw_data"), "params:splits", "params:shift"],
+            artifact_name("shift_sets"),
             name="make_shift_sets",
             tags=["shift"],
         )
@@ -22,8 +22,13 @@ def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
     nodes += [
         node(
             compute_shift_logits,
-            inputs=[f"{run_prefix(m, s)}.checkpoint", "shift_sets", "params:logits", RUN_INFO],
-            outputs=f"{run_prefix(m, s)}.shift_logits",
+            inputs=[
+                run_artifact("checkpoint", m, s),
+                artifact_name("shift_sets"),
+                "params:logits",
+                RUN_INFO,
+            ],
+            outputs=run_artifact("shift_logits", m, s),
             name=f"shift_logits_seed_{s}",
             namespace=m,
             tags=["shift"],

@@ -11,11 +11,11 @@ import torch
 from calib_pipeline.calibration.methods import MethodSpec, build_method
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_fingerprint, split_tensors
+from calib_pipeline.pipelines.provenance import check_split_definition
 from calib_pipeline.tensor_io import code_fingerprint, fingerprint
 from calib_pipeline.training import CheckpointStore, Split, TrainConfig, TrainResult, train_model
 from calib_pipeline.training.artifacts import model_from_config, run_checkpoint, run_history
 from calib_pipeline.training.provenance import run_configuration, training_provenance
-from calib_pipeline.training.provenance_checks import check_split_definition
 
 logger = logging.getLogger(__name__)
 

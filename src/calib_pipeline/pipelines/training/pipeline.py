@@ -2,7 +2,8 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Pipeline, node
 
-from calib_pipeline.pipelines.config import Structure, run_prefix
+from calib_pipeline.pipelines.artifacts import artifact_name, run_artifact
+from calib_pipeline.pipelines.config import Structure
 from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.pipelines.training.nodes import train_method
 
@@ -10,19 +11,18 @@ from calib_pipeline.pipelines.training.nodes import train_method
 def training_node(structure: Structure, method: str, seed: int):
     spec = structure.methods[method]
     func = update_wrapper(partial(train_method, method=spec, seed=seed), train_method)
-    prefix = run_prefix(method, seed)
     return node(
         func,
         inputs=[
-            "raw_data",
-            f"split_{spec.split}",
+            artifact_name("raw_data"),
+            artifact_name("split", split=spec.split),
             f"params:splits.{spec.split}",
-            f"{prefix}.resume",
+            run_artifact("resume", method, seed),
             "params:model",
             "params:training",
             RUN_INFO,
         ],
-        outputs=[f"{prefix}.checkpoint", f"{prefix}.history"],
+        outputs=[run_artifact("checkpoint", method, seed), run_artifact("history", method, seed)],
         name=f"train_seed_{seed}",
         namespace=method,
         tags=["training", f"method.{method}"],

@@ -1,0 +1,157 @@
+"""The artifact table agrees with the catalog's dataset factories and names every dataset
+the pipelines read or write; its stage and collected-runs answers are those the hooks
+give today (``hooks.producing_stage``, ``hooks.COLLECTED_RUNS``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from calib_pipeline.pipelines.artifacts import (
+    ARTIFACTS,
+    LAYERS,
+    STAGE_ORDER,
+    artifact_name,
+    collected_runs,
+    collected_study,
+    kind_of,
+    producing_stage,
+    run_artifact,
+)
+from calib_pipeline.pipelines.run_info import RUN_INFO
+from calib_pipeline.settings import config_loader, project_root
+
+CONF = Path(project_root()) / "conf"
+# a value for each placeholder of the table's patterns
+FIELDS = {"method": "focal_gamma_3", "seed": "seed_2", "study": "focal_meta", "split": "meta",
+          "report": "reliability", "name": "my_preds"}
+
+
+def catalog_entries() -> dict[str, dict]:
+    """Every catalog entry or dataset factory of every environment, by pattern."""
+    entries = {}
+    for path in sorted(CONF.glob("*/catalog*.yml")):
+        entries.update(yaml.safe_load(path.read_text()) or {})
+    return entries
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    """The registered pipelines of the test environment."""
+    from calib_pipeline.hooks import RUN_ENV
+    from calib_pipeline.pipeline_registry import register_pipelines
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(RUN_ENV, "config_loader", config_loader("test"))
+        patch.setitem(RUN_ENV, "env", "test")
+        return register_pipelines()
+
+
+@pytest.fixture(scope="module")
+def dataset_names(pipelines) -> list[str]:
+    names = {name for pipeline in pipelines.values() for name in pipeline.datasets()}
+    return sorted(name for name in names if not name.startswith("params:") and name != "parameters")
+
+
+# ------------------------------------------------------------------ table and catalog
+
+
+def test_every_catalog_pattern_is_a_kind_of_the_table_and_every_kind_is_in_the_catalog():
+    entries = catalog_entries()
+    assert sorted(entries) == sorted(kind.pattern for kind in ARTIFACTS.values())
+
+
+def test_each_kind_has_the_layer_its_catalog_entry_shows_in_kedro_viz():
+    entries = catalog_entries()
+    layers = {kind.pattern: kind.layer for kind in ARTIFACTS.values()}
+    assert {p: e["metadata"]["kedro-viz"]["layer"] for p, e in entries.items()} == layers
+    assert set(layers.values()) <= set(LAYERS)
+
+
+def test_every_stage_of_the_table_has_its_place_in_the_stage_order():
+    stages = {kind.stage for kind in ARTIFACTS.values()} - {None}
+    assert stages == set(STAGE_ORDER)
+
+
+# ------------------------------------------------------------------ names
+
+
+@pytest.mark.parametrize("kind", sorted(ARTIFACTS))
+def test_a_name_built_for_a_kind_is_recognised_as_that_kind_with_its_fields(kind):
+    artifact = ARTIFACTS[kind]
+    fields = {key: value for key, value in FIELDS.items() if f"{{{key}}}" in artifact.pattern}
+    name = artifact_name(kind, **fields)
+    assert kind_of(name) == kind
+    assert artifact.fields(name) == fields
+
+
+def test_the_builders_write_the_catalogs_names():
+    assert run_artifact("logits", "ce", 3) == "ce.seed_3.logits"
+    assert run_artifact("resume", "focal_gamma_3", 0) == "focal_gamma_3.seed_0.resume"
+    assert collected_runs("ce", "focal") == "ce.runs_for_focal"
+    assert artifact_name("split", split="meta") == "split_meta"
+    assert artifact_name("report", study="focal", report="claims") == "focal.report_claims"
+
+
+def test_a_name_matching_two_patterns_belongs_to_the_more_specific_as_in_the_catalog():
+    """``score.<name>.metrics`` also matches ``{study}.metrics``; Kedro's dataset factories
+    resolve it to the score entry, and so does the table."""
+    assert kind_of("score.my_preds.metrics") == "score_metrics"
+    assert kind_of("score.my_preds.report_summary") == "score_report"
+    assert kind_of("focal.metrics") == "metrics"
+
+
+def test_names_of_no_kind_and_unknown_kinds():
+    assert kind_of("params:training") is None and kind_of(RUN_INFO) is None
+    assert producing_stage("params:training") is None
+    assert collected_study("ce.seed_0.logits") is None
+    with pytest.raises(KeyError, match="no_such_kind"):
+        artifact_name("no_such_kind")
+    with pytest.raises(KeyError, match="study"):
+        artifact_name("metrics")
+
+
+def test_every_dataset_the_pipelines_name_is_a_kind_of_the_table(dataset_names):
+    assert dataset_names, "the test env's pipelines name datasets"
+    unnamed = [name for name in dataset_names if kind_of(name) is None and name != RUN_INFO]
+    assert unnamed == []
+    kinds = {kind_of(name) for name in dataset_names}
+    assert {"split", "checkpoint", "history", "logits", "shift_logits", "calibrators",
+            "collected_runs", "report", "score_report"} <= kinds
+
+
+# ------------------------------------------------------------------ the hooks' answers
+
+
+def test_the_producing_stage_is_the_hooks_for_every_dataset_but_the_score_pipelines(dataset_names):
+    """The same stage as ``hooks.producing_stage`` for every dataset of the test env's
+    pipelines, except the score pipeline's calibrators and tables: the hooks matched them by
+    suffix with a run's calibrators and a study's tables (and so advised
+    ``--pipelines=posthoc``); the table names the score pipeline that makes them."""
+    from calib_pipeline.hooks import producing_stage as hooks_producing_stage
+
+    differing = {n: (hooks_producing_stage(n), producing_stage(n)) for n in dataset_names
+                 if hooks_producing_stage(n) != producing_stage(n)}
+    score = sorted(n for n in dataset_names if kind_of(n) in (
+        "score_calibrators", "score_metrics", "score_reliability_bins"))
+    assert sorted(differing) == score and score
+    assert {table for _, table in differing.values()} == {"score"}
+    assert all(name.startswith("score.") for name in differing)
+
+
+def test_the_stage_order_is_the_hooks_with_the_score_pipeline_last():
+    from calib_pipeline.hooks import STAGE_ORDER as HOOKS_STAGE_ORDER
+
+    assert STAGE_ORDER == (*HOOKS_STAGE_ORDER, "score")
+
+
+def test_collected_runs_are_those_the_hooks_find_with_the_same_study(dataset_names):
+    from calib_pipeline.hooks import COLLECTED_RUNS
+
+    held = [name for name in dataset_names if COLLECTED_RUNS in name]
+    assert held and [name for name in dataset_names if collected_study(name)] == held
+    assert [collected_study(name) for name in held] == [
+        name.split(COLLECTED_RUNS, 1)[1] for name in held
+    ]
