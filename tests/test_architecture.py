@@ -95,7 +95,6 @@ LONG_FUNCTION_ALLOWED: dict[str, str] = {
     "calib_pipeline.training.engine.train_model": _LIBRARY,
     "calib_pipeline.training.engine._train_epoch": _LIBRARY,
     "calib_pipeline.training.engine._setup": _LIBRARY,
-    "calib_pipeline.training.provenance_checks.check_run": _LIBRARY,
     "calib_pipeline.calibration.posthoc.validation_size_sweep": _LIBRARY,
     "calib_pipeline.calibration._posthoc_affine._fit": _LIBRARY,
     "calib_pipeline.data.shift_suites.resolve_suites": _LIBRARY,
