@@ -249,3 +249,29 @@ def test_a_stage_whose_inputs_were_never_made_says_which_stage_to_run_first(tmp_
     assert "1 input(s) of this run do not exist yet (split_standard): run the data_split stage(s) first" in output
     assert "compute: cpu" in output or "compute: cuda" in output
     assert not (tmp_path / "data" / "06_models").exists()
+
+
+def test_kedro_run_ends_with_the_replication_report_over_every_studys_claims(tmp_path):
+    data_dir = tmp_path / "data"
+    missing = kedro("--pipelines=replication", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    assert missing.returncode != 0
+    assert "report_claims" in missing.stdout + missing.stderr and "reporting" in missing.stdout + missing.stderr
+
+    result = kedro(data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")  # every study, then the report
+    protocol = data_dir / "08_reporting" / "test"
+    studies = sorted(p.parent.parent.name for p in protocol.glob("*/claims/*"))
+    claims = pd.concat(
+        [pd.read_csv(protocol / s / "claims" / versions(protocol / s / "claims")[-1] / "claims" / "claims.csv")
+         for s in studies]
+    )
+    (version,) = versions(protocol / "replication")
+    folder = protocol / "replication" / version / "replication"
+    table = pd.read_csv(folder / "replication.csv")
+    assert sorted(set(table["study"])) == studies and len(studies) >= 2
+    assert len(table) == len(claims)
+    assert table["verdict"].value_counts().to_dict() == claims["verdict"].value_counts().to_dict()
+    summary = (folder / "summary.md").read_text()
+    applicable = int((claims["verdict"] != "not applicable").sum())
+    assert summary.startswith(f"**all papers on test: {int((claims['verdict'] == 'holds').sum())} of {applicable} applicable claims hold")
+    assert (folder / "replication.tex").exists() and (folder / "verdicts.csv").exists()
+    assert "all papers on test:" in result.stdout + result.stderr

@@ -3,8 +3,10 @@
 Names: one pipeline per stage over every study (``training``, ``posthoc``, ...), one per
 study (``focal_meta``), and one per study and stage (``focal_meta.posthoc``), so that a
 single study's cached logits can be re-scored with
-``kedro run --pipelines=focal_meta.posthoc,focal_meta.reporting``; and ``score``, which
-scores a user's predictions file (``docs/predictions.md``) and runs only when named.
+``kedro run --pipelines=focal_meta.posthoc,focal_meta.reporting``; ``replication``, which
+puts every study's claims report in one table (also part of ``__default__``); and
+``score``, which scores a user's predictions file (``docs/predictions.md``) and runs only
+when named.
 
 ``find_pipelines()`` is not used: since Kedro 1.5 ``--pipelines=X`` makes it import a
 module named X, and study names are not modules. Structural lists (methods, seeds,
@@ -23,7 +25,16 @@ from kedro.pipeline import Pipeline
 
 from calib_pipeline.data import dataset_names
 from calib_pipeline.hooks import DEFAULT_RUN_ENV, RUN_ENV
-from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, score, shift, training
+from calib_pipeline.pipelines import (
+    data_split,
+    logits,
+    posthoc,
+    replication,
+    reporting,
+    score,
+    shift,
+    training,
+)
 from calib_pipeline.pipelines.checks import check_parameters
 from calib_pipeline.pipelines.config import Structure, parse_structure, validate_buildable
 from calib_pipeline.protocols import check_protocol
@@ -103,13 +114,16 @@ def register_pipelines() -> dict[str, Pipeline]:
     pipelines: dict[str, Pipeline] = stage_pipelines(
         structure, list(structure.studies), dataset, shifted_val, protocol=protocol
     )
+    claims = [name for name, study in structure.studies.items() if "claims" in study.reports]
+    pipelines["replication"] = replication.create_pipeline(claims)
     pipelines["__default__"] = sum(pipelines.values(), Pipeline([]))
     for name in structure.studies:
         study_stages = stage_pipelines(structure, [name], dataset, shifted_val, protocol=protocol)
         for stage, pipeline in study_stages.items():
             pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
         pipelines[name] = sum(study_stages.values(), Pipeline([]))
-    if "score" in structure.studies:
-        raise ValueError("no study may be named 'score': it names the pipeline scoring a file")
+    for reserved in ("score", "replication"):
+        if reserved in structure.studies:
+            raise ValueError(f"no study may be named {reserved!r}: it names a pipeline of its own")
     pipelines["score"] = score.create_pipeline(parameters)  # run by name only, not by default
     return pipelines

@@ -122,36 +122,10 @@ def test_every_dataset_the_pipelines_name_is_a_kind_of_the_table(dataset_names):
             "collected_runs", "report", "score_report"} <= kinds
 
 
-# ------------------------------------------------------------------ the hooks' answers
-
-
-def test_the_producing_stage_is_the_hooks_for_every_dataset_but_the_score_pipelines(dataset_names):
-    """The same stage as ``hooks.producing_stage`` for every dataset of the test env's
-    pipelines, except the score pipeline's calibrators and tables: the hooks matched them by
-    suffix with a run's calibrators and a study's tables (and so advised
-    ``--pipelines=posthoc``); the table names the score pipeline that makes them."""
-    from calib_pipeline.hooks import producing_stage as hooks_producing_stage
-
-    differing = {n: (hooks_producing_stage(n), producing_stage(n)) for n in dataset_names
-                 if hooks_producing_stage(n) != producing_stage(n)}
-    score = sorted(n for n in dataset_names if kind_of(n) in (
-        "score_calibrators", "score_metrics", "score_reliability_bins"))
-    assert sorted(differing) == score and score
-    assert {table for _, table in differing.values()} == {"score"}
-    assert all(name.startswith("score.") for name in differing)
-
-
-def test_the_stage_order_is_the_hooks_with_the_score_pipeline_last():
-    from calib_pipeline.hooks import STAGE_ORDER as HOOKS_STAGE_ORDER
-
-    assert STAGE_ORDER == (*HOOKS_STAGE_ORDER, "score")
-
-
-def test_collected_runs_are_those_the_hooks_find_with_the_same_study(dataset_names):
-    from calib_pipeline.hooks import COLLECTED_RUNS
-
-    held = [name for name in dataset_names if COLLECTED_RUNS in name]
-    assert held and [name for name in dataset_names if collected_study(name)] == held
-    assert [collected_study(name) for name in held] == [
-        name.split(COLLECTED_RUNS, 1)[1] for name in held
-    ]
+def test_a_studys_claims_report_is_the_replication_reports_prerequisite():
+    assert kind_of("replication.report") == "replication_report"
+    assert artifact_name("replication_report") == "replication.report"
+    # the replication pipeline reads the studies' claims: missing ones need their reporting
+    assert producing_stage("focal.report_claims") == "reporting"
+    assert producing_stage("replication.report") is None  # nothing reads it
+    assert STAGE_ORDER.index("reporting") < STAGE_ORDER.index("replication")

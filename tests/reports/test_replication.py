@@ -53,13 +53,12 @@ def test_combined_table_keeps_every_claim_with_its_study_and_numbers():
 
 def test_counts_per_paper_and_overall():
     summary = verdict_summary(combined_claims(STUDIES)).set_index("paper")
-    assert summary.loc["mukhoti", "holds"] == 1
+    assert summary.loc["mukhoti", "holds"] == 1 and summary.loc["mukhoti", "study"] == "focal"
     assert summary.loc["mukhoti", "applicable"] == 3  # "not applicable" is not counted
     assert summary.loc["mukhoti", "decided"] == 2
     assert summary.loc["focal_meta", "not measured"] == 1
     assert summary.loc["all", "applicable"] == 6
     assert summary.loc["all", "holds"] == 3 and summary.loc["all", "contradicted"] == 1
-    assert summary.loc["all", "studies"] == "focal, focal_meta"
 
 
 def test_report_lines_and_metrics():
@@ -70,7 +69,7 @@ def test_report_lines_and_metrics():
         "1 inconclusive, 1 not measured**"
     )
     assert (
-        "- Mukhoti et al. (2020), On using focal loss for neural network calibration on "
+        "- Mukhoti et al. (2020), On using focal loss for neural network calibration (study focal) on "
         "fashion_mnist: 1 of 3 applicable claims hold, 1 contradicted, 1 inconclusive\n"
     ) in report["summary"]
     assert report["metrics"]["replication.holds"] == 3.0
@@ -88,7 +87,7 @@ def test_report_writes_csv_markdown_and_latex(tmp_path):
     assert "\\begin{tabular}" in (tmp_path / "replication.tex").read_text()
 
 
-def test_refuses_no_studies_foreign_tables_unknown_verdicts_and_double_counting():
+def test_refuses_no_studies_foreign_tables_and_unknown_verdicts():
     with pytest.raises(ValueError, match="no claims tables"):
         combined_claims({})
     with pytest.raises(ValueError, match=r"study 'focal' has no column\(s\) \['verdict'"):
@@ -96,5 +95,21 @@ def test_refuses_no_studies_foreign_tables_unknown_verdicts_and_double_counting(
     bad = STUDIES["focal"].assign(verdict=["holds", "maybe", "holds", "holds"])
     with pytest.raises(ValueError, match=r"unknown verdicts \['maybe'\]"):
         combined_claims({"focal": bad})
-    with pytest.raises(ValueError, match="judged by more than one study: mukhoti:claim_0"):
-        combined_claims({"focal": STUDIES["focal"], "focal_again": STUDIES["focal"]})
+
+
+def test_a_claim_two_studies_judge_keeps_a_row_per_study_and_the_report_says_so():
+    both = {"focal": STUDIES["focal"], "focal_variant": STUDIES["focal"].iloc[:2]}
+    table = combined_claims(both)
+    assert len(table) == 6 and list(table["study"]) == ["focal"] * 4 + ["focal_variant"] * 2
+    summary = verdict_summary(table)
+    assert list(summary["study"]) == ["focal", "focal_variant", "all"]
+    assert summary.iloc[-1]["holds"] == 2  # counted once per study
+    report = replication_report(both, "test")
+    assert "2 claim(s) judged by more than one study are counted once per study: " \
+        "mukhoti:claim_0, mukhoti:claim_1." in report["summary"]
+
+
+def test_a_studys_own_claims_are_named_as_such():
+    own = {"baseline": claims_table("baseline", ["holds", "inconclusive"])}
+    report = replication_report(own, "test")
+    assert "- study baseline's own claims on test: 1 of 2 applicable claims hold" in report["summary"]

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 # The stages in the order they make artifacts; the preflight names missing ones in this order.
-STAGE_ORDER = ("data_split", "training", "logits", "shift", "posthoc", "reporting", "score")
+STAGE_ORDER = (
+    "data_split", "training", "logits", "shift", "posthoc", "reporting", "replication", "score"
+)
 LAYERS = ("raw", "intermediate", "models", "model_output", "reporting")
 FIELD = re.compile(r"\{(\w+)\}")
 
@@ -35,7 +37,9 @@ class ArtifactKind:
         prerequisite: a run that reads it without running ``stage`` needs the version an
             earlier run stored (the preflight names ``stage`` when there is none); False for
             what no other stage reads: the resume store (read by the training node that
-            writes it), the in-memory hand-over of a method's runs to a study, and reports.
+            writes it), the in-memory hand-over of a method's runs to a study, and the
+            replication and score reports. (A study's reports are read by the replication
+            stage.)
     """
 
     pattern: str
@@ -82,7 +86,8 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     ),
     "metrics": ArtifactKind("{study}.metrics", "reporting", "reporting"),
     "reliability_bins": ArtifactKind("{study}.reliability_bins", "reporting", "reporting"),
-    "report": ArtifactKind("{study}.report_{report}", "reporting", "reporting", prerequisite=False),
+    "report": ArtifactKind("{study}.report_{report}", "reporting", "reporting"),
+    "replication_report": ArtifactKind("replication.report", "replication", "reporting", prerequisite=False),
     "predictions": ArtifactKind("score.predictions", None, "raw"),
     "score_calibrators": ArtifactKind("score.{name}.calibrators", "score", "reporting"),
     "score_metrics": ArtifactKind("score.{name}.metrics", "score", "reporting"),
@@ -120,7 +125,7 @@ def kind_of(name: str) -> str | None:
 def producing_stage(name: str) -> str | None:
     """The stage to run before a run that reads ``name`` without making it: the stage that
     writes it, for a prerequisite kind (None for parameters, raw data, the resume store, the
-    in-memory hand-over of runs to a study, and reports)."""
+    in-memory hand-over of runs to a study, and the replication and score reports)."""
     kind = kind_of(name)
     return ARTIFACTS[kind].stage if kind and ARTIFACTS[kind].prerequisite else None
 

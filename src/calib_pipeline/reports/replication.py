@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from calib_pipeline.reports.claim_specs import paper_title
+from calib_pipeline.reports.claim_specs import paper_names, paper_title
 from calib_pipeline.reports.claims import (
     CONTRADICTED,
     HOLDS,
@@ -47,42 +47,44 @@ def _checked(study: str, table: pd.DataFrame) -> pd.DataFrame:
 
 def combined_claims(claims: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Every study's claims rows in one table, ordered by paper, then study, then as the
-    study listed them.
+    study listed them. A claim that two studies judge (say ``focal`` and a variant of it
+    checking some of Mukhoti et al.'s claims on other methods) keeps one row per study: each
+    is evidence from other runs.
 
     Args:
         claims: study -> its claims table (the ``claims`` artifact of its claims report).
 
     Raises:
-        ValueError: no study, a table without the claims columns or with an unknown verdict,
-            or one claim id judged twice for one paper (two studies checking the same
-            paper's claims would be counted twice).
+        ValueError: no study, a table without the claims columns or with an unknown verdict.
     """
     if not claims:
         raise ValueError("no claims tables: run the studies (with a claims report) first")
     table = pd.concat([_checked(s, t) for s, t in claims.items()], ignore_index=True)
-    twice = table[table.duplicated(["paper", "id"], keep=False)]
-    if not twice.empty:
-        pairs = sorted({f"{r.paper}:{r.id} ({r.study})" for r in twice.itertuples()})
-        raise ValueError(f"claims judged by more than one study: {', '.join(pairs[:6])}")
     order = {paper: i for i, paper in enumerate(dict.fromkeys(table["paper"]))}
     table = table.assign(_order=table["paper"].map(order))
     table = table.sort_values(["_order", "study"], kind="stable").drop(columns="_order")
     return table.loc[:, list(TABLE_COLUMNS)].reset_index(drop=True)
 
 
+def judged_twice(table: pd.DataFrame) -> list[str]:
+    """``paper:id`` of every claim that more than one study judged."""
+    twice = table[table.duplicated(["paper", "id"], keep=False)]
+    return sorted({f"{row.paper}:{row.id}" for row in twice.itertuples()})
+
+
 def verdict_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Verdict counts per paper and overall (the last row, ``paper == "all"``).
+    """Verdict counts per paper and study, and overall (the last row, ``paper == "all"``).
 
     ``applicable`` counts the claims the protocol's dataset is meant to show (all but "not
     applicable"); ``decided`` those that hold or are contradicted."""
     rows = []
-    groups = [(paper, part) for paper, part in table.groupby("paper", sort=False)]
-    for paper, part in [*groups, ("all", table)]:
+    groups = list(table.groupby(["paper", "study"], sort=False))
+    for (paper, study), part in [*groups, (("all", "all"), table)]:
         counts = verdict_counts(part)
         applicable = sum(counts[v] for v in VERDICTS if v != NOT_APPLICABLE)
         rows.append({
             "paper": paper,
-            "studies": ", ".join(dict.fromkeys(part["study"])),
+            "study": study,
             "applicable": applicable,
             "decided": counts[HOLDS] + counts[CONTRADICTED],
             **counts,
@@ -91,11 +93,17 @@ def verdict_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_lines(summary: pd.DataFrame, protocol: str) -> list[str]:
-    """One line per paper and the overall line, e.g. ``mukhoti on fashion_mnist: 6 of 18
-    applicable claims hold, 3 contradicted, 9 inconclusive``."""
+    """One line per paper and study, then the overall line, e.g. ``Mukhoti et al. (2020),
+    ... (study focal) on fashion_mnist: 6 of 18 applicable claims hold, 3 contradicted, 9
+    inconclusive``."""
     lines = []
     for row in summary.to_dict("records"):
-        name = "all papers" if row["paper"] == "all" else paper_title(row["paper"])
+        if row["paper"] == "all":
+            name = "all papers"
+        elif row["paper"] in paper_names():
+            name = f"{paper_title(row['paper'])} (study {row['study']})"
+        else:  # claims a study states itself carry the study's name as their paper
+            name = f"study {row['study']}'s own claims"
         line = (
             f"{name} on {protocol}: {row[HOLDS]} of {row['applicable']} applicable claims hold, "
             f"{row[CONTRADICTED]} contradicted, {row[INCONCLUSIVE]} inconclusive"
@@ -125,6 +133,11 @@ def replication_report(claims: Mapping[str, pd.DataFrame], protocol: str) -> dic
     counts = verdict_summary(table)
     lines = summary_lines(counts, protocol)
     overall, per_paper = lines[-1], lines[:-1]
+    twice = judged_twice(table)
+    counted = (
+        f" {len(twice)} claim(s) judged by more than one study are counted once per study: "
+        f"{', '.join(twice)}." if twice else ""
+    )
     text = "\n".join([
         f"**{overall}**",
         "",
@@ -133,7 +146,7 @@ def replication_report(claims: Mapping[str, pd.DataFrame], protocol: str) -> dic
         *[f"- {line}" for line in per_paper],
         "",
         "Each verdict is the study's own claims report (docs/claims.md); `decided` counts the "
-        "claims that hold or are contradicted.",
+        f"claims that hold or are contradicted.{counted}",
         "",
     ])
     last = counts.iloc[-1]

@@ -1,0 +1,5 @@
+"""The replication stage: every study's claims of the environment in one report."""
+
+from calib_pipeline.pipelines.replication.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]
