@@ -30,12 +30,16 @@ def same(value, other) -> bool:
     if isinstance(value, torch.Tensor):
         return isinstance(other, torch.Tensor) and torch.equal(value, other)
     if isinstance(value, dict):
-        return isinstance(other, dict) and value.keys() == other.keys() and all(
-            same(value[key], other[key]) for key in value
+        return (
+            isinstance(other, dict)
+            and value.keys() == other.keys()
+            and all(same(value[key], other[key]) for key in value)
         )
     if isinstance(value, (list, tuple)):
-        return type(value) is type(other) and len(value) == len(other) and all(
-            same(a, b) for a, b in zip(value, other)
+        return (
+            type(value) is type(other)
+            and len(value) == len(other)
+            and all(same(a, b) for a, b in zip(value, other))
         )
     return value == other
 
@@ -48,12 +52,25 @@ def test_train_run_called_directly_returns_what_the_training_node_returns(tmp_pa
         "training_params": TEST_PARAMETERS["training"],
     }
     node_checkpoint, node_history = train_method(
-        data, split, SPLIT_DEFINITION, CheckpointStore(tmp_path / "node"),
-        settings["model_params"], settings["training_params"], SESSION, method=FOCAL, seed=0,
+        data,
+        split,
+        SPLIT_DEFINITION,
+        CheckpointStore(tmp_path / "node"),
+        settings["model_params"],
+        settings["training_params"],
+        SESSION,
+        method=FOCAL,
+        seed=0,
     )
     checkpoint, history = train_run(
-        data, split, SPLIT_DEFINITION, CheckpointStore(tmp_path / "library"),
-        method=FOCAL, seed=0, **settings, **SESSION,
+        data,
+        split,
+        SPLIT_DEFINITION,
+        CheckpointStore(tmp_path / "library"),
+        method=FOCAL,
+        seed=0,
+        **settings,
+        **SESSION,
     )
 
     assert node_checkpoint["resumed_after_epoch"] == checkpoint["resumed_after_epoch"] == 0

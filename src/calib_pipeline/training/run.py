@@ -81,9 +81,29 @@ def train_run(
     torch.manual_seed(seed)
     model = model_from_config(data, run_config["model"])
     learner = build_method(method, num_classes=data.num_classes, feature_dim=model.feature_dim)
+    result = _train(
+        model, learner, data, split, config, store, fingerprint(run_config), method, seed
+    )
+    _log_outcome(method.key, seed, result)
+    provenance = training_provenance(run_config, run_id=run_id, env=env, protocol=protocol)
+    checkpoint = run_checkpoint(method, seed, data, run_config, result, provenance, learner)
+    return checkpoint, run_history(method.key, seed, result, provenance)
+
+
+def _train(
+    model: torch.nn.Module,
+    learner: Any,
+    data: ImageData,
+    split: Mapping[str, list[int]],
+    config: TrainConfig,
+    store: CheckpointStore,
+    configuration: str,
+    method: MethodSpec,
+    seed: int,
+) -> TrainResult:
+    """The engine on the split's parts, resuming from the store's folder of ``configuration``."""
     parts = {part: Split(*split_tensors(data, split, part)) for part in [*split, "test"]}
-    configuration = fingerprint(run_config)
-    result = train_model(
+    return train_model(
         model,
         learner,
         parts["train"],
@@ -100,10 +120,6 @@ def train_run(
         record_epoch_logits=method.record_epoch_logits,
         description=f"{method.key} seed {seed}",
     )
-    _log_outcome(method.key, seed, result)
-    provenance = training_provenance(run_config, run_id=run_id, env=env, protocol=protocol)
-    checkpoint = run_checkpoint(method, seed, data, run_config, result, provenance, learner)
-    return checkpoint, run_history(method.key, seed, result, provenance)
 
 
 def _run_config(

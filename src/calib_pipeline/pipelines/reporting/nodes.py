@@ -21,7 +21,7 @@ import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.config import run_prefix
-from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
+from calib_pipeline.reports.evaluation import evaluate_runs, evaluation_options
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 from calib_pipeline.training.provenance import method_setups
 from calib_pipeline.training.provenance_checks import (
@@ -74,19 +74,17 @@ def evaluate_study(
 
     Args:
         dataset: the ``dataset`` parameters (its ``name`` goes into every row).
-        model, training, splits: the session's parameters; every run's artifacts must have
-            been trained as they (with ``dataset``) say.
-        run_info: the session's identity; every run's artifacts must be of its protocol.
-        evaluation: the ``evaluation`` parameters (``n_bins``, ``reliability_bins``,
-            ``shift_metrics``).
-        shift: the session's ``shift`` parameters (when the study reads shift logits);
-            shift logits made under other settings are refused.
+        model, training, splits, run_info: the session's parameters and identity; every
+            run's artifacts must have been trained as they (with ``dataset``) say, under
+            its protocol.
+        evaluation: the ``evaluation`` parameters
+            (:func:`~calib_pipeline.reports.evaluation.evaluation_options`).
+        shift: the session's ``shift`` parameters; shift logits made under others are refused.
         study: the study name.
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
-        report_bins: bin counts the study's reports draw; their reliability bins are kept
-            besides the evaluation's.
+        report_bins: bin counts the study's reports draw, kept in the per-bin table too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused.
         **collections: one :func:`collect_runs` value per method, holding ``r<i>_logits``,
@@ -97,37 +95,40 @@ def evaluate_study(
         per-bin reliability table.
 
     Raises:
-        ProvenanceError: a run's artifacts come from different trainings, from another
-            protocol, or from a training the session's parameters do not describe; nothing
-            is scored.
+        ProvenanceError: a run's artifacts come from different trainings, another protocol
+            or a training the session's parameters do not describe; nothing is scored.
     """
-    artifacts = _runs(collections)
-    session = {
-        "dataset": dataset,
-        "model": model,
-        "training": training,
-        "splits": splits,
-        "run_info": run_info,
-    }
-    runs = {
-        f"{method}|{seed}": _checked_run(
-            methods[method], seed, key, artifacts, session, calibrator_definitions or {}, shift
-        )
-        for key, (method, seed) in run_keys.items()
-    }
-    n_bins = int(evaluation.get("n_bins", 15))
+    session = dict(
+        dataset=dataset, model=model, training=training, splits=splits, run_info=run_info
+    )
+    runs = _checked_runs(
+        run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
+    )
     return evaluate_runs(
         runs,
         dataset=dataset["name"],
         study=study,
         labels={key: method.label for key, method in methods.items()},
         calibrators=calibrators,
-        n_bins=n_bins,
-        reliability_bin_counts=tuple(
-            sorted({n_bins, *evaluation.get("reliability_bins", []), *report_bins})
-        ),
-        shift_metrics=tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
+        **evaluation_options(evaluation, report_bins),
     )
+
+
+def _checked_runs(
+    run_keys: dict[str, tuple[str, int]],
+    methods: dict[str, MethodSpec],
+    artifacts: dict[str, Any],
+    session: dict[str, Any],
+    calibrator_definitions: dict[str, dict[str, Any]],
+    shift_params: dict[str, Any] | None,
+) -> dict[str, dict[str, Any]]:
+    """``"<method>|<seed>"`` -> the ``evaluate_runs`` entry of each run of ``run_keys``."""
+    return {
+        f"{method}|{seed}": _checked_run(
+            methods[method], seed, key, artifacts, session, calibrator_definitions, shift_params
+        )
+        for key, (method, seed) in run_keys.items()
+    }
 
 
 def _checked_run(
