@@ -87,8 +87,7 @@ def evaluate_study(
         report_bins: bin counts the study's reports draw, kept in the per-bin table too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused.
-        **collections: one :func:`collect_runs` value per method, holding ``r<i>_logits``,
-            ``r<i>_calibrators`` and ``r<i>_shift`` of its runs.
+        **collections: one :func:`collect_runs` value per method (its runs' artifacts).
 
     Returns:
         The tidy metrics table (with the ``run_id`` that trained each row's model) and the
@@ -98,20 +97,19 @@ def evaluate_study(
         ProvenanceError: a run's artifacts come from different trainings, another protocol
             or a training the session's parameters do not describe; nothing is scored.
     """
-    session = dict(
-        dataset=dataset, model=model, training=training, splits=splits, run_info=run_info
-    )
+    session = {
+        "dataset": dataset,
+        "model": model,
+        "training": training,
+        "splits": splits,
+        "run_info": run_info,
+    }
     runs = _checked_runs(
         run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
     )
-    return evaluate_runs(
-        runs,
-        dataset=dataset["name"],
-        study=study,
-        labels={key: method.label for key, method in methods.items()},
-        calibrators=calibrators,
-        **evaluation_options(evaluation, report_bins),
-    )
+    labels = {key: method.label for key, method in methods.items()}
+    options = {"calibrators": calibrators, **evaluation_options(evaluation, report_bins)}
+    return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
 
 
 def _checked_runs(
@@ -198,17 +196,27 @@ def run_report(
     Returns:
         artifact name -> DataFrame / Markdown string / Figure.
     """
-    artifacts = _runs(collections)
     models, schedules = method_setups(
         study["methods"], model, model_overrides, training, training_overrides
     )
     results = StudyResults(metrics=metrics, bins=bins, models=models, schedules=schedules, **study)
+    _add_run_artifacts(results, report_needs(report), run_keys, _runs(collections))
+    return build_report(report, results, **options)
+
+
+def _add_run_artifacts(
+    results: StudyResults,
+    kinds: tuple[str, ...],
+    run_keys: dict[str, tuple[str, int]],
+    artifacts: dict[str, Any],
+) -> None:
+    """Put each run's artifacts of ``kinds`` into ``results`` as reports read them: the
+    collections' members without their provenance, histories without provenance columns."""
     for key, (method, seed) in run_keys.items():
-        for kind in report_needs(report):
+        for kind in kinds:
             value = artifacts.get(f"{key}_{kind}")
             if value is not None and kind == "histories":  # checked by evaluate_study
                 value = value.drop(columns=[c for c in HISTORY_PROVENANCE if c in value.columns])
             if value is not None:
                 members = COLLECTION_MEMBERS.get(kind)
                 getattr(results, kind)[(method, int(seed))] = value[members] if members else value
-    return build_report(report, results, **options)
