@@ -821,6 +821,18 @@ CLAIM = Option("a claim mapping in the format of docs/claims.md", _check_claim)
 POWER = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
+def _method_note(results: StudyResults, alpha: float, power: float) -> str:
+    """How the report measures and judges a claim, and in which units."""
+    return (
+        f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
+        f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
+        "the verdict; "
+        f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
+        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
+        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
+    )
+
+
 @report(
     "claims",
     needs=("histories", "calibrators"),
@@ -877,14 +889,7 @@ def claims_report(
     gaps = protocol_gaps(results, resolved, rename)
     line += protocol_suffix(gaps, results.dataset)  # holding claims alone are no reproduction
     logger.info(line)
-    settings = protocol_notes(results, resolved, rename) + (
-        f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
-        f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
-        "the verdict; "
-        f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
-        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
-        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
-    )
+    settings = protocol_notes(results, resolved, rename) + _method_note(results, alpha, power)
     verdicts = {
         "study": results.study,
         "dataset": results.dataset,
