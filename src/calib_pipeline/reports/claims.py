@@ -833,20 +833,23 @@ def _method_note(results: StudyResults, alpha: float, power: float) -> str:
     )
 
 
+CLAIMS_OPTIONS = {
+    "papers": optional(list_of(choice(*paper_names()))),
+    "claims": optional(list_of(CLAIM)),
+    "only": optional(list_of(TEXT)),
+    "rename": optional(mapping(TEXT, TEXT)),
+    "alpha": SIGNIFICANCE,
+    "power": POWER,
+}
+
+
 @report(
     "claims",
     needs=("histories", "calibrators"),
     shifted=_reads_shift,
     study_check=check_study_claims,
     calibrators=claim_calibrators,
-    options={
-        "papers": optional(list_of(choice(*paper_names()))),
-        "claims": optional(list_of(CLAIM)),
-        "only": optional(list_of(TEXT)),
-        "rename": optional(mapping(TEXT, TEXT)),
-        "alpha": SIGNIFICANCE,
-        "power": POWER,
-    },
+    options=CLAIMS_OPTIONS,
 )
 def claims_report(
     results: StudyResults,
@@ -890,7 +893,20 @@ def claims_report(
     line += protocol_suffix(gaps, results.dataset)  # holding claims alone are no reproduction
     logger.info(line)
     settings = protocol_notes(results, resolved, rename) + _method_note(results, alpha, power)
-    verdicts = {
+    return {
+        "claims": table,
+        "effects": effects,
+        "summary": _markdown(results, table, resolved, line, settings),
+        "verdicts": _verdicts(results, table, line, gaps),
+    }
+
+
+def _verdicts(
+    results: StudyResults, table: pd.DataFrame, line: str, gaps: tuple[list[str], bool] | None
+) -> dict[str, Any]:
+    """:func:`claims_report`'s ``verdicts``: the verdict line, the protocol gaps, the counts
+    and :func:`claims_metrics`."""
+    return {
         "study": results.study,
         "dataset": results.dataset,
         "line": line,
@@ -898,10 +914,4 @@ def claims_report(
         "settings_stated": None if gaps is None else gaps[1],
         "counts": verdict_counts(table),
         "metrics": claims_metrics(table),
-    }
-    return {
-        "claims": table,
-        "effects": effects,
-        "summary": _markdown(results, table, resolved, line, settings),
-        "verdicts": verdicts,
     }

@@ -252,19 +252,22 @@ def _temperatures_of(results: StudyResults, runs: Any, key: str) -> pd.DataFrame
     return temperatures
 
 
+TABLE_OPTIONS = {
+    "calibrator": optional(TEXT),
+    "metrics": optional(list_of(TEXT)),
+    "spread": choice(*SPREADS),
+    "digits": integer(low=0),
+    "temperature_digits": integer(low=0),
+    **SELECTION_OPTIONS,
+}
+
+
 @report(
     "mukhoti_table",
     needs=("calibrators",),
     calibrators=calibrators_in("calibrator"),
     study_check=study_needs_calibrator("calibrator"),
-    options={
-        "calibrator": optional(TEXT),
-        "metrics": optional(list_of(TEXT)),
-        "spread": choice(*SPREADS),
-        "digits": integer(low=0),
-        "temperature_digits": integer(low=0),
-        **SELECTION_OPTIONS,
-    },
+    options=TABLE_OPTIONS,
 )
 def mukhoti_table(
     results: StudyResults,
@@ -303,15 +306,9 @@ def mukhoti_table(
     key = calibrator_key(selected, calibrator)
     runs = selected[["method", "seed"]].drop_duplicates().itertuples(index=False)
     temperatures = _temperatures_of(results, runs, key)
+    cells = {"spread": spread, "digits": digits, "temperature_digits": temperature_digits}
     wide = table(
-        selected,
-        key,
-        metrics=metrics,
-        methods=results.methods,
-        temperatures=temperatures,
-        spread=spread,
-        digits=digits,
-        temperature_digits=temperature_digits,
+        selected, key, metrics=metrics, methods=results.methods, temperatures=temperatures, **cells
     )
     text = _table_text(results, wide, key, metrics, spread, record)
     published, section = published_artifacts(results, "mukhoti", {"ts": key}, temperatures)

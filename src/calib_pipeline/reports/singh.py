@@ -276,18 +276,12 @@ def singh_table(
     Args:
         calibrator: calibrator key of the TS rows (default: the table's first calibrator
             other than ``none``, i.e. ``ts_fixed`` in the ``dark_side`` study).
-        calibrated: ``"all"`` (a ``<method> + <calibrator>`` row after every method) or
-            ``"baseline"`` (the paper: only the baseline's TS row).
-        baseline: the baseline method key (default the study's first method, CE).
-        metrics: metric keys (default Brier, ECE, AUROC, α, β, γ; ``α − β − γ`` is added
-            when all three decomposition terms are present).
+        calibrated, baseline, metrics, test, alpha, spread, digits: as for :func:`table`
+            (the paper: ``calibrated="baseline"``, the baseline CE, ``spread="std"``); a
+            cell is **bold** in the Markdown (the paper's "clearly worse than the
+            baseline") when the t-test finds it worse than the uncalibrated baseline.
         shifts: shift names (default ``["none"]``, the clean test split); every other
             shift gives one table per severity (Table 3 for natural shift sets).
-        test, alpha: a cell is **bold** in the Markdown (the paper's "clearly worse than
-            the baseline") when it is worse than the uncalibrated baseline by a
-            two-sample t-test at ``alpha`` (Brier / ECE higher, AUROC lower); needs at
-            least 2 seeds.
-        spread, digits: ``"std"`` (the paper) or ``"sem"``; decimals.
         selection, selection_metric: sweep selection (module docstring).
 
     Returns:

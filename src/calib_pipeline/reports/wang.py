@@ -432,18 +432,23 @@ def _members_known(study: StudyOutline, options: Mapping[str, Any]) -> None:
             )
 
 
+CALIBRATABILITY_OPTIONS = {
+    "calibrators": list_of(TEXT),
+    "baseline": TEXT,
+    "alpha": SIGNIFICANCE,
+    "n_bins": POSITIVE,
+    "oracle_grid": TEMPERATURE_GRID,
+    "select_by": TEXT,
+    "exclude": optional(list_of(TEXT)),
+}
+
+
 @report(
-    "calibratability_table", needs=("logits", "calibrators"), calibrators=calibrators_in("calibrators"),
+    "calibratability_table",
+    needs=("logits", "calibrators"),
+    calibrators=calibrators_in("calibrators"),
     study_check=_members_known,  # baseline and exclude, before any training
-    options={
-        "calibrators": list_of(TEXT),
-        "baseline": TEXT,
-        "alpha": SIGNIFICANCE,
-        "n_bins": POSITIVE,
-        "oracle_grid": TEMPERATURE_GRID,
-        "select_by": TEXT,
-        "exclude": optional(list_of(TEXT)),
-    },
+    options=CALIBRATABILITY_OPTIONS,
 )
 def calibratability_table(
     results: StudyResults,
