@@ -30,13 +30,16 @@ run-all: $(STAMP)  ## every study
 	$(BIN)/kedro run --env=$(ENV)
 
 # Test processes (pytest-xdist): each test process keeps torch at one thread (tests/conftest.py),
-# so 2 fill CI's 2 cores (12.9 min instead of 18 serially on the 2-core development machine,
-# measured 2026-11-27); `make test TEST_WORKERS=8`
+# so 2 fill CI's 2 cores (both ways measured: docs/performance.md); `make test TEST_WORKERS=8`
 # on a bigger machine (~1.6 GB of memory each). Whole files go to one process (--dist
 # loadfile): a module's shared fixture (one kedro run) runs once, not once per process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)  ## the whole test suite (unit, pipeline, end-to-end kedro run, notebook)
+.PHONY: lint
+lint: $(STAMP)  ## ruff (pinned in the test extra): its rules (pyproject.toml) and the formatting
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+test: $(STAMP) lint  ## lint, then the whole suite (unit, pipeline, end-to-end kedro run, notebook)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)

@@ -19,11 +19,11 @@ training epoch (``torch.cuda.set_sync_debug_mode``). ``--smoke`` runs the same c
 the CPU at a tiny size (small models, 16 x 16 images, compile with the ``aot_eager``
 backend) so CI can check the script; its numbers mean nothing for a GPU.
 
-    PYTHONPATH=src python benchmarks/bench_gpu.py            # on a GPU machine, < 5 min
-    PYTHONPATH=src python benchmarks/bench_gpu.py --smoke --epochs 2   # CPU, ~30 s
+    PYTHONPATH=src python benchmarks/bench_gpu.py            # on a GPU machine
+    PYTHONPATH=src python benchmarks/bench_gpu.py --smoke --epochs 2   # CPU
 
-Measured on one H200 (torch 2.11): the default run took 120 s wall with --epochs 3 (on an
-H100, 148 s with --epochs 4); the tables are in docs/performance.md. ``--models`` adds the papers' other architectures
+Run times: benchmarks/README.md; measured tables: docs/performance.md.
+``--models`` adds the papers' other architectures
 (resnet50, resnet110, wrn_26_10, densenet121, vgg16_bn, resnet18@64), ``--loops`` picks
 rows, ``--learner fl_gamma_sece`` times a meta-learner's engine loop, ``--host-overhead``
 times only what the host spends per step (bare loop vs engine on ResNet-18 at width 2),

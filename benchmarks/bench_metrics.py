@@ -40,6 +40,7 @@ import torch
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 from calib_pipeline.calibration import _metrics_binning, _metrics_kernels, metrics
+from calib_pipeline.calibration._metrics_exp2 import LOG2_E
 
 
 def median_seconds(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -274,7 +275,7 @@ def bench_breakdown(n: int, repeats: int) -> None:
     mass, ones = torch.empty(rows), torch.ones(100)
     # realistic inputs of the later passes (the first block's), never overwritten
     difference = blocks[0] - blocks[0].amax(dim=1, keepdim=True)
-    scaled = difference * _metrics_kernels.LOG2_E
+    scaled = difference * LOG2_E
     powers = scaled.exp2()
     index = torch.arange(rows) * 100 + labels[:rows]
     label_score = torch.empty(rows)
@@ -286,7 +287,7 @@ def bench_breakdown(n: int, repeats: int) -> None:
         {
             "amax (reads the block)": each_block(lambda b: torch.amax(b, dim=1, out=peak)),
             "sub (block - max)": each_block(lambda b: torch.sub(b, peak.unsqueeze(1), out=work)),
-            "mul by log2 e": each_block(lambda b: torch.mul(difference, _metrics_kernels.LOG2_E, out=work)),
+            "mul by log2 e": each_block(lambda b: torch.mul(difference, LOG2_E, out=work)),
             "amin (NaN/inf witness)": each_block(lambda b: torch.amin(scaled)),
             "exp2": each_block(lambda b: torch.exp2(scaled, out=work)),
             "mv (row sums)": each_block(lambda b: torch.mv(powers, ones, out=mass)),

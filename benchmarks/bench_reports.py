@@ -7,10 +7,10 @@ draws exactly those bars with ``ax.bar``, one artist each, as the report did bef
 per figure. Both build the figure with ``reliability_figure`` and save it as the report
 dataset does (PNG, 120 dpi, tight bounding box), alternating round by round.
 
-Measured 2026-11-27 on the 2-core CPU: 100 bins 16.81 s (anchor) vs 7.00 s (2.40x), 15 bins
-8.49 vs 7.59 s (1.12x); most of what is left is matplotlib laying out 48 axes' ticks.
+Measured figures: benchmarks/README.md; most of what is left of the report's time is
+matplotlib laying out 48 axes' ticks.
 
-    PYTHONPATH=src python benchmarks/bench_reports.py                 # ~2 min on 2 cores
+    PYTHONPATH=src python benchmarks/bench_reports.py
     PYTHONPATH=src python benchmarks/bench_reports.py --panels 2 --bins 15 --rounds 1
 """
 

@@ -11,7 +11,7 @@ differences grow over many SGD steps, see ``_difference``) before it prints the 
 the comparison is of equal work. The engine does not train seeds this way: see docs/performance.md for the
 measurement that decided it.
 
-    PYTHONPATH=src python benchmarks/bench_vmap_seeds.py               # ~20 s on 2 CPU cores
+    PYTHONPATH=src python benchmarks/bench_vmap_seeds.py
     PYTHONPATH=src python benchmarks/bench_vmap_seeds.py --seeds 2 5 --device cuda
 """
 

@@ -6,7 +6,9 @@ import mlflow
 import pytest
 
 from calib_pipeline.retention import (
+    RUN_LOCK,
     Lineage,
+    active_versions,
     lineage,
     main,
     plan,
@@ -95,7 +97,10 @@ def test_lineage_of_the_catalog_layout(tmp_path):
     assert lineage(data / "02_intermediate/digits/splits/meta.json", data) == Lineage(0, "digits", None)
     assert lineage(data / "07_model_output/digits/ce/seed_1/shift_logits.pt", data) == Lineage(2, "digits", ("ce", "seed_1"))
     assert lineage(data / "06_models/digits/ce/seed_1/calibrators.pt", data) == Lineage(3, "digits", ("ce", "seed_1"))
-    assert lineage(data / "08_reporting/digits/focal/table_1", data) == Lineage(4, "digits", None)
+    assert lineage(data / "08_reporting/digits/focal/table_1", data) == Lineage(5, "digits", None)
+    assert lineage(data / "08_reporting/digits/focal/metrics.parquet", data) == Lineage(4, "digits", None)
+    # a report is made from its study's metrics table: a kept report keeps the table it read
+    assert Lineage(5, "digits", None).reads(Lineage(4, "digits", None))
     assert lineage(data / "08_reporting/score/mine/metrics.parquet", data) is None  # from a user's file
     assert not Lineage(2, "digits", ("ce", "seed_1")).reads(Lineage(1, "digits", ("ce", "seed_0")))
     assert Lineage(4, "digits", None).reads(Lineage(1, "digits", ("ce", "seed_0")))
@@ -134,7 +139,7 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
     empty = tmp_path / "other_data"  # pruning another folder touches no run of this one
     empty.mkdir()
     assert main(["--keep", "1", "--data", str(empty), "--tracking-uri", uri]) == 0
-    assert "0 version folder(s), 0 resume state(s), 0.0 MiB; 0 MLflow run(s)" in capsys.readouterr().out
+    assert "0 version folder(s), 0 resume state(s), 0 run log(s) and save-version claim(s), 0.0 MiB; 0 MLflow run(s)" in capsys.readouterr().out
 
 
 def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only_when_asked(tmp_path, capsys):
@@ -182,3 +187,86 @@ def test_a_data_folder_that_does_not_exist_is_an_error_not_an_empty_plan(tmp_pat
     with pytest.raises(SystemExit) as exit_:
         main(["--data", str(tmp_path / "nowhere"), "--no-mlflow"])
     assert exit_.value.code == 2 and "nowhere: no such folder" in capsys.readouterr().err
+
+
+def held_lock(folder):
+    """A run's lock on its save-version claim, held by this process (as a running kedro run
+    holds it)."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / RUN_LOCK, "a+")  # noqa: SIM115 -- held until the test closes it
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return handle
+
+
+def test_a_prune_during_a_run_keeps_the_tables_a_kept_report_was_made_from(tmp_path, capsys):
+    # v0 and v1 finished; v2 is writing now: its metrics table exists, its report not yet
+    v = [f"2026-11-2{day}T10.00.00.000Z" for day in range(3)]
+    data = tmp_path / "data"
+    study = "08_reporting/digits/focal_meta"
+    version_folders(
+        data,
+        (f"{study}/metrics.parquet", v),
+        (f"{study}/reliability_bins.parquet", v),
+        (f"{study}/reliability", v[:2]),
+    )
+    running = held_lock(data / ".save_versions" / v[2])
+    try:
+        assert active_versions(data) == {v[2]}
+        assert main(["--keep", "1", "--data", str(data), "--no-mlflow", "--apply"]) == 0
+        assert f"left alone: 1 run(s) writing now ({v[2]})" in capsys.readouterr().out
+        for artifact in ("metrics.parquet", "reliability_bins.parquet"):
+            assert sorted(folder_versions(data / study / artifact)) == [v[1], v[2]]
+        assert folder_versions(data / study / "reliability") == [v[1]]
+    finally:
+        running.close()
+    assert active_versions(data) == set()  # the run ended: its claim is an ordinary one
+    # without a run's lock the half-written version counts, but lineage still keeps v1's tables
+    todo = plan(data, keep=1)
+    assert not todo.delete.get(data / study / "metrics.parquet")
+
+
+def test_pruning_removes_the_logs_and_claims_of_pruned_versions_but_not_a_running_one(tmp_path, capsys):
+    v = [f"2026-11-2{day}T10.00.00.000Z" for day in range(5)]
+    data = tmp_path / "data"
+    version_folders(data, ("06_models/digits/ce/seed_0/checkpoint.pt", v[:3]))
+    for version in v:
+        (data / "logs").mkdir(parents=True, exist_ok=True)
+        (data / "logs" / f"{version}.log").write_text("log")
+        (data / ".save_versions" / version).mkdir(parents=True)
+    running = held_lock(data / ".save_versions" / v[0])  # an old run still going
+    try:
+        assert main(["--keep", "1", "--data", str(data), "--no-mlflow", "--apply"]) == 0
+    finally:
+        running.close()
+    out = capsys.readouterr().out
+    assert "4 run log(s) and save-version claim(s)" in out  # the logs and claims of v1 and v3
+    logs = sorted(p.stem for p in (data / "logs").iterdir())
+    claims = sorted(p.name for p in (data / ".save_versions").iterdir())
+    # kept: v0 (running), v2 (its checkpoint is kept), v4 (the newest run, which saved nothing)
+    assert logs == [v[0], v[2], v[4]]
+    assert claims == [v[0], v[2], v[4]]
+
+
+def test_deleting_runs_compacts_the_sqlite_store_and_removes_empty_run_folders(tmp_path):
+    from calib_pipeline.retention import compact_store
+
+    database = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{database}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("calib-pipeline", artifact_location=(tmp_path / "mlruns").as_uri())
+    run = client.create_run(experiment).info.run_id
+    client.log_batch(run, params=[mlflow.entities.Param(f"p{i}", "x" * 400) for i in range(100)])
+    client.delete_run(run)
+    (tmp_path / "mlruns" / experiment / run / "artifacts").mkdir(parents=True)
+    import sqlite3
+
+    with sqlite3.connect(database) as connection:
+        connection.execute("DELETE FROM params")
+    before = database.stat().st_size
+    compact_store(uri)
+    assert database.stat().st_size < before
+    assert not (tmp_path / "mlruns" / experiment).exists()
+    assert (tmp_path / "mlruns").is_dir()
+    compact_store("http://127.0.0.1:5000")  # a server's store is its own: nothing to do

@@ -23,10 +23,11 @@ from typing import Any
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
 from calib_pipeline.calibration.posthoc import calibrator_from_state
+from calib_pipeline.calibration.predictions import PredictionsFile, load_predictions
 from calib_pipeline.data.datasets import ImageData, load_dataset
-from calib_pipeline.data.predictions import PredictionsFile, load_predictions
 from calib_pipeline.reports.common import write_artifacts
-from calib_pipeline.training.checkpoint import CheckpointStore, load_tensors, save_tensors
+from calib_pipeline.tensor_io import load_tensors, save_tensors
+from calib_pipeline.training.checkpoint import CheckpointStore
 
 
 class ImageClassificationDataset(AbstractDataset[None, ImageData]):

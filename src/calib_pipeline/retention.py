@@ -6,7 +6,10 @@ copy of every checkpoint, logits file and report. This command keeps the newest 
 versions of each artifact (a folder whose entries are Kedro save versions), and the versions
 of earlier stages they were made from (:func:`plan`), and deletes the other versions; then
 it deletes the MLflow runs of versions no artifact keeps (their nested runs and artifacts
-too). It only prints what it would do unless ``--apply`` is given.
+too), the run logs and save-version claims of the pruned versions, and compacts the SQLite
+store. Versions of runs still writing (their save-version claim is locked) are left out
+entirely: they are neither pruned nor counted among the newest. It only prints what it
+would do unless ``--apply`` is given.
 
     python -m calib_pipeline.retention --keep 3            # dry run: what would go, and its size
     python -m calib_pipeline.retention --keep 3 --apply    # delete it
@@ -62,7 +65,10 @@ RUN_ARTIFACT_STAGES = {
     "logits.pt": 2, "shift_logits.pt": 2,  # from the checkpoint and the split
     "calibrators.pt": 3,  # from the logits
 }
-SPLIT_STAGE, REPORT_STAGE = 0, 4
+# Under 08_reporting/<protocol>/<study>/: the study's evaluation tables, from which its
+# reports are made.
+EVALUATION_ARTIFACTS = ("metrics.parquet", "reliability_bins.parquet")
+SPLIT_STAGE, EVALUATION_STAGE, REPORT_STAGE = 0, 4, 5
 
 
 @dataclass(frozen=True)
@@ -89,12 +95,31 @@ def lineage(folder: Path, data_dir: Path) -> Lineage | None:
     if len(parts) == 5 and parts[0] in ("06_models", "07_model_output") and parts[4] in RUN_ARTIFACT_STAGES:
         return Lineage(RUN_ARTIFACT_STAGES[parts[4]], parts[1], (parts[2], parts[3]))
     if len(parts) >= 3 and parts[0] == "08_reporting" and parts[1] != "score":
-        return Lineage(REPORT_STAGE, parts[1], None)
+        evaluation = len(parts) == 4 and parts[3] in EVALUATION_ARTIFACTS
+        return Lineage(EVALUATION_STAGE if evaluation else REPORT_STAGE, parts[1], None)
     return None
 
 
-def plan(data_dir: Path, keep: int) -> Plan:
+CLAIMS_FOLDER, LOGS_FOLDER = ".save_versions", "logs"
+#: The file a running ``kedro run`` holds locked in its save-version claim
+#: (``<data>/.save_versions/<version>/``) for as long as it runs.
+RUN_LOCK = "running.lock"
+
+
+def active_versions(data_dir: Path) -> set[str]:
+    """Save versions of runs writing now: their claim's lock is held by a live process."""
+    claims = data_dir / CLAIMS_FOLDER
+    if not claims.is_dir():
+        return set()
+    return {folder.name for folder in claims.iterdir() if _locked(folder, RUN_LOCK)}
+
+
+def plan(data_dir: Path, keep: int, active: set[str] | frozenset[str] = frozenset()) -> Plan:
     """What ``--keep`` deletes under ``data_dir`` (nothing is touched).
+
+    The versions in ``active`` (runs still writing, :func:`active_versions`) are not seen at
+    all: a run's half-written versions would otherwise count among the newest and push out
+    the versions a kept report was made from.
 
     Each artifact keeps its newest ``keep`` versions, and every kept version keeps what it
     may have been made from: in each artifact of an earlier stage of its protocol (its own
@@ -107,8 +132,10 @@ def plan(data_dir: Path, keep: int) -> Plan:
     """
     if keep < 1:
         raise ValueError(f"--keep must be at least 1, got {keep}")
-    folders = {folder: sorted((p.name for p in folder.iterdir()), reverse=True)  # newest first
-               for folder in versioned_folders(data_dir)}
+    folders = {  # newest first
+        folder: sorted((p.name for p in folder.iterdir() if p.name not in active), reverse=True)
+        for folder in versioned_folders(data_dir)
+    }
     lineages = {folder: lineage(folder, data_dir) for folder in folders}
     kept = {folder: set(versions[:keep]) for folder, versions in folders.items()}
     todo = [(folder, version) for folder, versions in kept.items() for version in versions]
@@ -178,9 +205,10 @@ def _completed_state(folder: Path) -> bool:
         return False
 
 
-def _locked(folder: Path) -> bool:
-    """Whether a training holds the folder's lock now (see ``CheckpointStore.lock``)."""
-    lock = folder / ".lock"
+def _locked(folder: Path, name: str = ".lock") -> bool:
+    """Whether a process holds the folder's lock file now (a training's ``CheckpointStore.lock``,
+    a run's :data:`RUN_LOCK`)."""
+    lock = folder / name
     if not lock.exists():
         return False
     with open(lock, "a+") as handle:
@@ -196,6 +224,41 @@ def size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def stale_run_records(data_dir: Path, todo: Plan, keep: int, active: set[str]) -> list[Path]:
+    """Run logs (``<data>/logs/<version>.log``) and save-version claims
+    (``<data>/.save_versions/<version>``) that this pruning makes stale: those of versions no
+    artifact keeps, that no run holds and that are not among the ``keep`` newest runs (a
+    run that failed before saving anything keeps its log until newer runs push it out)."""
+    records: dict[str, list[Path]] = {}
+    for path in sorted((data_dir / LOGS_FOLDER).glob("*.log")):
+        records.setdefault(path.stem, []).append(path)
+    claims = data_dir / CLAIMS_FOLDER
+    for path in sorted(claims.iterdir()) if claims.is_dir() else []:
+        records.setdefault(path.name, []).append(path)
+    versions = sorted((v for v in records if VERSION.match(v)), reverse=True)
+    newest = set(versions[:keep])
+    return [
+        path for version in versions if version not in todo.kept | active | newest
+        for path in records[version]
+    ]
+
+
+def compact_store(tracking_uri: str) -> None:
+    """After deleting runs: ``VACUUM`` a SQLite store (deleted rows otherwise keep their
+    space) and remove the empty run and experiment folders left in ``mlruns/`` beside it."""
+    import sqlite3
+
+    if not tracking_uri.startswith("sqlite:///"):
+        return  # a server compacts its own store
+    database = Path(tracking_uri[len("sqlite:///") :])
+    with sqlite3.connect(database) as connection:
+        connection.execute("VACUUM")
+    artifacts = database.parent / "mlruns"
+    for folder in sorted(artifacts.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def stale_runs(
@@ -253,26 +316,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         parser.error(f"--data {args.data}: no such folder (set CALIB_DATA_DIR or pass --data)")
+    active = active_versions(args.data)
     try:
-        todo = plan(args.data, args.keep)
+        todo = plan(args.data, args.keep, active)
     except ValueError as error:
         parser.error(str(error))
     states = stale_resume_states(args.data, todo) if args.resume_states else []
+    records = stale_run_records(args.data, todo, args.keep, active)
     total = 0
-    for path in [*todo.paths, *states]:
+    for path in [*todo.paths, *states, *records]:
         total += size(path)
         print(f"{'delete' if args.apply else 'would delete'} {path}")
     pruned = {path.name for path in todo.paths}
     runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, pruned, todo.kept)
-    print(f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), {total / 2**20:.1f} MiB; "
+    if active:
+        print(f"left alone: {len(active)} run(s) writing now ({', '.join(sorted(active))})")
+    print(f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), "
+          f"{len(records)} run log(s) and save-version claim(s), {total / 2**20:.1f} MiB; "
           f"{len(runs)} MLflow run(s) of pruned versions")
     if not args.apply:
         print("dry run: nothing deleted (add --apply)")
         return 0
-    for path in [*todo.paths, *states]:
-        shutil.rmtree(path)
+    for path in [*todo.paths, *states, *records]:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     if runs:
         delete_runs(args.tracking_uri, runs)
+        compact_store(args.tracking_uri)
     return 0
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from calib_pipeline.calibration import _metrics_exp2 as exp2
 from calib_pipeline.calibration import _metrics_fused as fused
 from calib_pipeline.calibration import _metrics_kernels as kernels
 from calib_pipeline.calibration import metrics as M
@@ -59,7 +60,7 @@ def test_two_to_the_scaled_difference_is_accurate_over_the_floored_range(dtype):
     logits = torch.stack([torch.zeros_like(d), -d], 1)
     confidence = M.Predictions.single(logits, torch.zeros(len(d), dtype=torch.long), "logits")
     found = confidence.confidence[0].double()
-    scaled = (-d * kernels.LOG2_E).double().clamp(min=kernels.EXP2_FLOOR)
+    scaled = (-d * exp2.LOG2_E).double().clamp(min=exp2.EXP2_FLOOR)
     expected = 1 / (1 + torch.exp2(scaled))
     assert (((found - expected).abs() / expected).max() <= 2 * EPS[dtype]).item()
     assert found[-1] == 1.0 and found[0] == 0.5

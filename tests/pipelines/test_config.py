@@ -3,12 +3,12 @@ import copy
 import pytest
 import torch
 
-from calib_pipeline.training.checkpoint import fingerprint
 from calib_pipeline.pipelines.config import (
     expand_methods,
     parse_structure,
     validate_buildable,
 )
+from calib_pipeline.tensor_io import fingerprint
 
 
 @pytest.fixture

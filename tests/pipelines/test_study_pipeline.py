@@ -12,8 +12,8 @@ from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shi
 from calib_pipeline.pipelines.config import parse_structure
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.reports.evaluation import evaluate_runs
+from calib_pipeline.tensor_io import fingerprint
 from calib_pipeline.training import CheckpointStore
-from calib_pipeline.training.checkpoint import fingerprint
 
 PARAMETERS = {
     "dataset": {"name": "digits"},

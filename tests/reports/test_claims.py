@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calib_pipeline.calibration.stats import seeds_needed
+from calib_pipeline.calibration.stats import holm_adjusted, seeds_needed
 from calib_pipeline.reports.claim_specs import check_study_claims, parse_claim
 from calib_pipeline.reports.claims import (
     CONTRADICTED,
@@ -488,3 +488,18 @@ def test_only_the_kept_claims_decide_whether_the_study_needs_shifted_sets():
     assert not uses_shift("claims", kept), "the kept claim reads no shifted set"
     shifted = {"papers": ["karandikar"], "only": ["ts_sb_ece_beats_ts_under_shift"]}
     assert uses_shift("claims", shifted)
+
+
+def test_holm_adjusted_p_values_across_the_studys_claims(study):
+    planted = claim("planted", "lower", "focal_gamma_3", "ce", quantity=ECE)
+    reverse = claim("reverse", "higher", "focal_gamma_3", "ce", quantity=ECE)
+    artifacts, table = run(study, planted, reverse, NOISY)
+    tested = table["p_value"].dropna()
+    assert table["p_holm"].to_numpy() == pytest.approx(holm_adjusted(table["p_value"]), nan_ok=True)
+    assert (table.loc[tested.index, "p_holm"] >= tested).all()
+    smallest = tested.idxmin()  # Holm multiplies the smallest p by the number of tested claims
+    assert table.loc[smallest, "p_holm"] == pytest.approx(min(1.0, len(tested) * tested.min()))
+    survivors = int(((table["verdict"] == HOLDS) & (table["p_holm"] < 0.05)).sum())
+    assert artifacts["verdicts"]["holds_after_holm"] == survivors
+    assert f"{survivors} of the 1 claims that hold still hold after it" in artifacts["summary"]
+    assert "p (Holm)" in artifacts["summary"]

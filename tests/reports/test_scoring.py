@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from calib_pipeline.calibration.metrics import calibration_metrics
-from calib_pipeline.data.predictions import load_predictions
+from calib_pipeline.calibration.predictions import load_predictions
 from calib_pipeline.reports import standard
 from calib_pipeline.reports.evaluation import TIDY_COLUMNS
 from calib_pipeline.reports.scoring import (

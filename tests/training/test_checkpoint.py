@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from calib_pipeline.training.checkpoint import CheckpointStore, load_tensors
+from calib_pipeline.tensor_io import load_tensors
+from calib_pipeline.training.checkpoint import CheckpointStore
 from tests.crafted import MarkerPayload
 
 

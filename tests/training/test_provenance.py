@@ -7,7 +7,7 @@ import json
 import pytest
 
 from calib_pipeline.calibration.methods import MethodSpec
-from calib_pipeline.training.checkpoint import fingerprint
+from calib_pipeline.tensor_io import fingerprint
 from calib_pipeline.training.provenance import (
     NOT_SET,
     configuration_differences,

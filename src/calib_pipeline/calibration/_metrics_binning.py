@@ -20,18 +20,18 @@ NORMS = ("l1", "l2", "max")
 CLOSURES = ("right", "left")
 
 # Samples per block of the binning pass: the block's temporaries (<= 1 MiB each) stay in cache;
-# measured 10-20% faster than 2^16 or 2^18.
+# measured faster than 2^16 or 2^18 (docs/performance.md).
 _SAMPLE_BLOCK = 2**17
 
 
 def _width_index(confidence: torch.Tensor, edges: torch.Tensor, closure: str) -> torch.Tensor:
     """Equal-width bin of every confidence, identical to ``bucketize`` on ``edges`` (int32).
 
-    Arithmetic is ~15x faster than bucketize's binary search: g = trunc(c M - 1/4) is the
+    Arithmetic is faster than bucketize's binary search: g = trunc(c M - 1/4) is the
     bin or the one below it (the rounding of c M and of the linspace edges stays far below
     1/4 bin for M up to ~10^6), and one comparison with the upper edge of g (+inf for the
     last bin, which keeps c = 1 inside) decides between them. int32 and ``index_select``
-    are ~3x faster than int64 and ``take``.
+    are faster than int64 and ``take`` (measured: docs/performance.md).
     """
     infinity = torch.tensor([torch.inf], dtype=edges.dtype, device=edges.device)
     upper = torch.cat([edges[1:-1], infinity])

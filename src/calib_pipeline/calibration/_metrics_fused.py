@@ -2,15 +2,13 @@
 
 Why a compiled loop. The eager torch scan (``_metrics_kernels._scan_rows``) makes seven
 passes over every cache-sized block -- amax, subtract, scale, the NaN/inf witness, exp2, the
-row sums, the label scores -- and measured 84 ms on 1,000,000 x 100 float32 logits at 2
-threads, where one read of the logits (``amax``) takes 20 ms and the whole ECE must take
-<= 86 ms to be 5x torchmetrics. torch has no op that yields the row maximum, the sum of
+row sums, the label scores -- and measured too slow for the target of an ECE at 5x
+torchmetrics (docs/performance.md). torch has no op that yields the row maximum, the sum of
 exponentials and the label's score together (``softmax`` writes all N x K probabilities and
 still needs an ``amax`` of them), and ``torch.compile``'s CPU backend or a C++ extension
 need a C++ toolchain at run time and seconds to minutes of compilation. numba, a well-kept
-JIT with wheels for every platform, compiles this module's loop once per dtype (~1 s, then
-cached on disk) and LLVM vectorises it: 53 ms for the scan above, ECE 58-65 ms (7.5-8.4x
-torchmetrics; ``benchmarks/bench_metrics.py``). This module imports numba;
+JIT with wheels for every platform, compiles this module's loop once per dtype (then cached
+on disk) and LLVM vectorises it, which meets that target. This module imports numba;
 ``_metrics_kernels`` imports it at the first scan of CPU logits, and without numba scans with
 the eager torch kernels (same results to rounding) after a warning.
 
@@ -19,8 +17,8 @@ row's maximum and its scaled differences (z_k - max) log2(e) into a work buffer;
 whole buffer as one flat vectorised loop (so no row pays a scalar remainder for it); each
 row's sum, confidence 1 / sum_k 2^x_k and correctness. For K < 20
 (:func:`_scan_block_short`; CIFAR-10's K = 10) a chunk of 512 rows is copied transposed and
-every step runs along the rows, vectorised across them (K = 10: 9.3 ms per 10^7 logits on
-one thread against 14.2 for the row kernel).
+every step runs along the rows, vectorised across them (faster than the row kernel there:
+docs/performance.md).
 
 Correctness is exact: argmax (the first maximal class, as torch and NumPy) equals the label,
 i.e. the label scores the maximum and no class before it does -- the short kernel keeps the
@@ -34,7 +32,7 @@ sum_n (f ln 2)^n / n!, to degree 7 for float32 (truncation < 6e-9, below float32
 rounding) and 12 for float64 (< 2e-16), in Horner form; 2^r by writing r + bias into the
 exponent bits of a float (r >= -115 keeps it a normal number). Written out rather than
 ``np.exp2`` because numba calls libm's exp2 once per element (LLVM vectorises it only with
-Intel's SVML library): a scan built on it took 305 ms on one thread for 1,000,000 x 100.
+Intel's SVML library): a scan built on it was slower (docs/performance.md).
 
 Every element takes the same instructions in vector and remainder loops (fused
 multiply-adds allowed in both), and a row's sum depends only on K (one kernel per K), so a
@@ -62,17 +60,15 @@ from numba import types
 from numba.core.errors import NumbaWarning
 from numba.extending import intrinsic
 
-# the floor of 2^x's argument and log2(e), as the eager torch kernels use them
-from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E
+from calib_pipeline.calibration._metrics_exp2 import EXP2_FLOOR, LOG2_E
 
 # elements of a row chunk's work buffer: 2^13 (32 KiB of float32) stays in L1/L2 cache
-# between the loops; 2^12 - 2^14 measured within a few percent (1,000,000 x 100).
+# between the loops; 2^12 - 2^14 measured alike (1,000,000 x 100; docs/performance.md).
 CHUNK_ELEMENTS = 2**13
 # Below SHORT_ROWS classes the rows are scanned transposed, vectorised across rows
-# (:func:`_scan_block_short`), in chunks of SHORT_CHUNK_ROWS rows. 10^7 float32 logits on
-# one thread, transposed vs row kernel: K = 8 15.4 vs 19.5 ms, 16 10.9 vs 13.1, 19 12.0 vs
-# 12.1, 20 10.9-11.3 vs 10.8-11.3, 24 13.7 vs 10.6, 32 26.9 vs 8.6; chunks of 512 rows
-# measured 5-15% faster than 128, 256, 1024 or 4096 (K = 10).
+# (:func:`_scan_block_short`), in chunks of SHORT_CHUNK_ROWS rows: transposed measured faster
+# below K = 20, equal at 20, slower from 24; 512 rows the fastest chunk of those tried
+# (docs/performance.md).
 SHORT_ROWS = 20
 SHORT_CHUNK_ROWS = 512
 # Taylor degree of 2^f, f in [-1/2, 1/2]: the first left-out term (ln(2)/2)^(d+1)/(d+1)!
@@ -123,12 +119,12 @@ def _power_of_two(typingctx: Any, whole: Any) -> Any:
 def _row_max(row):  # pragma: no cover - compiled
     # Eight running maxima over interleaved elements, then combined: LLVM does not
     # vectorise a max reduction unless it may assume no NaN, but the eight independent
-    # chains run in parallel (one chain: 3.0x slower for K = 1000, 1.45x for K = 100).
+    # chains run in parallel (one chain is slower: docs/performance.md).
     # max(m, v) keeps m unless v > m (as Python's), so a NaN is never selected unless it is
     # row[0]; either way its own scaled difference is NaN, which the witness sees.
     n = row.shape[0]
     m0 = row[0]
-    if n < 16:  # short rows: one chain (the eight cost 2.3x for K = 2)
+    if n < 16:  # short rows: one chain (the eight measured slower for K = 2)
         for k in range(1, n):
             m0 = max(m0, row[k])
         return m0
@@ -174,7 +170,7 @@ def _scan_block(
             peaks[i - start] = peak
             # a row view (not work[base + k]): indices from range() are known to be
             # non-negative, so numba adds no wraparound that would turn the loop into
-            # gathers and scatters (2.3x slower)
+            # gathers and scatters (slower)
             scaled = work[(i - start) * n_classes : (i - start + 1) * n_classes]
             for k in range(n_classes):
                 scaled[k] = (row[k] - peak) * log2_e

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from calib_pipeline.calibration._metrics_exp2 import LOG2_E
 from calib_pipeline.calibration._metrics_threads import run_blocks
 from calib_pipeline.calibration.validation import (
     check_batched_logits_labels,
@@ -27,19 +27,14 @@ from calib_pipeline.calibration.validation import (
     check_logits_labels,
 )
 
-LOG2_E = 1.0 / math.log(2.0)
-# torch's exp takes a slow path (~50x) where it underflows; the kernels use exp2 of an
-# argument floored at -115 (2^-115 ~ 2e-35, a normal float32 that no sum can notice).
-EXP2_FLOOR = -115.0
 # Below K = 24 classes a block of rows is scanned transposed (see _scan_columns); measured
-# 1.2-1.7x faster than row-wise for K = 2..20, slower from K = 24 on.
+# faster than row-wise for K = 2..20, slower from K = 24 on (docs/performance.md).
 SHORT_ROWS = 24
 # Logits per block (each block is scanned by one CPU thread): 2^20 floats (4 MiB; with the
 # work buffer in L3 cache) stay in cache across the max / exp2 / sum passes, so the logits are
 # read from memory once, while the per-block overhead (~25 torch calls of a few us each,
-# under the GIL while threads dispatch) stays a few percent. On one thread 2^17 floats made
-# the scan ~20% slower and 2^19 was as fast; on 2 threads, each scanning its own blocks,
-# 2^19 was 7% slower than 2^20 and 2^21 (twice the cache) 1-2% faster (1,000,000 x 100).
+# under the GIL while threads dispatch) stays a few percent. Smaller blocks measured slower
+# on 2 threads, 2^21 (twice the cache) barely faster (1,000,000 x 100; docs/performance.md).
 _BLOCK_ELEMENTS = 2**20
 
 
@@ -54,7 +49,7 @@ def _scan_rows(
 
     The sums go to ``mass``; they are computed over all rows of the ``work`` buffer (rows x
     K, and ``mass`` has rows entries), past n in a short last block (see
-    :func:`_block_rows`). exp2 of the scaled difference is about twice as fast as exp; the
+    :func:`_block_rows`). exp2 of the scaled difference is faster than exp; the
     row sum as a matrix-vector product is faster than ``sum(dim=1)``. ``bounds``, if given
     (logits), receives the block's :func:`_finiteness_witness`.
     """
@@ -99,8 +94,8 @@ def _finiteness_witness(scaled: torch.Tensor, peak: torch.Tensor, bounds: torch.
     difference -inf, or NaN if the whole row is -inf. Finite logits give finite values,
     unless a difference overflows (logits beyond ~1e38): a false alarm that the exact check
     then clears. Reading the scaled differences, which are in cache, replaced an
-    ``aminmax`` of the block that read the logits from memory once more: 13% less time
-    for the scan on one thread (1,000,000 x 100).
+    ``aminmax`` of the block that read the logits from memory once more: the scan measured
+    faster (docs/performance.md).
     """
     torch.amin(scaled, out=bounds[0])
     torch.amax(peak, out=bounds[1])
@@ -449,11 +444,9 @@ class Predictions:
 
 def _gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``values[index]`` for an index of any shape into dim 0 of ``values``: index_select
-    of the flattened index. On a quiet CPU as fast as advanced indexing for float32 and
-    twice as fast for bool / int64 (16 x 10,000 indices, 2 threads); beside busy processes
-    advanced indexing stalls in its parallel regions (2.2-6.4 ms against 0.10-0.19 ms), and
-    ``bootstrap_ci`` of ECE (1,000 resamples of 10,000 x 100) took 0.71-0.84 s with it
-    against 0.18-0.21 s (0.21-0.22 s either way when quiet)."""
+    of the flattened index. On a quiet CPU at least as fast as advanced indexing; beside
+    busy processes advanced indexing stalls in its parallel regions, and
+    ``bootstrap_ci`` with it (measured: docs/performance.md)."""
     picked = values.index_select(0, index.reshape(-1))
     return picked.view(*index.shape, *values.shape[1:])
 

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from calib_pipeline.calibration._metrics_kernels import EXP2_FLOOR, LOG2_E, Predictions
+from calib_pipeline.calibration._metrics_exp2 import EXP2_FLOOR, LOG2_E
+from calib_pipeline.calibration._metrics_kernels import Predictions
 
 
 def sb_ece_temperature(n_bins: int) -> float:
@@ -35,7 +36,7 @@ def _soft_bins(logits: torch.Tensor) -> torch.Tensor:
     """softmax over the last dim, differentiable, without torch's slow underflowing exp.
 
     Sharp soft bins put most memberships far below e^-87, where ``torch.softmax``'s exp
-    takes a ~50x slower path; exp2 of the max-shifted argument floored at -115 gives the
+    takes a much slower path; exp2 of the max-shifted argument floored at -115 gives the
     same values to float32 precision (floored terms are < 2^-115 of the largest).
     """
     shifted = (logits - logits.amax(-1, keepdim=True).detach()) * LOG2_E

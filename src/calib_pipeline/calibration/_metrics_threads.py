@@ -3,9 +3,9 @@
 The scan and the binning work on cache-sized blocks (a few MiB). Run as torch ops on
 all threads, every op of every block is a parallel region that waits for its slowest
 thread: ~600 regions per ECE of 1,000,000 x 100. On a quiet machine that costs nothing, but
-when other processes compete for the cores each region waits for a descheduled thread:
-0.105 s quiet became 0.31 s beside one busy process and 6.7 s at load ~4 on 2 cores
-(torchmetrics, with few large ops: 0.55 / 0.71 / 1.67 s).
+when other processes compete for the cores each region waits for a descheduled thread, and
+at high load an ECE took longer than torchmetrics, which has few large ops
+(docs/performance.md).
 
 :func:`run_blocks` therefore gives whole blocks to threads instead: ``torch.get_num_threads()``
 pool threads, each running torch single-threaded, claim block after block of one pass, and
@@ -15,12 +15,9 @@ whole block of 64-row multiples, which rounds exactly as the former split over 1
 threads did (see ``_metrics_kernels._block_rows``), so results are unchanged there -- and
 no longer depend on the thread count at all.
 
-Measured on 2 cores shared with other jobs (~5 runnable tasks; ECE of 1,000,000 x 100 at 2
-threads, medians, one run): these pool threads 0.66 s; ops split over the threads with
-blocks of 2^19 floats per thread 9.8 s, 2^22 2.6 s, 2^24 2.9 s, one block of all rows
-2.3 s; torchmetrics 1.95 s. Fewer, larger blocks alone fall out of cache and still stall.
-On the idle machine the pool is as fast as the split was (125-135 ms vs 122-160 ms, with
-the scan changes that came with it; torchmetrics 0.46 s).
+Measured on 2 busy cores, these pool threads beat every block size of ops split over the
+threads and torchmetrics; fewer, larger blocks alone fall out of cache and still stall. On
+the idle machine the pool is as fast as the split was (the figures: docs/performance.md).
 """
 
 from __future__ import annotations

@@ -196,6 +196,8 @@ class MetaLearner:
         self.unroll = unroll
         self.max_grad_norm = max_grad_norm
         self.precision = "fp32"
+        # The backbone's forward_features, compiled (training.compile), else None: the model's.
+        self.compiled_features: Callable[[Tensor], Tensor] | None = None
         # Fused: the step counter stays on the parameters' device, so an Adam step never
         # reads it back to the host (the unfused step calls .item() on it every step).
         self.meta_optimizer = torch.optim.Adam(module.parameters(), lr=meta_lr, fused=True)
@@ -375,7 +377,7 @@ class MetaLearner:
                     _FeaturesAndLogits(model), {f"model.{n}": t for n, t in fast.items()}, (inputs,)
                 )
             else:
-                features = model.forward_features(inputs)
+                features = self._features(model, inputs)
                 logits = functional_call(model.head, head, (features,))
         # The losses (and γ-Net on the features) run in fp32 outside autocast.
         loss, statistics = self.training_loss(upcast(logits), targets, upcast(features), head)
@@ -414,7 +416,7 @@ class MetaLearner:
                 meta_logits = functional_call(model, lookahead, (meta_inputs,))
             else:
                 with torch.no_grad():
-                    meta_features = model.forward_features(meta_inputs)
+                    meta_features = self._features(model, meta_inputs)
                 head_lookahead = {name.removeprefix("head."): t for name, t in lookahead.items()}
                 meta_logits = functional_call(model.head, head_lookahead, (meta_features,))
         meta = self.objective(upcast(meta_logits), meta_targets)
@@ -423,6 +425,14 @@ class MetaLearner:
         self.meta_optimizer.step()
         self._after_meta_update()
         return meta
+
+    def _features(self, model: nn.Module, inputs: Tensor) -> Tensor:
+        """The backbone's penultimate features: compiled where ``training.compile`` compiled
+        them. Only the last-layer unroll gets here, and it differentiates the backbone to
+        first order only (its second-order terms run through the head and the learner), so
+        the compiled graph never needs a double backward."""
+        forward = self.compiled_features or model.forward_features
+        return forward(inputs)
 
     def _clip_gradients(self, parameters: Iterator[nn.Parameter]) -> Tensor | float:
         """Clip the backbone gradient norm if configured; returns the scale applied."""

@@ -274,6 +274,29 @@ def mean_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, f
     return float(low), float(high)
 
 
+def t_test_power(
+    effect: float, std: float, n: np.ndarray | int, *, alpha: float = 0.05, alternative: str = "two-sided"
+) -> np.ndarray:
+    """Power of a one-sample (or paired) t-test of ``n`` seeds at level ``alpha``, if the
+    true mean effect were ``effect`` with per-seed standard deviation ``std > 0``.
+
+    With ``d = |effect| / std``, ``df = n - 1``, ``δ = d sqrt(n)`` and ``c`` the critical
+    value ``t_{1-α, df}`` (one-sided) or ``t_{1-α/2, df}`` (two-sided),
+    ``power = P(T'_{df,δ} > c)`` (one-sided) or ``P(T'_{df,δ} > c) + P(T'_{df,δ} < -c)``.
+    The lower tail is taken as ``P(T'_{df,-δ} > c)`` (``-T'_{df,δ}`` is ``T'_{df,-δ}``):
+    SciPy's ``nct.cdf(-c, df, δ)`` returns NaN at small ``df`` and large ``δ``, which once
+    made every small ``n`` look underpowered.
+    """
+    n = np.asarray(n)
+    df, shift = n - 1, abs(effect) / std * np.sqrt(n)
+    tail = alpha if alternative != "two-sided" else alpha / 2
+    critical = scipy_stats.t.ppf(1.0 - tail, df)
+    reached = scipy_stats.nct.sf(critical, df, shift)
+    if alternative == "two-sided":
+        reached = reached + scipy_stats.nct.sf(critical, df, -shift)
+    return reached
+
+
 def seeds_needed(
     effect: float,
     std: float,
@@ -284,13 +307,8 @@ def seeds_needed(
     most: int = 100_000,
 ) -> int | None:
     """Smallest number of seeds n >= 2 at which a one-sample (or paired) t-test of the
-    mean effect reaches ``power`` at level ``alpha``, if the true effect were ``effect``
-    with per-seed standard deviation ``std``.
-
-    The power is that of the noncentral t: with ``d = |effect| / std``, ``df = n - 1``,
-    ``δ = d sqrt(n)`` and ``c`` the critical value ``t_{1-α, df}`` (one-sided) or
-    ``t_{1-α/2, df}`` (two-sided), ``power(n) = P(T'_{df,δ} > c)`` (one-sided) or
-    ``P(T'_{df,δ} > c) + P(T'_{df,δ} < -c)`` (two-sided).
+    mean effect reaches ``power`` at level ``alpha`` (``t_test_power``), if the true effect
+    were ``effect`` with per-seed standard deviation ``std``.
 
     Args:
         effect: the assumed mean effect (its sign does not matter: the test is run in its
@@ -320,6 +338,17 @@ def seeds_needed(
         return None
     if std == 0.0:
         return 2
+    low = 2
+    while low <= most:  # blocks of growing size: small effects need many seeds, most need few
+        n = np.arange(low, min(4 * low, most) + 1)
+        reached = t_test_power(effect, std, n, alpha=alpha, alternative=alternative)
+        enough = np.flatnonzero(reached >= power)
+        if enough.size:
+            return int(n[enough[0]])
+        low = int(n[-1]) + 1
+    return None
+    if std == 0.0:
+        return 2
     tail = alpha if alternative != "two-sided" else alpha / 2
     low = 2
     while low <= most:  # blocks of growing size: small effects need many seeds, most need few
@@ -334,3 +363,24 @@ def seeds_needed(
             return int(n[enough[0]])
         low = int(n[-1]) + 1
     return None
+
+
+def holm_adjusted(p_values: ArrayLike) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979): with the m finite p-values sorted,
+    ``p_(i) -> max_{j <= i} min(1, (m - j + 1) p_(j))``. Rejecting where the adjusted value
+    is below α keeps the family-wise error rate at α for any dependence between the tests.
+    NaN (a claim not tested) stays NaN and is not counted in m.
+
+    SciPy offers only false-discovery-rate control (``false_discovery_control``); Holm's
+    family-wise control is a few lines, so it is written here rather than adding statsmodels.
+    """
+    p = np.asarray(p_values, dtype=float)
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p-values must be in [0, 1], got {p[(p < 0) | (p > 1)].tolist()}")
+    adjusted = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(np.isfinite(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = order.size
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted

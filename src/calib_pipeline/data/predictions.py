@@ -16,7 +16,11 @@ in [0, 1] with rows summing to 1 within the metrics' tolerance (``docs/metrics.m
 Nothing read can run code: ``.npz`` files load with ``allow_pickle=False``, ``.pt`` files
 with ``weights_only=True``. A bad file raises ``ValueError`` naming the file and the fault.
 
-From a notebook::
+This module reads a file and checks its layout (:func:`read_predictions`: the format, the
+keys or columns, one score kind); :func:`calib_pipeline.calibration.predictions.load_predictions`
+then checks the values as the metrics do. From a notebook::
+
+    from calib_pipeline.calibration.predictions import load_predictions
 
     predictions = load_predictions("my_model.npz")
     predictions.inputs, predictions.num_classes     # ("probs", 10)
@@ -24,20 +28,18 @@ From a notebook::
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import re
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from torch import Tensor
 
-from calib_pipeline.calibration.validation import check_logits_labels, to_tensor
-from calib_pipeline.training.checkpoint import load_tensors
+from calib_pipeline.tensor_io import load_tensors
 
 SPLITS = ("val", "test")
 # the key suffixes of scores, which are also the metrics' ``inputs`` kinds
@@ -45,64 +47,6 @@ SCORE_KINDS = ("logits", "probs")
 CSV_SCORE_PREFIX = {"logits": "logit", "probs": "prob"}
 FORMATS = (".npz", ".pt", ".csv")
 OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-# Probabilities of exactly 0 become this before their logarithm is taken, so the
-# log-probabilities calibrators fit on stay finite (log ≈ -708).
-SMALLEST_PROBABILITY = torch.finfo(torch.float64).tiny
-
-
-@dataclass(frozen=True)
-class PredictionsFile:
-    """The validated contents of a predictions file.
-
-    Attributes:
-        source: the file it was read from.
-        sha256: the file's SHA-256 (what a stored calibrator was fitted on).
-        inputs: ``"logits"`` or ``"probs"``, as the file's key or column names say.
-        scores: split -> N x K scores (float64 kept, other floats as float32).
-        labels: split -> N int64 labels.
-    """
-
-    source: str
-    sha256: str
-    inputs: str
-    scores: dict[str, Tensor]
-    labels: dict[str, Tensor]
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.scores["val"].shape[1])
-
-    def calibration_logits(self, split: str) -> Tensor:
-        """What calibrators fit on and transform: the logits, or the log-probabilities.
-
-        Log-probabilities are logits: ``log softmax(z) = z - logsumexp(z)`` differs from
-        the model's logits ``z`` by one constant per row, which every calibrator whose
-        ``needs_logits`` is false ignores (temperature scaling, since
-        ``softmax((z - c)/T) = softmax(z/T)``; the top-label, one-vs-rest and Dirichlet
-        calibrators, which read only ``softmax(z)``). Those fit exactly as on the logits.
-        """
-        scores = self.scores[split]
-        if self.inputs == "logits":
-            return scores
-        return torch.log(scores.to(torch.float64).clamp_min(SMALLEST_PROBABILITY))
-
-    def provenance(self) -> dict[str, Any]:
-        """A plain record of the file (stored beside the calibrators fitted on it)."""
-        return {
-            "source": self.source,
-            "sha256": self.sha256,
-            "inputs": self.inputs,
-            "num_classes": self.num_classes,
-        }
-
-    def check_provenance(self, record: dict[str, Any]) -> None:
-        """Refuse calibrators fitted on another file (or another version of this one)."""
-        if record.get("sha256") != self.sha256:
-            raise ValueError(
-                f"the calibrators were fitted on {record.get('source')} (sha256 "
-                f"{str(record.get('sha256'))[:12]}), not on {self.source} (sha256 "
-                f"{self.sha256[:12]}): run the whole score pipeline again"
-            )
 
 
 def check_predictions_path(name: str, path: Any) -> str:
@@ -135,14 +79,13 @@ def output_name(path: str | None, name: Any = None) -> str:
     return name
 
 
-def load_predictions(path: str | Path) -> PredictionsFile:
-    """Read and validate a predictions file (``.npz``, ``.pt`` or ``.csv``).
+def read_predictions(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """The score kind (``"logits"`` or ``"probs"``) and the arrays of a predictions file
+    (``.npz``, ``.pt`` or ``.csv``), once its layout is one kind's; values unchecked.
 
     Raises:
-        ValueError: an unknown format, an unreadable file, missing or unknown keys or
-            columns, both logits and probabilities, or scores and labels the metrics
-            refuse (NaN, rows not summing to 1, labels out of range, val and test with
-            different class counts); the message starts with the file's path.
+        ValueError: an unknown format, a missing or unreadable file, or missing, unknown or
+            mixed keys or columns; the message starts with the file's path.
     """
     path = Path(path)
     readers = {".npz": _read_npz, ".pt": _read_torch, ".csv": _read_csv}
@@ -153,15 +96,20 @@ def load_predictions(path: str | Path) -> PredictionsFile:
         )
     if not path.is_file():
         raise ValueError(f"predictions file {path} does not exist")
-    try:
+    with naming_the_file(path):
         arrays = reader(path)
-        inputs = _score_kind(arrays)
-        scores, labels = _checked_splits(arrays, inputs)
+        return _score_kind(arrays), arrays
+
+
+@contextlib.contextmanager
+def naming_the_file(path: Path) -> Iterator[None]:
+    """Start the message of a ``ValueError`` raised inside with ``predictions file <path>:``
+    (unless it names the file already, as ``tensor_io.load_tensors`` does)."""
+    try:
+        yield
     except ValueError as error:
-        named = str(error).startswith(f"predictions file {path}")  # torch's loader names it
+        named = str(error).startswith(f"predictions file {path}")
         raise ValueError(str(error) if named else f"predictions file {path}: {error}") from None
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return PredictionsFile(str(path), digest, inputs, scores, labels)
 
 
 def _read_npz(path: Path) -> dict[str, Any]:
@@ -275,28 +223,3 @@ def _score_kind(arrays: dict[str, Any]) -> str:
             + f"; expected exactly {sorted(expected)}"
         )
     return kind
-
-
-def _checked_splits(
-    arrays: dict[str, Any], inputs: str
-) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """Each split's scores and labels as the metrics validate them; one class count."""
-    scores, labels = {}, {}
-    for split in SPLITS:
-        key = f"{split}_{inputs}"
-        try:
-            scores[split], labels[split] = check_logits_labels(
-                to_tensor(arrays[key], name=key),
-                to_tensor(arrays[f"{split}_labels"], name=f"{split}_labels"),
-                inputs=inputs,
-            )
-        except ValueError as error:
-            raise ValueError(f"{split} split ({key}, {split}_labels): {error}") from None
-        if scores[split].shape[1] < 2:
-            raise ValueError(
-                f"{key} has {scores[split].shape[1]} class column; at least 2 are needed"
-            )
-    counts = {split: int(s.shape[1]) for split, s in scores.items()}
-    if len(set(counts.values())) != 1:
-        raise ValueError(f"val and test have different class counts {counts}")
-    return scores, labels

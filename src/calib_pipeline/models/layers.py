@@ -30,8 +30,8 @@ def pooled_features(grid: int = 1) -> nn.Sequential:
 class GridPool(nn.AdaptiveAvgPool2d):
     """``AdaptiveAvgPool2d`` to a square grid that passes a map already of the grid's size
     through: each output cell would average one input cell, the same numbers. On a CPU that
-    identity pooling costs as much as a convolution -- ``small_cnn_dense``'s 8×8 digits map
-    spent 15 ms of a 39 ms per-epoch evaluation in it, and as much again in training."""
+    identity pooling costs as much as a convolution -- a large share of ``small_cnn_dense``'s
+    evaluation and training time on the 8×8 digits map (docs/performance.md)."""
 
     def forward(self, x: Tensor) -> Tensor:
         grid = self.output_size  # an int: the side of the square grid

@@ -332,6 +332,19 @@ def paper_names() -> list[str]:
 
 
 @cache
+def paper_title(paper: str) -> str:
+    """The ``title`` of a paper's claims file (e.g. "Mukhoti et al. (2020), On using focal
+    loss ..."); the paper's name where the file has none.
+
+    Raises:
+        ValueError: an unknown paper (lists the valid ones).
+    """
+    load_paper(paper)
+    content = yaml.safe_load((CLAIMS_DIR / f"{paper}.yml").read_text(encoding="utf-8"))
+    return str(content.get("title") or paper)
+
+
+@cache
 def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
     """Every claim of ``paper`` parsed (:func:`parse_claim`), in file order.
 

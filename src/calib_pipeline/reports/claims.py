@@ -39,7 +39,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calib_pipeline.calibration.stats import mean_interval, seeds_needed, summarize, t_test
+from calib_pipeline.calibration.stats import (
+    holm_adjusted,
+    mean_interval,
+    seeds_needed,
+    summarize,
+    t_test,
+)
 from calib_pipeline.reports.claim_specs import (
     ALL_SEVERITIES,
     CORRUPTED,
@@ -86,6 +92,7 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "p_value",
+    "p_holm",
     "verdict",
     "seeds_needed",
     "note",
@@ -556,6 +563,9 @@ def evaluate_claims(
             for s, e in per_seed.items()
         )
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    # Each verdict answers its own claim at α; across a study's ~20 claims, Holm's adjusted
+    # p says which of those that hold survive family-wise error control.
+    table["p_holm"] = holm_adjusted(table["p_value"].to_numpy(dtype=float))
     table["seeds_needed"] = table["seeds_needed"].astype("Int64")
     return table, pd.DataFrame(effects, columns=["paper", "id", "seed", "effect"])
 
@@ -580,6 +590,11 @@ def summary_line(study: str, dataset: str, table: pd.DataFrame, what: str = "pap
     if counts[NOT_APPLICABLE]:
         line += f" ({counts[NOT_APPLICABLE]} more apply to other datasets)"
     return line
+
+
+def holds_after_holm(table: pd.DataFrame, alpha: float) -> int:
+    """How many claims that hold still hold with Holm's adjusted p-value at ``alpha``."""
+    return int(((table["verdict"] == HOLDS) & (table["p_holm"] < alpha)).sum())
 
 
 def claims_metrics(table: pd.DataFrame, prefix: str = "claims") -> dict[str, float]:
@@ -775,6 +790,7 @@ def _markdown(
                 f"[{_cell(lo)}, {_cell(hi)}]" for lo, hi in zip(table["ci_low"], table["ci_high"])
             ],
             "p": [_cell(v, 3) for v in table["p_value"]],
+            "p (Holm)": [_cell(v, 3) for v in table["p_holm"]],
             "seeds": table["n_seeds"],
             "verdict": table["verdict"],
             "seeds needed": [_cell(v) for v in table["seeds_needed"]],
@@ -821,12 +837,18 @@ CLAIM = Option("a claim mapping in the format of docs/claims.md", _check_claim)
 POWER = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
-def _method_note(results: StudyResults, alpha: float, power: float) -> str:
+def _method_note(
+    results: StudyResults, table: pd.DataFrame, alpha: float, power: float
+) -> str:
     """How the report measures and judges a claim, and in which units."""
     return (
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
         f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
         "the verdict; "
+        f"`p (Holm)`: the p-value adjusted across the study's {int(table['p_value'].notna().sum())} "
+        "tested claims by Holm's step-down method (family-wise error at α): "
+        f"{holds_after_holm(table, alpha)} of the {verdict_counts(table)[HOLDS]} claims that hold "
+        "still hold after it (the verdicts themselves test each claim on its own); "
         f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
         "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
         "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
@@ -892,20 +914,26 @@ def claims_report(
     gaps = protocol_gaps(results, resolved, rename)
     line += protocol_suffix(gaps, results.dataset)  # holding claims alone are no reproduction
     logger.info(line)
-    settings = protocol_notes(results, resolved, rename) + _method_note(results, alpha, power)
+    settings = protocol_notes(results, resolved, rename) + _method_note(
+        results, table, alpha, power
+    )
     return {
         "claims": table,
         "effects": effects,
         "summary": _markdown(results, table, resolved, line, settings),
-        "verdicts": _verdicts(results, table, line, gaps),
+        "verdicts": _verdicts(results, table, line, gaps, alpha),
     }
 
 
 def _verdicts(
-    results: StudyResults, table: pd.DataFrame, line: str, gaps: tuple[list[str], bool] | None
+    results: StudyResults,
+    table: pd.DataFrame,
+    line: str,
+    gaps: tuple[list[str], bool] | None,
+    alpha: float,
 ) -> dict[str, Any]:
     """:func:`claims_report`'s ``verdicts``: the verdict line, the protocol gaps, the counts
-    and :func:`claims_metrics`."""
+    (and how many holding claims survive Holm's correction) and :func:`claims_metrics`."""
     return {
         "study": results.study,
         "dataset": results.dataset,
@@ -913,5 +941,6 @@ def _verdicts(
         "protocol_gaps": None if gaps is None else gaps[0],
         "settings_stated": None if gaps is None else gaps[1],
         "counts": verdict_counts(table),
+        "holds_after_holm": holds_after_holm(table, alpha),
         "metrics": claims_metrics(table),
     }

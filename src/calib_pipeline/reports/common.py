@@ -62,7 +62,7 @@ METRIC_NAMES = {
     "decomp_ece": "α − β − γ",
 }
 # A Markdown table is for reading; beyond this many rows only the CSV is written (the tidy
-# metrics tables have ~10^5 rows, and tabulate needs ~0.15 ms per row to render them).
+# metrics tables have ~10^5 rows, slow for tabulate to render: docs/performance.md).
 MARKDOWN_MAX_ROWS = 2000
 
 

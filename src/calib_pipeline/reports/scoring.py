@@ -1,13 +1,13 @@
 """Scoring a user's own predictions: fit calibrators on val, score val and test.
 
 The job netcal's and torchmetrics' users do by hand, on a file of logits or probabilities
-(:mod:`calib_pipeline.data.predictions`), with this project's calibrators, metrics and
+(:mod:`calib_pipeline.calibration.predictions`), with this project's calibrators, metrics and
 reports. The tidy table has the study tables' columns (``evaluation.TIDY_COLUMNS``): the
 file is one "method" named after it, seed 0, no training run id.
 
 From a notebook::
 
-    from calib_pipeline.data.predictions import load_predictions
+    from calib_pipeline.calibration.predictions import load_predictions
     from calib_pipeline.reports import scoring, standard
 
     predictions = load_predictions("my_model.npz")
@@ -32,12 +32,8 @@ from typing import Any
 import pandas as pd
 
 from calib_pipeline.calibration.posthoc import CALIBRATORS, Calibrator, build_calibrator
-from calib_pipeline.data.predictions import (
-    SPLITS,
-    PredictionsFile,
-    check_predictions_path,
-    output_name,
-)
+from calib_pipeline.calibration.predictions import PredictionsFile
+from calib_pipeline.data.predictions import SPLITS, check_predictions_path, output_name
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report
 

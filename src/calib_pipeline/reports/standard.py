@@ -136,9 +136,9 @@ def _bars(ax: plt.Axes, left: np.ndarray, width: np.ndarray, bottom: np.ndarray,
           height: np.ndarray, **style: Any) -> None:
     """Bars drawn as one collection of rectangles (bins without samples -- NaN height --
     get none). ``ax.bar`` makes an artist per bar: a figure of 24 panels at 100 bins then
-    has ~7,000 of them; one collection per series draws the same rectangles, and a figure
-    of 24 panels builds and saves 2.4x faster at 100 bins, 1.1x at 15 (median of 3
-    alternating rounds, 2-core CPU; ``benchmarks/bench_reports.py``)."""
+    has ~7,000 of them; one collection per series draws the same rectangles, and such a
+    figure builds and saves faster (``benchmarks/bench_reports.py``; its figures:
+    benchmarks/README.md)."""
     keep = np.isfinite(height) & np.isfinite(bottom)
     x0, x1 = left[keep], left[keep] + width[keep]
     y0, y1 = bottom[keep], bottom[keep] + height[keep]

@@ -8,10 +8,15 @@ costs a few launches instead of hundreds. The batch shape stays static without d
 padding anything: the last, shorter batch of an epoch gets its own graph (one extra
 compilation), so every epoch still trains on every sample exactly once, as in eager mode.
 
-What cannot be captured trains eagerly, and the run says so in a warning:
-a meta-learner differentiates through its own update (``autograd.grad`` with
-``create_graph=True``), which torch.compile does not support (no double backward through
-compiled graphs). Evaluation always runs the eager model: it is a small share of an epoch.
+A meta-learner differentiates through its own update (``autograd.grad`` with
+``create_graph=True``), and torch.compile has no double backward through compiled graphs.
+With the last-layer unroll (Bohdal et al.'s truncation, the default) the second-order terms
+run through the head and the learner only, so the backbone's ``forward_features`` -- nearly
+all of a step's work -- is compiled and the rest runs eagerly. It is compiled without CUDA
+graphs: a meta step calls the backbone twice (train batch, then meta-val batch) while the
+first call's activations are still needed by the meta backward, and a CUDA-graph replay
+would overwrite them. The full unroll differentiates every parameter to second order: it
+trains eagerly, and the run says so in a warning. Evaluation always runs the eager model.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from calib_pipeline.calibration.meta import MetaLearner
 from calib_pipeline.calibration.methods import ObjectiveLearner
 
 logger = logging.getLogger(__name__)
@@ -51,17 +57,21 @@ def compile_reason(learner: object) -> str | None:
             )
         return None
     name = getattr(learner, "name", type(learner).__name__)
+    if isinstance(learner, MetaLearner) and learner.unroll == "last_layer":
+        return None  # its backbone is compiled (module docstring)
     return (
         f"meta learner {name!r} differentiates through its own update (second-order "
-        "gradients), which torch.compile cannot capture"
+        "gradients through every parameter with unroll 'full'), which torch.compile cannot "
+        "capture"
     )
 
 
 def compiled_forward(
     model: nn.Module, learner: object, device: torch.device, description: str = ""
 ) -> Callable[[Tensor], Tensor] | None:
-    """The compiled forward for ``learner``'s train steps, or None (with a logged reason)
-    where the step must run eagerly."""
+    """The compiled forward for ``learner``'s train steps -- the model's forward, or for a
+    last-layer meta-learner the backbone's ``forward_features`` -- or None (with a logged
+    reason) where the step must run eagerly."""
     label = description or "training"
     reason = compile_reason(learner)
     if reason is not None:
@@ -69,14 +79,20 @@ def compiled_forward(
         return None
     if COMPILE_BACKEND == "inductor":
         check_compiler()
-    graphs = device.type == "cuda" and COMPILE_BACKEND == "inductor"
+    meta = isinstance(learner, MetaLearner)
+    graphs = device.type == "cuda" and COMPILE_BACKEND == "inductor" and not meta
     if not graphs:
-        logger.info(
-            "%s: training.compile on %s with backend %r: compiled without CUDA graphs "
-            "(they need a CUDA device and the inductor backend)", label, device, COMPILE_BACKEND,
+        why = (
+            "a meta step keeps the backbone's activations across two calls" if meta
+            else "they need a CUDA device and the inductor backend"
         )
+        logger.info(
+            "%s: training.compile on %s with backend %r: compiled without CUDA graphs (%s)",
+            label, device, COMPILE_BACKEND, why,
+        )
+    target = model.forward_features if meta else model
     return torch.compile(
-        model, backend=COMPILE_BACKEND, mode="reduce-overhead" if graphs else None, dynamic=False
+        target, backend=COMPILE_BACKEND, mode="reduce-overhead" if graphs else None, dynamic=False
     )
 
 

@@ -1,27 +1,25 @@
 """Resume checkpoints: one atomic ``latest.pt`` per run, written every few epochs.
 
-Safe with the user's data: a state is loaded with ``weights_only=True`` (tensors, numbers,
-strings and containers only -- a crafted file cannot run code), written to a temporary
-file unique to the writing process and renamed, and a run holds an exclusive lock on
-its folder while it trains, so two runs never interleave writes to one state.
+Safe with the user's data: a state is read and written through :mod:`calib_pipeline.tensor_io`
+(loaded with ``weights_only=True`` -- a crafted file cannot run code -- and written to a
+temporary file unique to the writing process, then renamed), and a run holds an exclusive
+lock on its folder while it trains, so two runs never interleave writes to one state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import logging
 import os
-import pickle
 import socket
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from calib_pipeline.tensor_io import load_tensors, save_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -103,57 +101,3 @@ class CheckpointStore:
 
     def __repr__(self) -> str:
         return f"CheckpointStore({str(self.directory)!r})"
-
-
-def save_tensors(data: Any, path: str | Path) -> None:
-    """``torch.save(data)`` to ``path`` atomically: written to a hidden temporary file
-    unique to the writing process, then renamed, so a reader (or a run killed mid-write)
-    never sees a partial file at ``path``; the folder is created if missing."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        torch.save(data, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def load_tensors(path: str | Path, *, what: str = "file", hint: str = "delete it and rerun") -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU, with errors that name the file
-    (and end with ``hint``, what to do about a corrupt one).
-
-    Raises:
-        ValueError: the file is truncated or corrupt, or holds objects other than tensors,
-            numbers, strings and containers (a pickle that would run code is refused).
-    """
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise ValueError(
-            f"{what} {path} holds objects that could run code and was not loaded "
-            f"(only tensors, numbers, strings and containers are accepted): {error}"
-        ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(f"{what} {path} is truncated or corrupt ({error}); {hint}") from None
-
-
-def fingerprint(payload: dict[str, Any]) -> str:
-    """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
-    text = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-TRAINING_CODE = ("calibration", "data", "models", "training")
-
-
-def code_fingerprint() -> str:
-    """A hash of the code a training result depends on (the science packages' sources):
-    a completed or half-trained state is reused only by the code that wrote it."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for folder in TRAINING_CODE:
-        for path in sorted((package / folder).rglob("*.py")):
-            digest.update(path.relative_to(package).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]

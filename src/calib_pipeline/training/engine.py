@@ -22,11 +22,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from calib_pipeline.calibration import metrics
+from calib_pipeline.calibration.meta import MetaLearner
 from calib_pipeline.calibration.methods import Learner, ObjectiveLearner
 from calib_pipeline.calibration.precision import check_device_precision
+from calib_pipeline.tensor_io import fingerprint as checkpoint_fingerprint
 from calib_pipeline.training import accelerate
 from calib_pipeline.training.checkpoint import CheckpointStore
-from calib_pipeline.training.checkpoint import fingerprint as checkpoint_fingerprint
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.data import (
     BatchStream,
@@ -322,7 +323,9 @@ def _setup(
     forward = (
         accelerate.compiled_forward(model, learner, device, description) if config.compile else None
     )
-    if forward is not None:
+    if forward is not None and isinstance(learner, MetaLearner):
+        learner.compiled_features = forward
+    elif forward is not None:
         learner = dataclasses.replace(learner, forward=forward)
     optimizer = _optimizer(model, config, device)
     train, val, test = splits["train"], splits["val"], splits["test"]

@@ -19,7 +19,7 @@ from typing import Any
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.data.splits import check_fractions, check_subset
 from calib_pipeline.models import architecture_tag
-from calib_pipeline.training.checkpoint import fingerprint
+from calib_pipeline.tensor_io import fingerprint
 from calib_pipeline.training.config import TrainConfig
 
 # Settings that decide where and how fast a run trains, not what it learns: a run trained on

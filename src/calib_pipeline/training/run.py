@@ -31,8 +31,9 @@ import torch
 from calib_pipeline.calibration.methods import MethodSpec, build_method
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_fingerprint, split_tensors
+from calib_pipeline.tensor_io import code_fingerprint, fingerprint
 from calib_pipeline.training.artifacts import model_from_config, run_checkpoint, run_history
-from calib_pipeline.training.checkpoint import CheckpointStore, code_fingerprint, fingerprint
+from calib_pipeline.training.checkpoint import CheckpointStore
 from calib_pipeline.training.config import TrainConfig
 from calib_pipeline.training.engine import Split, TrainResult, train_model
 from calib_pipeline.training.provenance import run_configuration, training_provenance

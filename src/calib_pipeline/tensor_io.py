@@ -1,0 +1,78 @@
+"""Tensor files and fingerprints: the bottom layer every other one may use.
+
+Safe with the user's data: a file is loaded with ``weights_only=True`` (tensors, numbers,
+strings and containers only -- a crafted file cannot run code) and written to a temporary
+file unique to the writing process, then renamed, so no reader sees a partial file.
+A fingerprint is a short stable hash: of a configuration (:func:`fingerprint`) or of the
+code a training result depends on (:func:`code_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGE = Path(__file__).resolve().parent
+# What a trained state depends on: the science packages below reports/, and this module,
+# which saves, loads and fingerprints the state.
+TRAINING_CODE = ("calibration", "data", "models", "training", "tensor_io.py")
+
+
+def save_tensors(data: Any, path: str | Path) -> None:
+    """``torch.save(data)`` to ``path`` atomically: written to a hidden temporary file
+    unique to the writing process, then renamed, so a reader (or a run killed mid-write)
+    never sees a partial file at ``path``; the folder is created if missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_tensors(
+    path: str | Path, *, what: str = "file", hint: str = "delete it and rerun"
+) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, with errors that name the file
+    (and end with ``hint``, what to do about a corrupt one).
+
+    Raises:
+        ValueError: the file is truncated or corrupt, or holds objects other than tensors,
+            numbers, strings and containers (a pickle that would run code is refused).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ValueError(
+            f"{what} {path} holds objects that could run code and was not loaded "
+            f"(only tensors, numbers, strings and containers are accepted): {error}"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise ValueError(f"{what} {path} is truncated or corrupt ({error}); {hint}") from None
+
+
+def fingerprint(payload: dict[str, Any]) -> str:
+    """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def code_fingerprint() -> str:
+    """A hash of the code a training result depends on (:data:`TRAINING_CODE`'s sources):
+    a completed or half-trained state is reused only by the code that wrote it."""
+    digest = hashlib.sha256()
+    for name in TRAINING_CODE:
+        source = PACKAGE / name
+        for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
+            digest.update(path.relative_to(PACKAGE).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

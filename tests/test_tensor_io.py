@@ -1,0 +1,85 @@
+"""Tensor files and fingerprints: atomic saves, safe loads, stable hashes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from calib_pipeline import tensor_io
+from calib_pipeline.tensor_io import code_fingerprint, fingerprint, load_tensors, save_tensors
+from tests.crafted import MarkerPayload
+
+
+def test_saved_tensors_round_trip_into_a_new_folder_without_a_temporary_file(tmp_path):
+    path = tmp_path / "new" / "folder" / "logits.pt"
+    save_tensors({"val": torch.arange(6.0).reshape(2, 3), "epoch": 4}, path)
+    loaded = load_tensors(path)
+    assert torch.equal(loaded["val"], torch.arange(6.0).reshape(2, 3)) and loaded["epoch"] == 4
+    assert [p.name for p in path.parent.iterdir()] == ["logits.pt"]
+
+
+class Unsavable:
+    """An object whose pickling fails part-way through a save."""
+
+    def __reduce__(self):
+        raise RuntimeError("cannot be saved")
+
+
+def test_a_failed_save_keeps_the_previous_file_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "state.pt"
+    save_tensors({"epoch": 1}, path)
+    with pytest.raises(RuntimeError, match="cannot be saved"):
+        save_tensors({"epoch": 2, "unsavable": Unsavable()}, path)
+    assert load_tensors(path) == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]
+
+
+def test_a_crafted_file_is_refused_by_name_and_runs_no_code(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "logits.pt"
+    torch.save({"val": MarkerPayload(str(marker))}, path)
+    refused = r"^torch artifact .*logits.pt holds objects that could run code"
+    with pytest.raises(ValueError, match=refused):
+        load_tensors(path, what="torch artifact")
+    assert not marker.exists(), "loading must not have executed the payload"
+
+
+def test_a_truncated_file_names_the_file_and_the_remedy(tmp_path):
+    path = tmp_path / "logits.pt"
+    save_tensors({"val": torch.ones(1000)}, path)
+    path.write_bytes(path.read_bytes()[:100])
+    truncated = r"^predictions file .*logits.pt is truncated or corrupt .*; write it again$"
+    with pytest.raises(ValueError, match=truncated):
+        load_tensors(path, what="predictions file", hint="write it again")
+
+
+def test_a_configuration_fingerprint_ignores_key_order_and_sees_every_value():
+    assert fingerprint({"lr": 0.1, "seed": 0}) == fingerprint({"seed": 0, "lr": 0.1})
+    assert fingerprint({"lr": 0.1, "seed": 0}) != fingerprint({"lr": 0.1, "seed": 1})
+    assert len(fingerprint({})) == 16
+
+
+TRAINED_FILES = ("training/engine.py", "calibration/metrics.py", "tensor_io.py")
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    """A package tree with a file in each place the code fingerprint reads, and in reports/."""
+    for relative in (*TRAINED_FILES, "models/net.py", "data/splits.py", "reports/table.py"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(f"# {relative}\n")
+    monkeypatch.setattr(tensor_io, "PACKAGE", tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("edited", TRAINED_FILES)
+def test_the_code_fingerprint_changes_with_the_training_code(fake_package, edited):
+    before = code_fingerprint()
+    (fake_package / edited).write_text("changed = True\n")
+    assert code_fingerprint() != before
+
+
+def test_the_code_fingerprint_ignores_the_reports(fake_package):
+    before = code_fingerprint()
+    (fake_package / "reports" / "table.py").write_text("changed = True\n")
+    assert code_fingerprint() == before
