@@ -493,12 +493,28 @@ def calibratability_table(
     keys = _check_table_options(results, calibrators, baseline, select_by, exclude or [])
     runs, notes = calibratability_runs(results, keys, n_bins, oracle_grid)
     record = _test_selected(results, select_by, exclude or [])
-    chosen = set(record["method"])
-    table, oracle, stats = calibratability_tables(runs, keys, baseline, alpha, chosen)
     settings = {"keys": keys, "baseline": baseline, "alpha": alpha, "n_bins": n_bins}
-    markdown = _calibratability_markdown(
-        results, table, oracle, notes, **settings, select_by=select_by, grid=oracle_grid
+    return _calibratability_artifacts(
+        results, runs, notes, record, **settings, select_by=select_by, grid=oracle_grid
     )
+
+
+def _calibratability_artifacts(
+    results: StudyResults,
+    runs: pd.DataFrame,
+    notes: pd.DataFrame,
+    record: pd.DataFrame,
+    **settings: Any,
+) -> dict[str, Any]:
+    """:func:`calibratability_table`'s artifacts from its per-run values, fit warnings and
+    selection record; ``settings``: ``keys``, ``baseline``, ``alpha``, ``n_bins``,
+    ``select_by`` and ``grid``."""
+    keys = settings["keys"]
+    chosen = set(record["method"])
+    table, oracle, stats = calibratability_tables(
+        runs, keys, settings["baseline"], settings["alpha"], chosen
+    )
+    markdown = _calibratability_markdown(results, table, oracle, notes, **settings)
     published, section = _published(results, keys, runs)
     return {
         "calibratability": table,
