@@ -68,37 +68,10 @@ METRIC_KERNELS = (
     "calib_pipeline.calibration._metrics_binning",
 )
 MAX_KERNEL_LINES = 80
-_NODE = "a node, over 60 lines before issue 28 lowered the limit; thin-node work shortens it"
-_PAPER = "a paper table's compute or report step, over 60 lines before issue 28; to be split"
-_LIBRARY = "a library function over 60 lines before issue 28 lowered the limit; to be split"
-# Functions over MAX_FUNCTION_LINES today, each with its reason. An entry that is no longer
-# too long (or no longer exists) fails test_every_long_function_allowed_is_still_too_long,
-# so the list only shrinks.
-LONG_FUNCTION_ALLOWED: dict[str, str] = {
-    "calib_pipeline.pipelines.training.nodes.train_method": _NODE,
-    "calib_pipeline.pipelines.reporting.nodes.evaluate_study": _NODE,
-    "calib_pipeline.pipelines.posthoc.nodes.fit_calibrators": _NODE,
-    "calib_pipeline.pipelines.config.parse_structure": _LIBRARY,
-    "calib_pipeline.pipelines.reporting.pipeline.study_pipeline": _LIBRARY,
-    "calib_pipeline.reports.mukhoti.mukhoti_table": _PAPER,
-    "calib_pipeline.reports.mukhoti.table": _PAPER,
-    "calib_pipeline.reports.wang.calibratability_table": _PAPER,
-    "calib_pipeline.reports.wang.optimal_ece_per_epoch": _PAPER,
-    "calib_pipeline.reports.wang.validation_size_sweep": _PAPER,
-    "calib_pipeline.reports.singh.table": _PAPER,
-    "calib_pipeline.reports.singh.singh_table": _PAPER,
-    "calib_pipeline.reports.karandikar.karandikar_effects": _PAPER,
-    "calib_pipeline.reports.karandikar.karandikar_table": _PAPER,
-    "calib_pipeline.reports.claims.claims_report": _PAPER,
-    "calib_pipeline.reports.selection.select_sweep_members": _LIBRARY,
-    "calib_pipeline.reports.evaluation.evaluate_runs": _LIBRARY,
-    "calib_pipeline.training.engine.train_model": _LIBRARY,
-    "calib_pipeline.training.engine._train_epoch": _LIBRARY,
-    "calib_pipeline.training.engine._setup": _LIBRARY,
-    "calib_pipeline.calibration.posthoc.validation_size_sweep": _LIBRARY,
-    "calib_pipeline.calibration._posthoc_affine._fit": _LIBRARY,
-    "calib_pipeline.data.shift_suites.resolve_suites": _LIBRARY,
-}
+# Functions allowed over MAX_FUNCTION_LINES, each with its reason (none today). An entry
+# that is no longer too long (or no longer exists) fails
+# test_every_long_function_allowed_is_still_too_long, so the list only shrinks.
+LONG_FUNCTION_ALLOWED: dict[str, str] = {}
 
 
 def module_name(path: str) -> str:

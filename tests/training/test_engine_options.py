@@ -92,9 +92,10 @@ def _run(digits, config, method="cross_entropy", **kwargs):
 def test_a_training_epoch_never_reads_device_values_back(digits, method, augment):
     data, train, val, meta_val = digits
     config = TrainConfig(epochs=1, batch_size=50, device="cpu", augment=augment, grad_clip=5.0)
+    splits = {"train": train, "val": val, "test": None, "meta_val": meta_val}
     run = engine._setup(
-        _model(), _learner(method), config, train=train, val=val, test=None, meta_val=meta_val,
-        normalization=(data.mean, data.std), seed=0, record_epoch_logits=False, description="t",
+        _model(), _learner(method), config, splits, normalization=(data.mean, data.std), seed=0,
+        record_epoch_logits=False, description="t",
     )
     reads = HostReads()
     with reads:

@@ -25,6 +25,7 @@ its default tolerances (relative NLL change 2.2e-9, projected gradient 1e-5).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,30 +103,36 @@ class AffineCalibration(LogitCalibrator):
             return float(loss), gradient.numpy()
 
         identity = np.ones(k) if self.diagonal else np.eye(k)
-        start = np.concatenate([identity.reshape(-1), np.zeros(k)])
-        max_iter = self.hyperparameters["max_iter"]
-        if max_iter == 0:
-            theta, converged = start, False
-            self._warn("max_iter = 0: the identity map was kept without fitting")
-        else:
-            # L-BFGS-B's BLAS calls are on short vectors: threads only add sync overhead,
-            # which on a loaded machine costs more than the whole fit.
-            with threadpool_limits(limits=1, user_api="blas"):
-                result = minimize(
-                    loss_and_gradient,
-                    start,
-                    jac=True,
-                    method="L-BFGS-B",
-                    options={"maxiter": max_iter},
-                )
-            theta, self.iterations = result.x, int(result.nit)
-            converged = self._checked_convergence(
-                bool(result.success), f"L-BFGS-B: {result.message}"
-            )
+        theta, converged = self._minimise(
+            loss_and_gradient, np.concatenate([identity.reshape(-1), np.zeros(k)])
+        )
         parameters = torch.from_numpy(np.ascontiguousarray(theta))
         self.weights = parameters[:n_weights].reshape(weight_shape).clone()
         self.bias = parameters[n_weights:].clone()
         return converged
+
+    def _minimise(
+        self, loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]], start: np.ndarray
+    ) -> tuple[np.ndarray, bool]:
+        """L-BFGS-B from ``start`` for at most ``max_iter`` iterations (``start`` itself,
+        with a warning, for 0): the parameters found and whether it converged."""
+        max_iter = self.hyperparameters["max_iter"]
+        if max_iter == 0:
+            self._warn("max_iter = 0: the identity map was kept without fitting")
+            return start, False
+        # L-BFGS-B's BLAS calls are on short vectors: threads only add sync overhead,
+        # which on a loaded machine costs more than the whole fit.
+        with threadpool_limits(limits=1, user_api="blas"):
+            result = minimize(
+                loss_and_gradient,
+                start,
+                jac=True,
+                method="L-BFGS-B",
+                options={"maxiter": max_iter},
+            )
+        self.iterations = int(result.nit)
+        converged = self._checked_convergence(bool(result.success), f"L-BFGS-B: {result.message}")
+        return result.x, converged
 
     def _learned(self) -> dict[str, Any]:
         return {

@@ -303,19 +303,25 @@ def validation_size_sweep(
             index = _subsample(val_y_cpu, int(size), int(seed), stratified).to(val_z.device)
             calibrator = build_calibrator(name, **hyperparameters).fit(val_z[index], val_y[index])
             scores, inputs = calibrated_scores(calibrator, test_z)
-            rows.append(
-                {
-                    "calibrator": name,
-                    "size": int(size),
-                    "seed": int(seed),
-                    "metric": metric,
-                    "value": float(score(scores, test_y, inputs=inputs)),
-                    "temperature": getattr(calibrator, "temperature", None),
-                    "converged": calibrator.converged,
-                    "warnings": "; ".join(calibrator.warnings),
-                }
-            )
+            value = float(score(scores, test_y, inputs=inputs))
+            rows.append(_sweep_row(name, calibrator, int(size), int(seed), metric, value))
     return rows
+
+
+def _sweep_row(
+    name: str, calibrator: Calibrator, size: int, seed: int, metric: str, value: float
+) -> dict[str, Any]:
+    """A row of :func:`validation_size_sweep`: the fit's score and how the fit went."""
+    return {
+        "calibrator": name,
+        "size": size,
+        "seed": seed,
+        "metric": metric,
+        "value": value,
+        "temperature": getattr(calibrator, "temperature", None),
+        "converged": calibrator.converged,
+        "warnings": "; ".join(calibrator.warnings),
+    }
 
 
 def oracle_temperature(

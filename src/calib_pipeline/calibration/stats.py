@@ -352,22 +352,6 @@ def seeds_needed(
             return int(n[enough[0]])
         low = int(n[-1]) + 1
     return None
-    if std == 0.0:
-        return 2
-    tail = alpha if alternative != "two-sided" else alpha / 2
-    low = 2
-    while low <= most:  # blocks of growing size: small effects need many seeds, most need few
-        n = np.arange(low, min(4 * low, most) + 1)
-        df, shift = n - 1, abs(effect) / std * np.sqrt(n)
-        critical = scipy_stats.t.ppf(1.0 - tail, df)
-        reached = scipy_stats.nct.sf(critical, df, shift)
-        if alternative == "two-sided":
-            reached = reached + scipy_stats.nct.cdf(-critical, df, shift)
-        enough = np.flatnonzero(reached >= power)
-        if enough.size:
-            return int(n[enough[0]])
-        low = int(n[-1]) + 1
-    return None
 
 
 def holm_adjusted(p_values: ArrayLike) -> np.ndarray:

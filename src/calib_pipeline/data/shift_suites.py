@@ -233,6 +233,53 @@ def shift_settings(shift: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
+def _check_official_source(source: str, dataset: str, settings: dict[str, Any]) -> None:
+    """Refuse an official corrupted set of another dataset, without ``root``, or with
+    options it does not take."""
+    _check_official(source, dataset, settings["root"])
+    unknown_options = sorted(set(settings["corruption_options"]) - {"class_order"})
+    if unknown_options:
+        raise ValueError(
+            f"shift.corruption_options: unknown option(s) {unknown_options}; "
+            "valid: ['class_order']"
+        )
+
+
+def _corruption_specs(
+    source: str,
+    names: list[str],
+    severities: list[int],
+    settings: dict[str, Any],
+    channels: int | None,
+) -> tuple[list[ShiftSetSpec], dict[str, str]]:
+    """The test set specs of each corruption at each severity (one ungraded set for the
+    sets without severities), and the generated corruptions skipped, with why."""
+    skipped: dict[str, str] = {}
+    tests = []
+    for name in names:
+        if source == GENERATED:
+            reason = _unavailable(name, channels, settings["frost_dir"])
+            if reason:
+                skipped[name] = reason
+                continue
+        label = shift_label(source, name)
+        options = (
+            {} if source == GENERATED else {"corruption": name, **settings["corruption_options"]}
+        )
+        for severity in [0] if source in UNGRADED_SETS else severities:
+            tests.append(
+                ShiftSetSpec(
+                    f"{label}/{severity}",
+                    label,
+                    severity,
+                    source,
+                    corruption=name,
+                    options={**options, "severity": severity} if options and severity else options,
+                )
+            )
+    return tests, skipped
+
+
 def resolve_suites(
     shift: dict[str, Any], dataset: str, channels: int | None = None
 ) -> tuple[list[ShiftSetSpec], list[ShiftSetSpec], dict[str, str]]:
@@ -258,38 +305,10 @@ def resolve_suites(
             f"got {source!r}"
         )
     severities = _severities(settings["severities"], "shift.severities")
-    skipped: dict[str, str] = {}
     names = _corruptions(settings["corruptions"], source, "shift.corruptions")
     if source != GENERATED:
-        _check_official(source, dataset, settings["root"])
-        unknown_options = sorted(set(settings["corruption_options"]) - {"class_order"})
-        if unknown_options:
-            raise ValueError(
-                f"shift.corruption_options: unknown option(s) {unknown_options}; "
-                "valid: ['class_order']"
-            )
-    tests = []
-    for name in names:
-        if source == GENERATED:
-            reason = _unavailable(name, channels, settings["frost_dir"])
-            if reason:
-                skipped[name] = reason
-                continue
-        label = shift_label(source, name)
-        options = (
-            {} if source == GENERATED else {"corruption": name, **settings["corruption_options"]}
-        )
-        for severity in [0] if source in UNGRADED_SETS else severities:
-            tests.append(
-                ShiftSetSpec(
-                    f"{label}/{severity}",
-                    label,
-                    severity,
-                    source,
-                    corruption=name,
-                    options={**options, "severity": severity} if options and severity else options,
-                )
-            )
+        _check_official_source(source, dataset, settings)
+    tests, skipped = _corruption_specs(source, names, severities, settings, channels)
     for name, options in _natural(settings["natural"]).items():
         _check_official(name, dataset, settings["root"])
         label = shift_label(name, _variant(name, options))

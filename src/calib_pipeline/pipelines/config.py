@@ -10,6 +10,7 @@ hyperparameter by building it, so a bad configuration fails before any training.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,19 @@ from calib_pipeline.training.provenance import method_model, method_training
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
 STUDY_FIELDS = ("methods", "seeds", "calibrators", "reports", "description")
+METHOD_FIELDS = frozenset(
+    {
+        "objective",
+        "meta_learner",
+        "params",
+        "split",
+        "training",
+        "model",
+        "label",
+        "group",
+        "record_epoch_logits",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -119,42 +133,53 @@ def expand_methods(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for key, entry in raw.items():
         if not isinstance(entry, dict):
             raise ValueError(f"method {key!r} must be a mapping, got {entry!r}")
-        sweep = entry.get("sweep")
-        if not sweep:
+        if not entry.get("sweep"):
             add(key, f"its entry methods.{key}", {**entry, "group": entry.get("group", key)})
             continue
-        if len(sweep) != 1:
-            raise ValueError(f"method {key!r}: sweep one hyperparameter at a time, got {list(sweep)}")
-        (param, values), = sweep.items()
-        if not isinstance(values, list) or not values:
-            raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
-        path = str(param).split(".")  # "secondary.kappa": a nested hyperparameter (composite)
-        if _nested_get(entry.get("params") or {}, path) is not _ABSENT:  # the sweep would replace it
-            raise ValueError(
-                f"method {key!r} sets {param!r} in params and sweeps it ({values}); set it in "
-                "one place (the sweep's values, or remove the sweep)"
-            )
-        for value in values:
-            name = f"{key}_{'_'.join(path)}_{_format_value(value)}"
-            params = _nested_set(entry.get("params") or {}, path, value)
-            template = str(entry.get("label", key))
-            try:
-                label = template.format(**{path[-1]: value}) if "{" in template else f"{template} ({param}={value})"
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
-                raise ValueError(
-                    f"method {key!r}: its label {template!r} must name only the swept parameter, "
-                    f"as {{{path[-1]}}} ({type(error).__name__}: {error})"
-                ) from None
-            add(name, f"the sweep of methods.{key}", {
-                **{k: v for k, v in entry.items() if k != "sweep"},
-                "params": params,
-                "label": label,
-                "group": key,
-            })
+        for name, method in _sweep_members(key, entry):
+            add(name, f"the sweep of methods.{key}", method)
     return expanded
 
 
 _ABSENT = object()
+
+
+def _sweep_members(key: str, entry: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, method) of each value of method ``key``'s sweep, in the sweep's order (made
+    one at a time: a member that ``expand_methods`` refuses stops the sweep there)."""
+    sweep = entry["sweep"]
+    if len(sweep) != 1:
+        raise ValueError(f"method {key!r}: sweep one hyperparameter at a time, got {list(sweep)}")
+    (param, values), = sweep.items()
+    if not isinstance(values, list) or not values:
+        raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
+    path = str(param).split(".")  # "secondary.kappa": a nested hyperparameter (composite)
+    if _nested_get(entry.get("params") or {}, path) is not _ABSENT:  # the sweep would replace it
+        raise ValueError(
+            f"method {key!r} sets {param!r} in params and sweeps it ({values}); set it in "
+            "one place (the sweep's values, or remove the sweep)"
+        )
+    for value in values:
+        yield f"{key}_{'_'.join(path)}_{_format_value(value)}", {
+            **{k: v for k, v in entry.items() if k != "sweep"},
+            "params": _nested_set(entry.get("params") or {}, path, value),
+            "label": _sweep_label(key, str(entry.get("label", key)), param, path, value),
+            "group": key,
+        }
+
+
+def _sweep_label(key: str, template: str, param: str, path: list[str], value: Any) -> str:
+    """The member's label: ``template`` formatted with the value where it has a placeholder,
+    else with `` (param=value)`` appended."""
+    if "{" not in template:
+        return f"{template} ({param}={value})"
+    try:
+        return template.format(**{path[-1]: value})
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+        raise ValueError(
+            f"method {key!r}: its label {template!r} must name only the swept parameter, "
+            f"as {{{path[-1]}}} ({type(error).__name__}: {error})"
+        ) from None
 
 
 def _nested_get(params: dict[str, Any], path: list[str]) -> Any:
@@ -191,72 +216,101 @@ def parse_structure(parameters: dict[str, Any]) -> Structure:
             raise ValueError(f"parameters must define {required!r}")
     splits = tuple(parameters["splits"])
     calibrators = dict(parameters.get("calibrators") or {})
-    methods: dict[str, MethodSpec] = {}
-    for key, entry in expand_methods(parameters["methods"]).items():
-        _check_key("method", key)
-        objective, meta = entry.get("objective"), entry.get("meta_learner")
-        if (objective is None) == (meta is None):
-            raise ValueError(f"method {key!r} needs exactly one of 'objective' or 'meta_learner'")
-        split = entry.get("split", "standard")
-        if split not in splits:
-            raise ValueError(f"method {key!r} uses unknown split {split!r}; splits are {list(splits)}")
-        unknown = sorted(
-            set(entry)
-            - {"objective", "meta_learner", "params", "split", "training", "model", "label", "group",
-               "record_epoch_logits"}
-        )
-        if unknown:
-            raise ValueError(f"method {key!r} has unknown field(s) {unknown}")
-        methods[key] = MethodSpec(
-            key=key,
-            label=str(entry.get("label", key)),
-            split=split,
-            objective=objective,
-            meta_learner=meta,
-            params=dict(entry.get("params") or {}),
-            training=dict(entry.get("training") or {}),
-            model=entry.get("model"),
-            group=str(entry.get("group", key)),
-            record_epoch_logits=check_bool(
-                f"methods.{key}.record_epoch_logits", entry.get("record_epoch_logits", False)
-            ),
-        )
+    methods = {
+        key: _parse_method(key, entry, splits)
+        for key, entry in expand_methods(parameters["methods"]).items()
+    }
     default_seeds = parameters.get("seeds", [0])
-    studies: dict[str, StudySpec] = {}
-    for name, entry in parameters["studies"].items():
-        _check_key("study", name)
-        unknown_fields = sorted(set(entry) - set(STUDY_FIELDS))
-        if unknown_fields:
-            raise ValueError(f"study {name!r} has unknown field(s) {unknown_fields}; valid: {list(STUDY_FIELDS)}")
-        members = entry.get("methods") or []
-        if not isinstance(members, (list, tuple)):  # a string would be read letter by letter
-            raise ValueError(
-                f"study {name!r}: methods must be a list of method keys, got {members!r} "
-                "(--params takes one key as methods=[ce]; it splits values at commas, so a "
-                "list of several needs a run file: `kedro run --config`, docs/models.md)"
-            )
-        if not members:  # e.g. a misspelt `--params=studies.baselin.seeds=[1]` makes one
-            raise ValueError(
-                f"study {name!r} lists no methods; defined studies with methods: "
-                f"{sorted(k for k, v in parameters['studies'].items() if (v or {}).get('methods'))}"
-            )
-        missing = [m for m in _expand_members(members, methods) if m not in methods]
-        if missing:
-            raise ValueError(
-                f"study {name!r} lists unknown method(s) {missing}; defined methods: {sorted(methods)}"
-            )
-        _check_distinct_labels(name, _expand_members(members, methods), methods)
-        reports = dict(entry.get("reports") or DEFAULT_REPORTS)
-        study_calibrators = study_calibrator_keys(name, entry.get("calibrators"), reports, calibrators)
-        seeds = _study_seeds(name, entry.get("seeds", default_seeds))
-        studies[name] = StudySpec(
-            name=name,
-            methods=tuple(_expand_members(members, methods)),
-            seeds=tuple(seeds),
-            calibrators=study_calibrators,
-            reports=reports,
-        )
+    studies = {
+        name: _parse_study(name, entry, parameters["studies"], methods, calibrators, default_seeds)
+        for name, entry in parameters["studies"].items()
+    }
     return Structure(methods, studies, splits, calibrators)
+
+
+def _parse_method(key: str, entry: dict[str, Any], splits: tuple[str, ...]) -> MethodSpec:
+    """Method ``key`` of the expanded ``methods`` parameters, its fields checked."""
+    _check_key("method", key)
+    objective, meta = entry.get("objective"), entry.get("meta_learner")
+    if (objective is None) == (meta is None):
+        raise ValueError(f"method {key!r} needs exactly one of 'objective' or 'meta_learner'")
+    split = entry.get("split", "standard")
+    if split not in splits:
+        raise ValueError(f"method {key!r} uses unknown split {split!r}; splits are {list(splits)}")
+    unknown = sorted(set(entry) - METHOD_FIELDS)
+    if unknown:
+        raise ValueError(f"method {key!r} has unknown field(s) {unknown}")
+    return MethodSpec(
+        key=key,
+        label=str(entry.get("label", key)),
+        split=split,
+        objective=objective,
+        meta_learner=meta,
+        params=dict(entry.get("params") or {}),
+        training=dict(entry.get("training") or {}),
+        model=entry.get("model"),
+        group=str(entry.get("group", key)),
+        record_epoch_logits=check_bool(
+            f"methods.{key}.record_epoch_logits", entry.get("record_epoch_logits", False)
+        ),
+    )
+
+
+def _parse_study(
+    name: str,
+    entry: dict[str, Any],
+    all_studies: dict[str, Any],
+    methods: dict[str, MethodSpec],
+    calibrators: dict[str, Any],
+    default_seeds: Any,
+) -> StudySpec:
+    """Study ``name``: its members, calibrators, reports and seeds, checked."""
+    _check_key("study", name)
+    unknown_fields = sorted(set(entry) - set(STUDY_FIELDS))
+    if unknown_fields:
+        raise ValueError(
+            f"study {name!r} has unknown field(s) {unknown_fields}; valid: {list(STUDY_FIELDS)}"
+        )
+    members = _study_members(name, entry.get("methods") or [], all_studies, methods)
+    _check_distinct_labels(name, members, methods)
+    reports = dict(entry.get("reports") or DEFAULT_REPORTS)
+    study_calibrators = study_calibrator_keys(name, entry.get("calibrators"), reports, calibrators)
+    seeds = _study_seeds(name, entry.get("seeds", default_seeds))
+    return StudySpec(
+        name=name,
+        methods=tuple(members),
+        seeds=tuple(seeds),
+        calibrators=study_calibrators,
+        reports=reports,
+    )
+
+
+def _study_members(
+    name: str, members: Any, all_studies: dict[str, Any], methods: dict[str, MethodSpec]
+) -> list[str]:
+    """The method keys study ``name`` lists, sweeps expanded.
+
+    Raises:
+        ValueError: not a list, an empty list (naming the studies that list methods), or
+            unknown methods.
+    """
+    if not isinstance(members, (list, tuple)):  # a string would be read letter by letter
+        raise ValueError(
+            f"study {name!r}: methods must be a list of method keys, got {members!r} "
+            "(--params takes one key as methods=[ce]; it splits values at commas, so a "
+            "list of several needs a run file: `kedro run --config`, docs/models.md)"
+        )
+    if not members:  # e.g. a misspelt `--params=studies.baselin.seeds=[1]` makes one
+        raise ValueError(
+            f"study {name!r} lists no methods; defined studies with methods: "
+            f"{sorted(k for k, v in all_studies.items() if (v or {}).get('methods'))}"
+        )
+    missing = [m for m in _expand_members(members, methods) if m not in methods]
+    if missing:
+        raise ValueError(
+            f"study {name!r} lists unknown method(s) {missing}; defined methods: {sorted(methods)}"
+        )
+    return _expand_members(members, methods)
 
 
 def _check_distinct_labels(study: str, members: list[str], methods: dict[str, MethodSpec]) -> None:

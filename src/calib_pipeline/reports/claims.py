@@ -837,20 +837,41 @@ CLAIM = Option("a claim mapping in the format of docs/claims.md", _check_claim)
 POWER = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
+def _method_note(
+    results: StudyResults, table: pd.DataFrame, alpha: float, power: float
+) -> str:
+    """How the report measures and judges a claim, and in which units."""
+    return (
+        f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
+        f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
+        "the verdict; "
+        f"`p (Holm)`: the p-value adjusted across the study's {int(table['p_value'].notna().sum())} "
+        "tested claims by Holm's step-down method (family-wise error at α): "
+        f"{holds_after_holm(table, alpha)} of the {verdict_counts(table)[HOLDS]} claims that hold "
+        "still hold after it (the verdicts themselves test each claim on its own); "
+        f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
+        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
+        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
+    )
+
+
+CLAIMS_OPTIONS = {
+    "papers": optional(list_of(choice(*paper_names()))),
+    "claims": optional(list_of(CLAIM)),
+    "only": optional(list_of(TEXT)),
+    "rename": optional(mapping(TEXT, TEXT)),
+    "alpha": SIGNIFICANCE,
+    "power": POWER,
+}
+
+
 @report(
     "claims",
     needs=("histories", "calibrators"),
     shifted=_reads_shift,
     study_check=check_study_claims,
     calibrators=claim_calibrators,
-    options={
-        "papers": optional(list_of(choice(*paper_names()))),
-        "claims": optional(list_of(CLAIM)),
-        "only": optional(list_of(TEXT)),
-        "rename": optional(mapping(TEXT, TEXT)),
-        "alpha": SIGNIFICANCE,
-        "power": POWER,
-    },
+    options=CLAIMS_OPTIONS,
 )
 def claims_report(
     results: StudyResults,
@@ -893,19 +914,27 @@ def claims_report(
     gaps = protocol_gaps(results, resolved, rename)
     line += protocol_suffix(gaps, results.dataset)  # holding claims alone are no reproduction
     logger.info(line)
-    settings = protocol_notes(results, resolved, rename) + (
-        f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
-        f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
-        "the verdict; "
-        f"`p (Holm)`: the p-value adjusted across the study's {int(table['p_value'].notna().sum())} "
-        "tested claims by Holm's step-down method (family-wise error at α): "
-        f"{holds_after_holm(table, alpha)} of the {verdict_counts(table)[HOLDS]} claims that hold "
-        "still hold after it (the verdicts themselves test each claim on its own); "
-        f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
-        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
-        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
+    settings = protocol_notes(results, resolved, rename) + _method_note(
+        results, table, alpha, power
     )
-    verdicts = {
+    return {
+        "claims": table,
+        "effects": effects,
+        "summary": _markdown(results, table, resolved, line, settings),
+        "verdicts": _verdicts(results, table, line, gaps, alpha),
+    }
+
+
+def _verdicts(
+    results: StudyResults,
+    table: pd.DataFrame,
+    line: str,
+    gaps: tuple[list[str], bool] | None,
+    alpha: float,
+) -> dict[str, Any]:
+    """:func:`claims_report`'s ``verdicts``: the verdict line, the protocol gaps, the counts
+    (and how many holding claims survive Holm's correction) and :func:`claims_metrics`."""
+    return {
         "study": results.study,
         "dataset": results.dataset,
         "line": line,
@@ -914,10 +943,4 @@ def claims_report(
         "counts": verdict_counts(table),
         "holds_after_holm": holds_after_holm(table, alpha),
         "metrics": claims_metrics(table),
-    }
-    return {
-        "claims": table,
-        "effects": effects,
-        "summary": _markdown(results, table, resolved, line, settings),
-        "verdicts": verdicts,
     }

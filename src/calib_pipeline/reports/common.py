@@ -263,6 +263,15 @@ def seed_stats(
     return stats
 
 
+def run_cells(rows: pd.DataFrame, spread: str = "std", digits: int = 2) -> pd.Series:
+    """:class:`Cell` s of tidy ``rows`` over seeds (each metric in its unit) by
+    (method, calibrator, metric), the cells in first-seen order."""
+    stats = seed_stats(percent_scaled(rows), ["method", "calibrator", "metric"], sem=True)
+    return pd.Series(
+        stat_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
+    )
+
+
 def cell_table(
     table: pd.DataFrame,
     metrics: list[str],

@@ -7,6 +7,7 @@ study from the runs' cached logits and fitted calibrators; every report reads it
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -141,6 +142,29 @@ def _raw_scores(entry: dict[str, Any]) -> tuple[Any, str]:
     return (entry["probs"], "probs") if "probs" in entry else (entry["logits"], "logits")
 
 
+def evaluation_options(
+    evaluation: Mapping[str, Any], report_bins: Iterable[int] = ()
+) -> dict[str, Any]:
+    """The scoring options of :func:`evaluate_runs` that ``evaluation`` settings give.
+
+    Args:
+        evaluation: ``n_bins`` (default 15), ``reliability_bins`` (bin counts of the per-bin
+            table besides ``n_bins``), ``shift_metrics`` (default ``SHIFT_METRICS``).
+        report_bins: bin counts that reports draw, kept in the per-bin table too.
+
+    Returns:
+        ``n_bins``, ``reliability_bin_counts`` (sorted, unique) and ``shift_metrics``.
+    """
+    n_bins = int(evaluation.get("n_bins", 15))
+    return {
+        "n_bins": n_bins,
+        "reliability_bin_counts": tuple(
+            sorted({n_bins, *evaluation.get("reliability_bins", []), *report_bins})
+        ),
+        "shift_metrics": tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
+    }
+
+
 def _where(cell: dict[str, Any]) -> str:
     """The run, calibrator and split a failing cell belongs to, as a user names them."""
     shift = cell.get("shift", UNSHIFTED)
@@ -184,32 +208,58 @@ def evaluate_runs(
         The tidy metrics table (``TIDY_COLUMNS``; ``run_id`` says which training produced
         each row's model) and the per-bin reliability table.
     """
+    scoring = {
+        "n_bins": n_bins,
+        "reliability_bin_counts": reliability_bin_counts,
+        "shift_metrics": shift_metrics,
+    }
     rows: list[dict[str, Any]] = []
     bins: list[pd.DataFrame] = []
     for run_key, run in runs.items():
-        method, seed = run_key.split("|")
-        fitted = run.get("calibrators") or {}
-        missing = [c for c in calibrators if c not in fitted]
-        if missing:
-            raise KeyError(
-                f"{method} seed {seed}: calibrator(s) {missing} were not fitted; re-run posthoc"
-            )
-        for cal_name in [UNCALIBRATED, *calibrators]:
-            base = {
-                "dataset": dataset,
-                "study": study,
-                "method": method,
-                "label": labels.get(method, method),
-                "seed": int(seed),
-                "run_id": run.get("run_id"),
-                "calibrator": cal_name,
-            }
-            calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
-            run_rows, run_bins = _score_run(
-                run, base, calibrator, n_bins, reliability_bin_counts, shift_metrics
-            )
-            rows.extend(run_rows)
-            bins.extend(run_bins)
+        run_rows, run_bins = _evaluate_run(
+            run_key, run, {"dataset": dataset, "study": study}, labels, calibrators, **scoring
+        )
+        rows.extend(run_rows)
+        bins.extend(run_bins)
     table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     logger.info("%s: scored %d rows", study, len(table))
     return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()
+
+
+def _evaluate_run(
+    run_key: str,
+    run: dict[str, Any],
+    identifiers: dict[str, str],
+    labels: dict[str, str],
+    calibrators: list[str],
+    **scoring: Any,
+) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
+    """Rows and per-bin tables of one run (``"<method>|<seed>"``), uncalibrated and with
+    each of ``calibrators``; ``scoring`` holds :func:`_score_run`'s options.
+
+    Raises:
+        KeyError: a calibrator of ``calibrators`` the run's fitted ones lack.
+    """
+    method, seed = run_key.split("|")
+    fitted = run.get("calibrators") or {}
+    missing = [c for c in calibrators if c not in fitted]
+    if missing:
+        raise KeyError(
+            f"{method} seed {seed}: calibrator(s) {missing} were not fitted; re-run posthoc"
+        )
+    rows: list[dict[str, Any]] = []
+    bins: list[pd.DataFrame] = []
+    for cal_name in [UNCALIBRATED, *calibrators]:
+        base = {
+            **identifiers,
+            "method": method,
+            "label": labels.get(method, method),
+            "seed": int(seed),
+            "run_id": run.get("run_id"),
+            "calibrator": cal_name,
+        }
+        calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
+        run_rows, run_bins = _score_run(run, base, calibrator, **scoring)
+        rows.extend(run_rows)
+        bins.extend(run_bins)
+    return rows, bins

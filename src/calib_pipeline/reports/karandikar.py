@@ -239,19 +239,18 @@ def bold_lowest(wide: pd.DataFrame, means: pd.DataFrame) -> pd.DataFrame:
     return bold
 
 
-@report(
-    "karandikar_table",
-    calibrators=calibrators_in("ts", "ts_sb_ece"),
-    options={
-        "metric": TEXT,
-        "ts": optional(TEXT),
-        "ts_sb_ece": optional(TEXT),
-        "spread": choice(*SPREADS),
-        "digits": integer(low=0),
-        "losses": LOSSES,
-        **SELECTION_OPTIONS,
-    },
-)
+TABLE_OPTIONS = {
+    "metric": TEXT,
+    "ts": optional(TEXT),
+    "ts_sb_ece": optional(TEXT),
+    "spread": choice(*SPREADS),
+    "digits": integer(low=0),
+    "losses": LOSSES,
+    **SELECTION_OPTIONS,
+}
+
+
+@report("karandikar_table", calibrators=calibrators_in("ts", "ts_sb_ece"), options=TABLE_OPTIONS)
 def karandikar_table(
     results: StudyResults,
     metric: str = "ece_l2",
@@ -455,19 +454,29 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
     return fig
 
 
-@report(
-    "karandikar_effects",
-    calibrators=calibrators_in("calibrators"),
-    options={
-        "metric": TEXT,
-        "calibrators": optional(list_of(TEXT)),
-        "test": choice(*T_TESTS),
-        "paired": BOOLEAN,
-        "alpha": SIGNIFICANCE,
-        "losses": LOSSES,
-        **SELECTION_OPTIONS,
-    },
-)
+def _effects_legend(metric: str, test: str, alpha: float) -> str:
+    """What :func:`karandikar_effects`' table holds, before it."""
+    return (
+        f"Cohen's d on test `{metric}` of `<primary>` vs `<primary> + <secondary>`, pooled SD; "
+        "positive = the secondary loss lowers the ECE (0.8 = large). "
+        f"p: {test} t-test, two-sided; "
+        f"significant at {alpha}. Means (`mean_none`, `mean_secondary`): "
+        f"{units_note([metric])}\n\n"
+    )
+
+
+EFFECTS_OPTIONS = {
+    "metric": TEXT,
+    "calibrators": optional(list_of(TEXT)),
+    "test": choice(*T_TESTS),
+    "paired": BOOLEAN,
+    "alpha": SIGNIFICANCE,
+    "losses": LOSSES,
+    **SELECTION_OPTIONS,
+}
+
+
+@report("karandikar_effects", calibrators=calibrators_in("calibrators"), options=EFFECTS_OPTIONS)
 def karandikar_effects(
     results: StudyResults,
     metric: str = "ece_l2",
@@ -515,15 +524,8 @@ def karandikar_effects(
     text = paper_header(
         results, "Karandikar et al.: effect of each secondary loss on ECE", "std", record
     )
-    text += (
-        f"Cohen's d on test `{metric}` of `<primary>` vs `<primary> + <secondary>`, pooled SD; "
-        "positive = the secondary loss lowers the ECE (0.8 = large). "
-        f"p: {'paired' if paired else test} t-test, two-sided; "
-        f"significant at {alpha}. Means (`mean_none`, `mean_secondary`): "
-        f"{units_note([metric])}\n\n"
-        + frame.to_markdown(index=False, floatfmt=".3g")
-        + "\n"
-    )
+    text += _effects_legend(metric, "paired" if paired else test, alpha)
+    text += frame.to_markdown(index=False, floatfmt=".3g") + "\n"
     figure = effects_figure(frame, results.study)
     return with_selection(
         {"effects": frame, "effect_sizes": figure, "karandikar_effects": text}, record

@@ -34,10 +34,9 @@ from calib_pipeline.reports.common import (
     method_order,
     paper_header,
     paper_view,
-    percent_scaled,
     require_metrics,
+    run_cells,
     seed_stats,
-    stat_cells,
     units_note,
     with_numbers,
     with_selection,
@@ -168,19 +167,37 @@ def table(
     metrics = list(metrics)
     key = calibrator_key(tidy, calibrator)
     require_metrics(tidy, ["error", *metrics])
+    cell = _table_cells(tidy, key, metrics, spread, digits)
+    order = method_order(methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"])
+    return _layout(cell, order, method_labels(tidy), key, metrics, temperatures, temperature_digits)
+
+
+def _table_cells(
+    tidy: pd.DataFrame, key: str, metrics: list[str], spread: str, digits: int
+) -> pd.Series:
+    """``mean ± spread`` cells (×100, clean test split) by (method, calibrator, metric) of
+    the error and ``metrics``, uncalibrated and under calibrator ``key``."""
     rows = clean_rows(tidy)
     rows = rows[
         rows["metric"].isin(["error", *metrics]) & rows["calibrator"].isin([UNCALIBRATED, key])
     ]
-    stats = seed_stats(percent_scaled(rows), ["method", "calibrator", "metric"], sem=True)
-    cell = pd.Series(
-        stat_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
-    )
+    return run_cells(rows, spread, digits)
+
+
+def _layout(
+    cell: pd.Series,
+    order: list[str],
+    labels: dict[str, str],
+    key: str,
+    metrics: list[str],
+    temperatures: pd.DataFrame | None,
+    temperature_digits: int,
+) -> pd.DataFrame:
+    """:func:`table`'s rows in ``order``: Error, Pre T / Post T cells (the mean T of
+    ``temperatures`` in parentheses), then the numbers and ``temperature_mean``."""
     mean_t = (
         temperatures.groupby("method")["temperature"].mean() if temperatures is not None else {}
     )
-    labels = method_labels(tidy)
-    order = method_order(methods or list(dict.fromkeys(tidy["method"])), present=tidy["method"])
     out_rows = []
     for method in order:
         t = mean_t.get(method, math.nan)
@@ -235,19 +252,22 @@ def _temperatures_of(results: StudyResults, runs: Any, key: str) -> pd.DataFrame
     return temperatures
 
 
+TABLE_OPTIONS = {
+    "calibrator": optional(TEXT),
+    "metrics": optional(list_of(TEXT)),
+    "spread": choice(*SPREADS),
+    "digits": integer(low=0),
+    "temperature_digits": integer(low=0),
+    **SELECTION_OPTIONS,
+}
+
+
 @report(
     "mukhoti_table",
     needs=("calibrators",),
     calibrators=calibrators_in("calibrator"),
     study_check=study_needs_calibrator("calibrator"),
-    options={
-        "calibrator": optional(TEXT),
-        "metrics": optional(list_of(TEXT)),
-        "spread": choice(*SPREADS),
-        "digits": integer(low=0),
-        "temperature_digits": integer(low=0),
-        **SELECTION_OPTIONS,
-    },
+    options=TABLE_OPTIONS,
 )
 def mukhoti_table(
     results: StudyResults,
@@ -286,26 +306,11 @@ def mukhoti_table(
     key = calibrator_key(selected, calibrator)
     runs = selected[["method", "seed"]].drop_duplicates().itertuples(index=False)
     temperatures = _temperatures_of(results, runs, key)
+    cells = {"spread": spread, "digits": digits, "temperature_digits": temperature_digits}
     wide = table(
-        selected,
-        key,
-        metrics=metrics,
-        methods=results.methods,
-        temperatures=temperatures,
-        spread=spread,
-        digits=digits,
-        temperature_digits=temperature_digits,
+        selected, key, metrics=metrics, methods=results.methods, temperatures=temperatures, **cells
     )
-    text = paper_header(
-        results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record
-    )
-    text += (
-        f"Clean test split. {units_note(['error', *metrics])} Post T: calibrator `{key}` "
-        "fitted on the validation split; its temperature (mean over seeds) in parentheses. "
-        "Error is unchanged by TS.\n\n"
-        + paper_view(wide).to_markdown(index=False)
-        + "\n"
-    )
+    text = _table_text(results, wide, key, metrics, spread, record)
     published, section = published_artifacts(results, "mukhoti", {"ts": key}, temperatures)
     artifacts = {
         "table": wide,
@@ -315,6 +320,27 @@ def mukhoti_table(
         "mukhoti_table": text + section,
     }
     return with_selection(artifacts, record)
+
+
+def _table_text(
+    results: StudyResults,
+    wide: pd.DataFrame,
+    key: str,
+    metrics: list[str],
+    spread: str,
+    record: Any,
+) -> str:
+    """The Markdown of :func:`mukhoti_table` before its section on published numbers."""
+    text = paper_header(
+        results, "Mukhoti et al.: calibration pre / post temperature scaling", spread, record
+    )
+    return text + (
+        f"Clean test split. {units_note(['error', *metrics])} Post T: calibrator `{key}` "
+        "fitted on the validation split; its temperature (mean over seeds) in parentheses. "
+        "Error is unchanged by TS.\n\n"
+        + paper_view(wide).to_markdown(index=False)
+        + "\n"
+    )
 
 
 # --- Fig. 1-2 ----------------------------------------------------------------------------

@@ -20,6 +20,8 @@ Means are over seeds, on the clean split of the uncalibrated model (``calibrator
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from calib_pipeline.registry import check_choice, check_range
@@ -133,14 +135,10 @@ def select_sweep_members(
     """
     criterion = _check_rule(rule, metric, tolerance)
     split = SELECTED_ON[rule]
-    methods = list(dict.fromkeys(table["method"]))
-    by_group: dict[str, list[str]] = {}
-    for method in methods:
-        by_group.setdefault(groups.get(method, method), []).append(method)
     labels = table.drop_duplicates("method").set_index("method")["label"]
     records = []
     dropped: list[str] = []
-    for group, members in by_group.items():
+    for group, members in _sweep_groups(table, groups).items():
         if len(members) < 2:
             continue
         means = _member_means(table, members, split, sorted({"accuracy", criterion}), calibrator)
@@ -159,6 +157,23 @@ def select_sweep_members(
                 "members": ", ".join(members),
             }
         )
+    return _marked(table, dropped, records)
+
+
+def _sweep_groups(table: pd.DataFrame, groups: dict[str, str]) -> dict[str, list[str]]:
+    """Sweep group -> its methods in ``table``, both in first-seen order (a method missing
+    from ``groups`` is its own group)."""
+    by_group: dict[str, list[str]] = {}
+    for method in dict.fromkeys(table["method"]):
+        by_group.setdefault(groups.get(method, method), []).append(method)
+    return by_group
+
+
+def _marked(
+    table: pd.DataFrame, dropped: list[str], records: list[dict[str, Any]]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``table`` without the ``dropped`` members, with its ``selected_on`` column and test
+    selections marked in the labels; and the record of the ``records``, marked alike."""
     chosen_on = {r["method"]: r["selected_on"] for r in records}
     filtered = table[~table["method"].isin(dropped)].copy()
     filtered["selected_on"] = filtered["method"].map(chosen_on).fillna("fixed")

@@ -31,10 +31,8 @@ from calib_pipeline.reports.common import (
     method_order,
     paper_header,
     paper_view,
-    percent_scaled,
     require_metrics,
-    seed_stats,
-    stat_cells,
+    run_cells,
     units_note,
     with_numbers,
     with_selection,
@@ -157,10 +155,7 @@ def table(
         their numbers (:func:`~.common.with_numbers`); and the tests (method label,
         metric, mean_difference, p_value, worse).
     """
-    check_choice("calibrated", calibrated, CALIBRATED_ROWS)
-    check_choice("test", test, T_TESTS)
-    check_choice("spread", spread, SPREADS)
-    SIGNIFICANCE.validate("alpha", alpha)
+    _check_table_options(calibrated, test, spread, alpha)
     key = calibrator_key(tidy, calibrator)
     metrics = list(metrics or SINGH_METRICS)
     require_metrics(tidy, metrics)
@@ -168,22 +163,10 @@ def table(
     base = baseline or order[0]
     if base not in order:
         raise ValueError(f"baseline {base!r} is not a method of the study: {order}")
-    rows = clean_rows(tidy, "test", shift, severity)
-    part = with_decomposed_ece(rows[rows["metric"].isin(metrics)])
-    names = [m for m in [*metrics, "decomp_ece"] if m in set(part["metric"])]
-    stats = seed_stats(percent_scaled(part), ["method", "calibrator", "metric"], sem=True)
-    cell = pd.Series(
-        stat_cells(stats, spread, digits), index=pd.MultiIndex.from_frame(stats.iloc[:, :3])
-    )
-    per_seed = part.set_index(["method", "calibrator", "metric"])["value"].sort_index()
+    names, cell, per_seed = _test_set_values(tidy, metrics, shift, severity, spread, digits)
     labels = method_labels(tidy)
     plain, tests = [], []
-    for method, cal in [
-        (m, c)
-        for m in [base, *(m for m in order if m != base)]
-        for c in [UNCALIBRATED, key]
-        if c == UNCALIBRATED or calibrated == "all" or m == base
-    ]:
+    for method, cal in _table_rows(base, order, key, calibrated):
         label = labels[method] if cal == UNCALIBRATED else f"{labels[method]} + {cal}"
         plain.append(
             {"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}}
@@ -195,6 +178,39 @@ def table(
                 for m in compared
             ]
     return with_numbers(pd.DataFrame(plain)), pd.DataFrame(tests, columns=COMPARISON_COLUMNS)
+
+
+def _test_set_values(
+    tidy: pd.DataFrame, metrics: list[str], shift: str, severity: int, spread: str, digits: int
+) -> tuple[list[str], pd.Series, pd.Series]:
+    """The metrics of the test set that the rows have (``decomp_ece`` added where its terms
+    are), their cells over seeds and the per-seed values, by (method, calibrator, metric)."""
+    rows = clean_rows(tidy, "test", shift, severity)
+    part = with_decomposed_ece(rows[rows["metric"].isin(metrics)])
+    names = [m for m in [*metrics, "decomp_ece"] if m in set(part["metric"])]
+    per_seed = part.set_index(["method", "calibrator", "metric"])["value"].sort_index()
+    return names, run_cells(part, spread, digits), per_seed
+
+
+def _check_table_options(calibrated: str, test: str, spread: str, alpha: float) -> None:
+    """Refuse an unknown row choice, t-test or spread, or a significance level out of (0, 1)."""
+    check_choice("calibrated", calibrated, CALIBRATED_ROWS)
+    check_choice("test", test, T_TESTS)
+    check_choice("spread", spread, SPREADS)
+    SIGNIFICANCE.validate("alpha", alpha)
+
+
+def _table_rows(
+    base: str, order: list[str], calibrator: str, calibrated: str
+) -> list[tuple[str, str]]:
+    """(method, calibrator) of the table's rows: the baseline first, each method
+    uncalibrated, then under ``calibrator`` where ``calibrated`` asks for it."""
+    return [
+        (m, c)
+        for m in [base, *(m for m in order if m != base)]
+        for c in [UNCALIBRATED, calibrator]
+        if c == UNCALIBRATED or calibrated == "all" or m == base
+    ]
 
 
 def bold_worse(plain: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
@@ -260,18 +276,12 @@ def singh_table(
     Args:
         calibrator: calibrator key of the TS rows (default: the table's first calibrator
             other than ``none``, i.e. ``ts_fixed`` in the ``dark_side`` study).
-        calibrated: ``"all"`` (a ``<method> + <calibrator>`` row after every method) or
-            ``"baseline"`` (the paper: only the baseline's TS row).
-        baseline: the baseline method key (default the study's first method, CE).
-        metrics: metric keys (default Brier, ECE, AUROC, α, β, γ; ``α − β − γ`` is added
-            when all three decomposition terms are present).
+        calibrated, baseline, metrics, test, alpha, spread, digits: as for :func:`table`
+            (the paper: ``calibrated="baseline"``, the baseline CE, ``spread="std"``); a
+            cell is **bold** in the Markdown (the paper's "clearly worse than the
+            baseline") when the t-test finds it worse than the uncalibrated baseline.
         shifts: shift names (default ``["none"]``, the clean test split); every other
             shift gives one table per severity (Table 3 for natural shift sets).
-        test, alpha: a cell is **bold** in the Markdown (the paper's "clearly worse than
-            the baseline") when it is worse than the uncalibrated baseline by a
-            two-sample t-test at ``alpha`` (Brier / ECE higher, AUROC lower); needs at
-            least 2 seeds.
-        spread, digits: ``"std"`` (the paper) or ``"sem"``; decimals.
         selection, selection_metric: sweep selection (module docstring).
 
     Returns:
@@ -291,12 +301,24 @@ def singh_table(
         "spread": spread,
         "digits": digits,
     }
-    sets = test_sets(selected[selected["metric"].isin(metrics or SINGH_METRICS)], shifts)
+    shown = metrics or SINGH_METRICS
+    sets = test_sets(selected[selected["metric"].isin(shown)], shifts)
     base = baseline or method_order(results.methods, present=selected["method"])[0]
     text = paper_header(results, "Singh et al.: calibration and refinement", spread, record)
-    text += _legend(key, method_labels(selected).get(base, base), test, alpha, metrics or SINGH_METRICS)
+    text += _legend(key, method_labels(selected).get(base, base), test, alpha, shown)
+    artifacts, sections = _set_tables(selected, key, sets, options)
+    artifacts["singh_table"] = text + sections
+    return with_selection(artifacts, record)
+
+
+def _set_tables(
+    selected: pd.DataFrame, key: str, sets: list[tuple[str, int]], options: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """One :func:`table` per test set (``table`` for the clean one, else
+    ``table_<shift>_s<severity>``) and all their ``comparisons``; the sets' Markdown."""
     artifacts: dict[str, Any] = {}
     comparisons = []
+    text = ""
     for shift, severity in sets:
         plain, tests = table(selected, key, shift=shift, severity=severity, **options)
         comparisons.append(tests.assign(shift=shift, severity=severity))
@@ -306,8 +328,7 @@ def singh_table(
     artifacts["comparisons"] = pd.concat(comparisons, ignore_index=True)[
         ["shift", "severity", *COMPARISON_COLUMNS]
     ]
-    artifacts["singh_table"] = text
-    return with_selection(artifacts, record)
+    return artifacts, text
 
 
 # --- Fig. 1-2 ----------------------------------------------------------------------------

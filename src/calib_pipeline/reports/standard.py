@@ -166,7 +166,13 @@ def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: 
             va="top", fontsize=8, bbox={"facecolor": "white", "edgecolor": "0.7", "pad": 2})
     ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.tick_params(labelbottom=False, labelsize=7)
-    count = pooled["count"].to_numpy(dtype=float)
+    _share_axes(hist, left, width, pooled["count"].to_numpy(dtype=float), color)
+
+
+def _share_axes(
+    hist: plt.Axes, left: np.ndarray, width: np.ndarray, count: np.ndarray, color: Any
+) -> None:
+    """The share of samples per bin, under a reliability diagram."""
     total = count.sum()
     share = count / total if total else np.zeros_like(count)
     _bars(hist, left, width, np.zeros_like(share), share, facecolor=color, alpha=0.6,

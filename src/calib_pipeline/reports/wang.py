@@ -432,18 +432,23 @@ def _members_known(study: StudyOutline, options: Mapping[str, Any]) -> None:
             )
 
 
+CALIBRATABILITY_OPTIONS = {
+    "calibrators": list_of(TEXT),
+    "baseline": TEXT,
+    "alpha": SIGNIFICANCE,
+    "n_bins": POSITIVE,
+    "oracle_grid": TEMPERATURE_GRID,
+    "select_by": TEXT,
+    "exclude": optional(list_of(TEXT)),
+}
+
+
 @report(
-    "calibratability_table", needs=("logits", "calibrators"), calibrators=calibrators_in("calibrators"),
+    "calibratability_table",
+    needs=("logits", "calibrators"),
+    calibrators=calibrators_in("calibrators"),
     study_check=_members_known,  # baseline and exclude, before any training
-    options={
-        "calibrators": list_of(TEXT),
-        "baseline": TEXT,
-        "alpha": SIGNIFICANCE,
-        "n_bins": POSITIVE,
-        "oracle_grid": TEMPERATURE_GRID,
-        "select_by": TEXT,
-        "exclude": optional(list_of(TEXT)),
-    },
+    options=CALIBRATABILITY_OPTIONS,
 )
 def calibratability_table(
     results: StudyResults,
@@ -457,20 +462,17 @@ def calibratability_table(
 ) -> dict[str, Any]:
     """Wang et al. Table 2: test ECE (%) before / after val-fitted calibrators, fitted T, t-test vs CE.
 
-    Every method of the study is a row, sweep members under their group; in each swept
-    group the member chosen by the shared rule ``selection.select_sweep_members(rule=
-    "test_ece")`` -- lowest mean test ECE of the study's tidy table under ``select_by`` --
-    is marked ``test-selected`` (Wang's coefficient choice, made on test data). The ORACLE ECE
-    (``posthoc.oracle_temperature``: T searched on the test logits on ``oracle_grid``) is
-    a separate table, never a column of the val-fitted one.
+    Every method is a row, sweep members under their group; in each swept group the member
+    of lowest mean test ECE under ``select_by`` (``selection.select_sweep_members``, rule
+    ``test_ece``) is marked ``test-selected`` (Wang's coefficient choice, made on test data).
+    The ORACLE ECE (``posthoc.oracle_temperature``: T searched on the test logits on
+    ``oracle_grid``) is a separate table, never a column of the val-fitted one.
 
     Args:
         results: the study; needs logits and fitted calibrators of every run.
         calibrators: calibrator keys (of ``calibrators`` in parameters.yml) shown after
             the uncalibrated column; a temperature calibrator also gets its T column.
-        baseline: method the t-tests compare against (Wang: CE).
-        alpha: t-test significance level.
-        n_bins: ECE bins (Wang: 15).
+        baseline, alpha, n_bins: the t-tests' reference (Wang: CE) and level; ECE bins (Wang: 15).
         oracle_grid: ``TEMPERATURE_GRIDS`` preset or ``[start, stop, step]`` of the oracle.
         select_by: ``"none"`` (uncalibrated, Wang Table 1) or a shown calibrator key
             whose test ECE decides the test-selected member.
@@ -478,12 +480,11 @@ def calibratability_table(
             CIFAR-100, which fails to train: its near-uniform confidences would win on ECE).
 
     Returns:
-        ``calibratability`` (formatted table), ``oracle`` (formatted oracle table),
-        ``calibratability_stats`` (numeric mean/std/n/p/mark per cell),
-        ``calibratability_runs`` (per-seed values), ``selection`` (the selection record),
-        ``fit_warnings`` (when any), the Markdown ``calibratability_table`` and
-        ``published`` (Wang et al.'s Tables 1-2 beside ours) when the study's dataset and
-        architecture are the paper's (ResNet-32 on SVHN, CIFAR-10 / 100).
+        ``calibratability`` and ``oracle`` (formatted), ``calibratability_stats`` (numeric
+        mean/std/n/p/mark per cell), ``calibratability_runs`` (per-seed values),
+        ``selection`` (the selection record), ``fit_warnings`` (when any), the Markdown
+        ``calibratability_table`` and, when the study's dataset and architecture are the
+        paper's (ResNet-32 on SVHN, CIFAR-10 / 100), ``published`` (Tables 1-2 beside ours).
 
     Raises:
         ValueError: unknown calibrator key (lists the valid ones), baseline not in the
@@ -491,15 +492,31 @@ def calibratability_table(
     """
     keys = _check_table_options(results, calibrators, baseline, select_by, exclude or [])
     runs, notes = calibratability_runs(results, keys, n_bins, oracle_grid)
-    candidates = results.metrics[~results.metrics["method"].isin(list(exclude or []))]
-    _, record = select_sweep_members(candidates, results.groups, "test_ece", metric="ece", calibrator=select_by)
-    table, oracle, stats = calibratability_tables(runs, keys, baseline, alpha, set(record["method"]))
+    record = _test_selected(results, select_by, exclude or [])
     settings = {"keys": keys, "baseline": baseline, "alpha": alpha, "n_bins": n_bins}
-    markdown = _calibratability_markdown(
-        results, table, oracle, notes, **settings, select_by=select_by, grid=oracle_grid
+    return _calibratability_artifacts(
+        results, runs, notes, record, **settings, select_by=select_by, grid=oracle_grid
     )
+
+
+def _calibratability_artifacts(
+    results: StudyResults,
+    runs: pd.DataFrame,
+    notes: pd.DataFrame,
+    record: pd.DataFrame,
+    **settings: Any,
+) -> dict[str, Any]:
+    """:func:`calibratability_table`'s artifacts from its per-run values, fit warnings and
+    selection record; ``settings``: ``keys``, ``baseline``, ``alpha``, ``n_bins``,
+    ``select_by`` and ``grid``."""
+    keys = settings["keys"]
+    chosen = set(record["method"])
+    table, oracle, stats = calibratability_tables(
+        runs, keys, settings["baseline"], settings["alpha"], chosen
+    )
+    markdown = _calibratability_markdown(results, table, oracle, notes, **settings)
     published, section = _published(results, keys, runs)
-    artifacts: dict[str, Any] = {
+    return {
         "calibratability": table,
         "oracle": oracle,
         "calibratability_stats": stats,
@@ -507,10 +524,18 @@ def calibratability_table(
         "selection": record,
         "calibratability_table": markdown + section,
         **published,
+        **({} if notes.empty else {"fit_warnings": notes}),
     }
-    if not notes.empty:
-        artifacts["fit_warnings"] = notes
-    return artifacts
+
+
+def _test_selected(results: StudyResults, select_by: str, exclude: Sequence[str]) -> pd.DataFrame:
+    """The selection record of the test-selected member of each swept group: lowest mean
+    test ECE under ``select_by``, the ``exclude`` d members never chosen."""
+    candidates = results.metrics[~results.metrics["method"].isin(list(exclude))]
+    _, record = select_sweep_members(
+        candidates, results.groups, "test_ece", metric="ece", calibrator=select_by
+    )
+    return record
 
 
 # --- validation_size_sweep (Wang Fig. 3) -------------------------------------------------
@@ -733,6 +758,26 @@ def validation_size_sweep(
     colors = method_colors(results.methods)
     title = f"{results.study}: ECE vs validation size (mean ± std)"
     figure = size_figure(stats, list(paper_view(table).columns[4:]), colors, results.labels, title)
+    markdown = _validation_size_markdown(results, table, runs, skipped, stratified, subsample_seeds)
+    return {
+        "validation_size": table,
+        "validation_size_stats": stats.drop(columns="cell"),
+        "validation_size_runs": runs,
+        "validation_size_sweep": figure,
+        "validation_size_sweep_md": markdown,
+    }
+
+
+def _validation_size_markdown(
+    results: StudyResults,
+    table: pd.DataFrame,
+    runs: pd.DataFrame,
+    skipped: dict[str, int],
+    stratified: bool,
+    subsample_seeds: Sequence[int],
+) -> str:
+    """The Markdown of :func:`validation_size_sweep`: what was fitted, skipped sizes, fits
+    that warned, then the table."""
     warned = int((runs["warnings"] != "").sum() + (~runs["converged"]).sum())
     note = "".join(
         f"- size {label} skipped: larger than the validation split ({n} rows)\n"
@@ -742,7 +787,7 @@ def validation_size_sweep(
         if warned
         else ""
     )
-    markdown = (
+    return (
         f"# Validation-size sweep: {results.study} on {results.dataset_label}\n\n"
         "Test ECE (%, 15 equal-width bins) after each calibrator fitted on a "
         f"{'class-stratified' if stratified else 'uniform'} random subsample of the validation split "
@@ -752,13 +797,6 @@ def validation_size_sweep(
         + paper_view(table).to_markdown(index=False)
         + "\n"
     )
-    return {
-        "validation_size": table,
-        "validation_size_stats": stats.drop(columns="cell"),
-        "validation_size_runs": runs,
-        "validation_size_sweep": figure,
-        "validation_size_sweep_md": markdown,
-    }
 
 
 # --- optimal_ece_per_epoch (Wang Fig. 4) -------------------------------------------------
@@ -909,27 +947,7 @@ def optimal_ece_per_epoch(
         recorded per-epoch logits.
     """
     runs, recorded = optimal_ece_runs(results, grid, n_bins, epoch_stride)
-    lines = [
-        f"# Optimal ECE per epoch: {results.study} on {results.dataset_label}",
-        "",
-        (
-            f"{ORACLE_NOTE} Per epoch, test ECE (%, {n_bins} bins) with T searched on that epoch's "
-            f"test logits (grid {grid}), and the raw ECE (Wang et al. Fig. 4); line: mean over seeds, "
-            "band: min–max."
-        ),
-        "",
-    ]
-    lines += [
-        f"- skipped `{m}`: no per-epoch test logits (the method needs `record_epoch_logits: "
-        "true`, and the run `training.track_test: true`, which records the test split)"
-        for m in _ordered_methods(results)
-        if m not in recorded
-    ]
-    lines += [
-        f"- `{m}`: per-epoch logits only for seed(s) {s}"
-        for m, s in recorded.items()
-        if len(s) < len(results.seeds)
-    ]
+    lines = _optimal_ece_header(results, recorded, grid, n_bins)
     if runs.empty:
         return {
             "optimal_ece_per_epoch_md": "\n".join(
@@ -953,6 +971,35 @@ def optimal_ece_per_epoch(
         ),
         "optimal_ece_per_epoch_md": "\n".join(lines) + "\n",
     }
+
+
+def _optimal_ece_header(
+    results: StudyResults, recorded: dict[str, Any], grid: Any, n_bins: int
+) -> list[str]:
+    """The Markdown lines of :func:`optimal_ece_per_epoch` before its notes on grid bounds:
+    title, what is plotted, methods skipped and methods recorded for some seeds only."""
+    lines = [
+        f"# Optimal ECE per epoch: {results.study} on {results.dataset_label}",
+        "",
+        (
+            f"{ORACLE_NOTE} Per epoch, test ECE (%, {n_bins} bins) with T searched on that "
+            f"epoch's test logits (grid {grid}), and the raw ECE (Wang et al. Fig. 4); line: "
+            "mean over seeds, band: min–max."
+        ),
+        "",
+    ]
+    lines += [
+        f"- skipped `{m}`: no per-epoch test logits (the method needs `record_epoch_logits: "
+        "true`, and the run `training.track_test: true`, which records the test split)"
+        for m in _ordered_methods(results)
+        if m not in recorded
+    ]
+    lines += [
+        f"- `{m}`: per-epoch logits only for seed(s) {s}"
+        for m, s in recorded.items()
+        if len(s) < len(results.seeds)
+    ]
+    return lines
 
 
 # --- max_logit_histograms (Wang Fig. 5) --------------------------------------------------

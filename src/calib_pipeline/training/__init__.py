@@ -11,6 +11,7 @@ from calib_pipeline.training.engine import (
     resolve_device,
     train_model,
 )
+from calib_pipeline.training.run import train_run
 
 __all__ = [
     "BatchStream",
@@ -25,4 +26,5 @@ __all__ = [
     "predict_logits",
     "resolve_device",
     "train_model",
+    "train_run",
 ]

@@ -1,19 +1,25 @@
 """The artifacts of one training run, as the pipelines store them: the checkpoint (weights,
 what rebuilds the model and learner, the configuration and provenance), the per-epoch
-history with its provenance columns, the network a configuration names, and the pooled
-clean + shifted validation logits the post-hoc stage fits on. Pure PyTorch/pandas."""
+history with its provenance columns, the network a configuration names, and the run's
+fitted calibrators (on val, and on the pooled clean + shifted validation logits). Pure
+PyTorch/pandas."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 
 from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.calibration.posthoc import Calibrator, build_calibrator
 from calib_pipeline.data import ImageData
 from calib_pipeline.models import build_model
 from calib_pipeline.training.engine import TrainResult, method_hyperparameters
+
+logger = logging.getLogger(__name__)
 
 # A run's stored collections hold their members under these keys, beside "provenance":
 # shifted-set logits (spec key -> logits) with the shift settings that defined the sets,
@@ -104,6 +110,72 @@ def shifted_validation(
         "logits": torch.cat([logits["val"]["logits"], *(e["logits"] for e in shifted)]),
         "labels": torch.cat([logits["val"]["labels"], *(e["labels"] for e in shifted)]),
     }
+
+
+def selected_calibrators(
+    calibrators: Mapping[str, Mapping[str, Any]], keys: Sequence[str]
+) -> dict[str, Mapping[str, Any]]:
+    """The definitions of ``keys``, in that order.
+
+    Raises:
+        ValueError: a key ``calibrators`` lacks (listing the defined ones).
+    """
+    missing = [key for key in keys if key not in calibrators]
+    if missing:
+        raise ValueError(
+            f"calibrator(s) {missing} are not in the calibrators parameters; defined: "
+            f"{sorted(calibrators)}"
+        )
+    return {key: calibrators[key] for key in keys}
+
+
+def fit_run_calibrators(
+    logits: dict[str, Any],
+    definitions: Mapping[str, Mapping[str, Any]],
+    shift_sets: dict[str, Any] | None = None,
+    *,
+    shifted_suffix: str,
+    description: str,
+) -> dict[str, Calibrator]:
+    """Fit calibrators on a run's validation logits, and again on clean val pooled with
+    its shifted val sets (:func:`shifted_validation`) where it has some.
+
+    Args:
+        logits: the run's cached logits (``logits["val"]`` is fitted on).
+        definitions: key -> ``{"name": registry name, "params": {...}}``.
+        shift_sets: spec key -> logits of the run's shifted sets, or None.
+        shifted_suffix: appended to a key for its fit on the pooled set.
+        description: names the run in the log of what each calibrator learned.
+
+    Returns:
+        ``<key>`` -> calibrator fitted on clean val, then, with shifted val sets,
+        ``<key><shifted_suffix>`` -> calibrator fitted on the pooled set.
+    """
+    fitting_sets = {"": logits["val"]}
+    pooled = shifted_validation(logits, shift_sets)
+    if pooled is not None:
+        fitting_sets[shifted_suffix] = pooled
+    return {
+        f"{key}{suffix}": _fit_logged(f"{key}{suffix}", entry, val, description)
+        for suffix, val in fitting_sets.items()
+        for key, entry in definitions.items()
+    }
+
+
+def _fit_logged(
+    key: str, entry: Mapping[str, Any], val: dict[str, Any], description: str
+) -> Calibrator:
+    """Calibrator ``entry`` fitted on ``val``; logs what it learned (scalars only)."""
+    calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
+    fitted = calibrator.fit(val["logits"], val["labels"])
+    logger.info(
+        "%s: %s learned %s%s",
+        description,
+        key,
+        {k: v for k, v in calibrator.learned().items() if not isinstance(v, list)},
+        "" if calibrator.converged else " (NOT converged)",
+    )
+    return fitted
 
 
 def training_reuse(checkpoint: dict[str, Any], epochs: int | None = None) -> str | None:

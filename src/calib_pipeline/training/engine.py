@@ -64,7 +64,13 @@ class Split:
 
 @dataclass
 class TrainResult:
-    """What a training run returns (see ``train_model``)."""
+    """What a training run returns (see ``train_model``).
+
+    ``learned_epoch`` holds, per training sample, the epoch from which it stays correctly
+    classified (Wang et al. §5.1; 0 if never learned), or ``NOT_TRACKED`` for every sample
+    when the learner's steps report no logits of the train batch (meta-learners, mixup): then
+    neither learned epochs nor ``train_accuracy`` (NaN in the history) are known.
+    """
 
     state_dict: dict[str, torch.Tensor]
     selected_epoch: int
@@ -139,59 +145,57 @@ def train_model(
 
     Args:
         model: a ``ClassifierNet`` (``forward_features`` + ``head``).
-        learner: the method, from ``calibration.methods.build_method``: an
-            ``ObjectiveLearner`` (one backbone update per batch; it mixes batches with the
-            run's generator) or a meta-learner (backbone and meta update per batch); both
-            follow ``config.grad_clip`` and ``config.precision``.
+        learner: the method (``calibration.methods.build_method``): an ``ObjectiveLearner``
+            (one backbone update per batch) or a meta-learner (backbone and meta update per
+            batch); both follow ``config.grad_clip`` and ``config.precision``.
         train, val, test, meta_val: the splits; ``meta_val`` is required with a meta-learner.
         config: the hyperparameters; ``num_threads`` holds for this run only (torch's
             setting is restored afterwards).
         normalization: per-channel (mean, std).
         seed: seeds initialisation-independent randomness (batches, augmentation, mixing).
-        store: where the resumable state goes; an existing state of the same settings is
-            resumed (a completed one is reused without training), one of other settings is
-            discarded with a warning. The settings are ``fingerprint`` (the caller's hash of
-            what the engine cannot see, e.g. the split and the code) together with the
-            engine's own hash of the config, seed, learner, split sizes and the model's
-            initial weights, so a library call without a fingerprint is safe too. The run
-            holds the store's lock.
-        fingerprint: see ``store``.
+        store: where the resumable state goes (the run holds its lock); a state of the same
+            settings is resumed (a completed one reused without training), one of other
+            settings discarded with a warning. The settings are ``fingerprint`` with the
+            engine's own hash of what it is handed (``_state_fingerprint``).
+        fingerprint: the caller's hash of what the engine cannot see (split, code).
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
 
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every
-        training sample (Wang et al. §5.1: the epoch from which it stays correctly
-        classified, 0 if never learned; -1 for every sample when the learner's steps
-        report no logits of the train batch -- meta-learners and mixup -- so neither
-        learned epochs nor ``train_accuracy``, which is then NaN, are known) and the
-        learner's state (None for a plain objective).
+        training sample and the learner's state (None for a plain objective): a
+        :class:`TrainResult`.
     """
+    splits = {"train": train, "val": val, "test": test, "meta_val": meta_val}
     if store is not None:
         fingerprint = _state_fingerprint(
-            fingerprint, model, learner, config, seed=seed, normalization=normalization,
-            splits={"train": train, "val": val, "test": test, "meta_val": meta_val},
-            record_epoch_logits=record_epoch_logits,
+            fingerprint, model, learner, config, splits, seed, normalization, record_epoch_logits
         )
     threads = torch.get_num_threads()
     try:
         run = _setup(
-            model, learner, config, train=train, val=val, test=test, meta_val=meta_val,
-            normalization=normalization, seed=seed, record_epoch_logits=record_epoch_logits,
-            description=description,
+            model, learner, config, splits, normalization, seed, record_epoch_logits, description
         )
-        if store is None:
-            _train_epochs(run, None, fingerprint, stop_after_epoch)
-            return _result(run)
-        with store.lock(description):  # one process per run folder; another waits, told by whom
-            _resume(run, store, fingerprint)
-            _train_epochs(run, store, fingerprint, stop_after_epoch)
-        return _result(run)
+        return _train_stored(run, store, fingerprint, stop_after_epoch)
     finally:
         # config.num_threads is this run's: torch's setting is process-wide, and a later run
         # (the next node, a reused Dask worker, a notebook cell) must not inherit it
         torch.set_num_threads(threads)
+
+
+def _train_stored(
+    run: _Run, store: CheckpointStore | None, fingerprint: str, stop_after_epoch: int | None
+) -> TrainResult:
+    """Train ``run``: without a store from its first epoch, else under the store's lock from
+    where the store's state of ``fingerprint`` ended."""
+    if store is None:
+        _train_epochs(run, None, fingerprint, stop_after_epoch)
+        return _result(run)
+    with store.lock(run.description):  # one process per run folder; another waits, told by whom
+        _resume(run, store, fingerprint)
+        _train_epochs(run, store, fingerprint, stop_after_epoch)
+    return _result(run)
 
 
 def learner_identity(learner: Learner) -> list[Any]:
@@ -225,10 +229,9 @@ def _state_fingerprint(
     model: nn.Module,
     learner: Learner,
     config: TrainConfig,
-    *,
+    splits: dict[str, Split | None],
     seed: int,
     normalization: tuple[tuple[float, ...], tuple[float, ...]],
-    splits: dict[str, Split | None],
     record_epoch_logits: bool,
 ) -> str:
     """What a resumable state belongs to: the caller's fingerprint (the pipelines' hashes
@@ -295,17 +298,14 @@ def _setup(
     model: nn.Module,
     learner: Learner,
     config: TrainConfig,
-    *,
-    train: Split,
-    val: Split,
-    test: Split | None,
-    meta_val: Split | None,
+    splits: dict[str, Split | None],
     normalization: tuple[tuple[float, ...], tuple[float, ...]],
     seed: int,
     record_epoch_logits: bool,
     description: str,
 ) -> _Run:
-    """Device, generator, learner, SGD with its MultiStepLR schedule and the batch streams.
+    """Device, generator, learner, SGD with its MultiStepLR schedule and the batch streams
+    (``splits``: ``train``, ``val``, ``test`` and ``meta_val``, the last two may be None).
 
     Everything random draws from the one ``generator`` on the training device (train
     batches here, meta-val batches and mixing in ``_prepare_learner``, augmentation in
@@ -319,7 +319,7 @@ def _setup(
     accelerate.use_channels_last(model.to(device), config.channels_last)
     normalizer = Normalizer(*normalization, device=device, channels_last=config.channels_last)
     generator = torch.Generator(device=device).manual_seed(seed)
-    learner, meta_batches = _prepare_learner(learner, meta_val, config, device, generator)
+    learner, meta_batches = _prepare_learner(learner, splits["meta_val"], config, device, generator)
     forward = (
         accelerate.compiled_forward(model, learner, device, description) if config.compile else None
     )
@@ -327,15 +327,8 @@ def _setup(
         learner.compiled_features = forward
     elif forward is not None:
         learner = dataclasses.replace(learner, forward=forward)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=config.lr,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
-        weight_decay=config.weight_decay,
-        # One kernel per step on a GPU instead of a few per parameter group.
-        fused=device.type == "cuda",
-    )
+    optimizer = _optimizer(model, config, device)
+    train, val, test = splits["train"], splits["val"], splits["test"]
     batches = BatchStream(
         train.images.to(device), train.labels.to(device), config.batch_size, generator
     )
@@ -358,6 +351,19 @@ def _setup(
         description=description,
         uses_graphs=forward is not None and device.type == "cuda",
         last_wrong=torch.full((len(train.labels),), -1, dtype=torch.long, device=device),
+    )
+
+
+def _optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.SGD:
+    """SGD with the config's learning rate, momentum and weight decay."""
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+        # One kernel per step on a GPU instead of a few per parameter group.
+        fused=device.type == "cuda",
     )
 
 
@@ -470,21 +476,8 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
     for position, (_, images, labels) in enumerate(batches):
         start, size = position * batches.batch_size, len(labels)
         batch_draws = None if draws is None else draws[start : start + size]
-        inputs = run.normalizer(apply_augmentation(images, batch_draws))  # pads black pixels
-        meta_inputs = meta_labels = None
-        if run.meta_batches is not None:
-            _, meta_images, meta_labels = next(run.meta_batches)
-            meta_inputs = run.normalizer(meta_images)
-        accelerate.begin_step(run.uses_graphs)
-        stats = run.learner.step(
-            run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels, epoch=epoch
-        )
-        loss = stats.pop("loss")
-        if loss.ndim != 0 or any(value.ndim != 0 for key, value in stats.items() if key != "logits"):
-            raise ValueError(
-                f"{type(run.learner).__name__}.step must return 0-d tensors (besides 'logits'); "
-                f"got shapes { {k: tuple(v.shape) for k, v in {'loss': loss, **stats}.items()} }"
-            )
+        augmented = apply_augmentation(images, batch_draws)  # pads black pixels
+        loss, stats = _learner_step(run, epoch, augmented, labels)
         step_losses.append(loss.detach())
         logits = stats.pop("logits", None)
         if logits is not None and logits.shape[0] == size:
@@ -492,13 +485,8 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             torch.ne(logits.argmax(1), labels, out=wrong[start : start + size])  # argmax: no grad
         for key, value in stats.items():
             learner_steps.setdefault(key, []).append(value.detach())
-    # Every batch is full but the last (BatchStream), whose size the loop ended with; weight
-    # the batch means by their sizes. (Built with fills: writing a Python number into a
-    # device tensor copies it from the host and waits.)
-    weights = torch.cat([
-        torch.full((num_steps - 1,), float(batches.batch_size), device=device, dtype=torch.float64),
-        torch.full((1,), float(size), device=device, dtype=torch.float64),
-    ])
+    # every batch is full but the last (BatchStream), whose size the loop ended with
+    weights = _batch_weights(num_steps, batches.batch_size, size, device)
     if counted:
         # index_put over the epoch's order (a boolean mask's nonzero would sync)
         order = batches.order
@@ -515,6 +503,50 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochTraining:
             for k, v in learner_steps.items()
         },
     )
+
+
+def _batch_weights(
+    num_steps: int, batch_size: int, last_size: int, device: torch.device
+) -> torch.Tensor:
+    """The sizes of an epoch's batches, full but the last, to weight their means by.
+
+    Built with fills: writing a Python number into a device tensor copies it from the host
+    and waits.
+    """
+    return torch.cat(
+        [
+            torch.full((num_steps - 1,), float(batch_size), device=device, dtype=torch.float64),
+            torch.full((1,), float(last_size), device=device, dtype=torch.float64),
+        ]
+    )
+
+
+def _learner_step(
+    run: _Run, epoch: int, images: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The learner's step on one augmented train batch (and, for a meta-learner, the next
+    meta-val batch): its loss and the other statistics it reports.
+
+    Raises:
+        ValueError: a learner that reports a loss or statistic that is not 0-d (besides
+            the batch's ``logits``).
+    """
+    inputs = run.normalizer(images)
+    meta_inputs = meta_labels = None
+    if run.meta_batches is not None:
+        _, meta_images, meta_labels = next(run.meta_batches)
+        meta_inputs = run.normalizer(meta_images)
+    accelerate.begin_step(run.uses_graphs)
+    stats = run.learner.step(
+        run.model, run.optimizer, inputs, labels, meta_inputs, meta_labels, epoch=epoch
+    )
+    loss = stats.pop("loss")
+    if loss.ndim != 0 or any(value.ndim != 0 for key, value in stats.items() if key != "logits"):
+        raise ValueError(
+            f"{type(run.learner).__name__}.step must return 0-d tensors (besides 'logits'); "
+            f"got shapes { {k: tuple(v.shape) for k, v in {'loss': loss, **stats}.items()} }"
+        )
+    return loss, stats
 
 
 def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str, float]:

@@ -1,12 +1,16 @@
-"""Prediction from a trained checkpoint (the logits and shift stages use it)."""
+"""Prediction from a trained checkpoint: a predictor function (the logits and shift stages
+use it) and the logits of every split part of a run (:func:`checkpoint_logits`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from calib_pipeline.calibration.methods import Learner, MethodSpec, build_method
+from calib_pipeline.data import ImageData
+from calib_pipeline.data.splits import split_tensors
 from calib_pipeline.models import model_from_checkpoint
 from calib_pipeline.training.data import Normalizer
 from calib_pipeline.training.engine import predict_logits, resolve_device
@@ -26,3 +30,73 @@ def checkpoint_predictor(
         return logits.cpu(), features.cpu()
 
     return predict
+
+
+def checkpoint_logits(
+    data: ImageData,
+    split: Mapping[str, list[int]],
+    checkpoint: dict[str, Any],
+    *,
+    device: str = "auto",
+    features: bool = False,
+) -> dict[str, Any]:
+    """Logits, labels and (optionally) penultimate features of every split part of a run.
+
+    Args:
+        data: the dataset the run was trained on.
+        split: the index split the run was trained with.
+        checkpoint: the trained run (:func:`~calib_pipeline.training.run.train_run`).
+        device: where to predict (``"auto"``: the best available).
+        features: keep each part's penultimate features too.
+
+    Returns:
+        ``{part: {"logits", "labels"[, "features"]}}`` for train, val, [meta_val,] test, plus
+        the run's ``learned_epoch`` (aligned with the train part), identifiers, the
+        checkpoint's ``provenance``, the per-epoch val/test logits when the run recorded
+        them (``epoch_logits``) and, for γ-Net runs, the learned per-sample γ on val and
+        test (``gamma_val``, ``gamma_test``).
+    """
+    predict = checkpoint_predictor(checkpoint, device)
+    learner = _meta_learner(checkpoint)
+    out: dict[str, Any] = {
+        "method": checkpoint["method"],
+        "seed": checkpoint["seed"],
+        "provenance": checkpoint["provenance"],
+    }
+    for part in [*split, "test"]:
+        images, labels = split_tensors(data, split, part)
+        logits, part_features = predict(images)
+        entry = {"logits": logits, "labels": labels.clone()}
+        if features:
+            entry["features"] = part_features
+        out[part] = entry
+        if learner is not None and part in ("val", "test"):
+            with torch.no_grad():
+                gamma = learner.gamma(part_features)
+            if gamma is not None:  # learners without a γ (the CE baselines) add nothing
+                out[f"gamma_{part}"] = gamma.detach().cpu()
+    out["learned_epoch"] = checkpoint["learned_epoch"]
+    if checkpoint.get("epoch_logits"):
+        out["epoch_logits"] = checkpoint["epoch_logits"]
+    return out
+
+
+def _meta_learner(checkpoint: dict[str, Any]) -> Learner | None:
+    """The run's trained meta-learner (CPU), or None for runs trained with a plain objective
+    (they learn no state of their own)."""
+    if checkpoint.get("meta_state") is None:
+        return None
+    config = checkpoint["config"]
+    method = MethodSpec(
+        key=checkpoint["method"],
+        objective=config["objective"],
+        meta_learner=config["meta_learner"],
+        params=config["params"],
+    )
+    learner = build_method(
+        method,
+        num_classes=checkpoint["architecture"]["num_classes"],
+        feature_dim=model_from_checkpoint(checkpoint).feature_dim,
+    )
+    learner.load_state_dict(checkpoint["meta_state"])
+    return learner

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 from calib_pipeline.calibration.methods import MethodSpec
-from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.pipelines.artifacts import run_artifact
 from calib_pipeline.pipelines.provenance import check_run
 from calib_pipeline.training.artifacts import (
     FITTED_CALIBRATORS,
     SHIFT_LOGITS_SETS,
     SHIFTED_VAL_SUFFIX,
-    shifted_validation,
+    fit_run_calibrators,
+    selected_calibrators,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def fit_calibrators(
@@ -41,16 +38,13 @@ def fit_calibrators(
         logits: the run's cached logits (``logits["val"]`` is used).
         calibrators: key -> ``{"name": registry name, "params": {...}}`` (the
             ``calibrators`` parameters).
-        dataset, model, training, splits: the session's parameters; the run's artifacts
-            must have been trained as they say.
-        run_info: the session's identity; the run's artifacts must be of its protocol.
+        dataset, model, training, splits, run_info: the session's parameters and identity;
+            the run's artifacts must have been trained as they say, under its protocol.
         shift_logits: the run's shifted-set logits; when they contain shifted validation
             sets (``shift.shifted_val``), every calibrator is fitted a second time on clean
             val pooled with them and stored as ``<key>@shifted_val``.
-        shift: the session's ``shift`` parameters; shift logits made under other settings
-            are refused.
-        method: the run's method.
-        seed: the run's seed.
+        shift: the session's ``shift`` parameters; shift logits made under others are refused.
+        method, seed: the run's method and seed.
         keys: the keys of ``calibrators`` to fit: those the studies that have the run
             evaluate (``Structure.run_calibrators``); the others are not fitted.
 
@@ -63,19 +57,11 @@ def fit_calibrators(
             another protocol, or from a training the session's parameters do not describe.
         ValueError: a key of ``keys`` that ``calibrators`` lacks.
     """
-    missing = [key for key in keys if key not in calibrators]
-    if missing:
-        raise ValueError(
-            f"calibrator(s) {missing} are not in the calibrators parameters; defined: "
-            f"{sorted(calibrators)}"
-        )
-    artifacts = {run_artifact("logits", method.key, seed): logits}
-    if shift_logits is not None:
-        artifacts[run_artifact("shift_logits", method.key, seed)] = shift_logits
+    definitions = selected_calibrators(calibrators, keys)
     provenance = check_run(
         method,
         seed,
-        artifacts,
+        _named(method.key, seed, logits, shift_logits),
         dataset=dataset,
         model=model,
         training=training,
@@ -83,29 +69,21 @@ def fit_calibrators(
         run_info=run_info,
         shift=shift,
     )
-    fitting_sets = {"": logits["val"]}
-    pooled = shifted_validation(logits, (shift_logits or {}).get(SHIFT_LOGITS_SETS))
-    if pooled is not None:
-        fitting_sets[SHIFTED_VAL_SUFFIX] = pooled
-    fitted = _fit_each(fitting_sets, {name: calibrators[name] for name in keys}, f"{method.key} seed {seed}")
+    fitted = fit_run_calibrators(
+        logits,
+        definitions,
+        (shift_logits or {}).get(SHIFT_LOGITS_SETS),
+        shifted_suffix=SHIFTED_VAL_SUFFIX,
+        description=f"{method.key} seed {seed}",
+    )
     return {"provenance": provenance, FITTED_CALIBRATORS: fitted}
 
 
-def _fit_each(
-    fitting_sets: dict[str, dict[str, Any]], definitions: dict[str, dict[str, Any]], run: str
+def _named(
+    method: str, seed: int, logits: dict[str, Any], shift_logits: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """``<key><suffix>`` -> calibrator ``key`` fitted on the fitting set of ``suffix``."""
-    fitted = {}
-    for suffix, val in fitting_sets.items():
-        for name, entry in definitions.items():
-            key = f"{name}{suffix}"
-            calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
-            fitted[key] = calibrator.fit(val["logits"], val["labels"])
-            logger.info(
-                "%s: %s learned %s%s",
-                run,
-                key,
-                {k: v for k, v in calibrator.learned().items() if not isinstance(v, list)},
-                "" if calibrator.converged else " (NOT converged)",
-            )
-    return fitted
+    """The run's artifacts by catalog name, as the provenance check names them."""
+    artifacts = {run_artifact("logits", method, seed): logits}
+    if shift_logits is not None:
+        artifacts[run_artifact("shift_logits", method, seed)] = shift_logits
+    return artifacts

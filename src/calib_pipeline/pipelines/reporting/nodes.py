@@ -22,7 +22,7 @@ import pandas as pd
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.artifacts import run_artifact
 from calib_pipeline.pipelines.provenance import check_run
-from calib_pipeline.reports.evaluation import SHIFT_METRICS, evaluate_runs
+from calib_pipeline.reports.evaluation import evaluate_runs, evaluation_options
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 from calib_pipeline.training.artifacts import (
     FITTED_CALIBRATORS,
@@ -74,34 +74,29 @@ def evaluate_study(
 
     Args:
         dataset: the ``dataset`` parameters (its ``name`` goes into every row).
-        model, training, splits: the session's parameters; every run's artifacts must have
-            been trained as they (with ``dataset``) say.
-        run_info: the session's identity; every run's artifacts must be of its protocol.
-        evaluation: the ``evaluation`` parameters (``n_bins``, ``reliability_bins``,
-            ``shift_metrics``).
-        shift: the session's ``shift`` parameters (when the study reads shift logits);
-            shift logits made under other settings are refused.
+        model, training, splits, run_info: the session's parameters and identity; every
+            run's artifacts must have been trained as they (with ``dataset``) say, under
+            its protocol.
+        evaluation: the ``evaluation`` parameters
+            (:func:`~calib_pipeline.reports.evaluation.evaluation_options`).
+        shift: the session's ``shift`` parameters; shift logits made under others are refused.
         study: the study name.
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
-        report_bins: bin counts the study's reports draw; their reliability bins are kept
-            besides the evaluation's.
+        report_bins: bin counts the study's reports draw, kept in the per-bin table too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused.
-        **collections: one :func:`collect_runs` value per method, holding ``r<i>_logits``,
-            ``r<i>_calibrators`` and ``r<i>_shift`` of its runs.
+        **collections: one :func:`collect_runs` value per method (its runs' artifacts).
 
     Returns:
         The tidy metrics table (with the ``run_id`` that trained each row's model) and the
         per-bin reliability table.
 
     Raises:
-        ProvenanceError: a run's artifacts come from different trainings, from another
-            protocol, or from a training the session's parameters do not describe; nothing
-            is scored.
+        ProvenanceError: a run's artifacts come from different trainings, another protocol
+            or a training the session's parameters do not describe; nothing is scored.
     """
-    artifacts = _runs(collections)
     session = {
         "dataset": dataset,
         "model": model,
@@ -109,25 +104,29 @@ def evaluate_study(
         "splits": splits,
         "run_info": run_info,
     }
-    runs = {
+    runs = _checked_runs(
+        run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
+    )
+    labels = {key: method.label for key, method in methods.items()}
+    options = {"calibrators": calibrators, **evaluation_options(evaluation, report_bins)}
+    return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
+
+
+def _checked_runs(
+    run_keys: dict[str, tuple[str, int]],
+    methods: dict[str, MethodSpec],
+    artifacts: dict[str, Any],
+    session: dict[str, Any],
+    calibrator_definitions: dict[str, dict[str, Any]],
+    shift_params: dict[str, Any] | None,
+) -> dict[str, dict[str, Any]]:
+    """``"<method>|<seed>"`` -> the ``evaluate_runs`` entry of each run of ``run_keys``."""
+    return {
         f"{method}|{seed}": _checked_run(
-            methods[method], seed, key, artifacts, session, calibrator_definitions or {}, shift
+            methods[method], seed, key, artifacts, session, calibrator_definitions, shift_params
         )
         for key, (method, seed) in run_keys.items()
     }
-    n_bins = int(evaluation.get("n_bins", 15))
-    return evaluate_runs(
-        runs,
-        dataset=dataset["name"],
-        study=study,
-        labels={key: method.label for key, method in methods.items()},
-        calibrators=calibrators,
-        n_bins=n_bins,
-        reliability_bin_counts=tuple(
-            sorted({n_bins, *evaluation.get("reliability_bins", []), *report_bins})
-        ),
-        shift_metrics=tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
-    )
 
 
 def _checked_run(
@@ -195,17 +194,27 @@ def run_report(
     Returns:
         artifact name -> DataFrame / Markdown string / Figure.
     """
-    artifacts = _runs(collections)
     models, schedules = method_setups(
         study["methods"], model, model_overrides, training, training_overrides
     )
     results = StudyResults(metrics=metrics, bins=bins, models=models, schedules=schedules, **study)
+    _add_run_artifacts(results, report_needs(report), run_keys, _runs(collections))
+    return build_report(report, results, **options)
+
+
+def _add_run_artifacts(
+    results: StudyResults,
+    kinds: tuple[str, ...],
+    run_keys: dict[str, tuple[str, int]],
+    artifacts: dict[str, Any],
+) -> None:
+    """Put each run's artifacts of ``kinds`` into ``results`` as reports read them: the
+    collections' members without their provenance, histories without provenance columns."""
     for key, (method, seed) in run_keys.items():
-        for kind in report_needs(report):
+        for kind in kinds:
             value = artifacts.get(f"{key}_{kind}")
             if value is not None and kind == "histories":  # checked by evaluate_study
                 value = value.drop(columns=[c for c in HISTORY_PROVENANCE if c in value.columns])
             if value is not None:
                 members = COLLECTION_MEMBERS.get(kind)
                 getattr(results, kind)[(method, int(seed))] = value[members] if members else value
-    return build_report(report, results, **options)

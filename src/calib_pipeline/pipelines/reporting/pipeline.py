@@ -105,6 +105,40 @@ def _report_nodes(
     return nodes
 
 
+def _evaluate_node(
+    structure: Structure,
+    study: StudySpec,
+    run_keys: dict[str, tuple[str, int]],
+    calibrators: list[str],
+    report_bins: tuple[int, ...],
+    shift_kind: tuple[str, ...],
+    collections: dict[str, str],
+) -> Node:
+    """The study's evaluation: the tidy metrics table and the reliability bins."""
+    return node(
+        _named(
+            evaluate_study,
+            study=study.name,
+            run_keys=run_keys,
+            methods={m: structure.methods[m] for m in study.methods},
+            calibrators=calibrators,
+            report_bins=report_bins,
+            calibrator_definitions={k: structure.calibrators[k] for k in study.calibrators},
+        ),
+        # in the order of evaluate_study's arguments: Kedro's parameter validation maps
+        # node inputs to arguments by position
+        inputs={
+            **SESSION_INPUTS,
+            "evaluation": "params:evaluation",
+            **({"shift": "params:shift"} if shift_kind else {}),
+            **collections,
+        },
+        outputs=[f"{study.name}.metrics", f"{study.name}.reliability_bins"],
+        name="evaluate",
+        tags=["reporting", "evaluation"],
+    )
+
+
 def study_pipeline(
     structure: Structure,
     study: StudySpec,
@@ -129,33 +163,9 @@ def study_pipeline(
     report_kinds = tuple(kind for report in study.reports for kind in report_needs(report))
     kinds = tuple(dict.fromkeys(("logits", "calibrators", *shift_kind, *report_kinds)))
     collections = {f"runs_{m}": collected_runs(m, name) for m in study.methods}
-    nodes = [
-        node(
-            _named(
-                evaluate_study,
-                study=name,
-                run_keys=run_keys,
-                methods={m: structure.methods[m] for m in study.methods},
-                calibrators=calibrators,
-                report_bins=report_bins,
-                calibrator_definitions={k: structure.calibrators[k] for k in study.calibrators},
-            ),
-            # in the order of evaluate_study's arguments: Kedro's parameter validation maps
-            # node inputs to arguments by position
-            inputs={
-                **SESSION_INPUTS,
-                "evaluation": "params:evaluation",
-                **({"shift": "params:shift"} if shift_kind else {}),
-                **collections,
-            },
-            outputs=[
-                artifact_name("metrics", study=name),
-                artifact_name("reliability_bins", study=name),
-            ],
-            name="evaluate",
-            tags=["reporting", "evaluation"],
-        )
-    ]
+    evaluate = _evaluate_node(
+        structure, study, run_keys, calibrators, report_bins, shift_kind, collections
+    )
     study_info = {
         "study": name,
         "dataset": dataset_name,
@@ -165,9 +175,9 @@ def study_pipeline(
         "labels": labels,
         "groups": {m: structure.methods[m].group for m in study.methods},
     }
-    nodes += _report_nodes(structure, study, study_info, run_keys, collections, tuple(calibrators))
+    reports = _report_nodes(structure, study, study_info, run_keys, collections, tuple(calibrators))
     return Pipeline(_collect_nodes(name, run_keys, kinds)) + Pipeline(
-        nodes, namespace=name, prefix_datasets_with_namespace=False
+        [evaluate, *reports], namespace=name, prefix_datasets_with_namespace=False
     )
 
 
