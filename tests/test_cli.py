@@ -27,16 +27,21 @@ def invoke(args: list[str]):
 
 
 def test_the_project_run_command_is_kedros_with_the_same_options():
-    assert find_run_command("calib_pipeline") is cli.run, "kedro run and python -m calib_pipeline use it"
+    assert find_run_command("calib_pipeline") is cli.run, (
+        "kedro run and python -m calib_pipeline use it"
+    )
     assert [p.name for p in cli.run.params] == [p.name for p in kedro_run.params]
     assert cli.cli.get_command(None, "run") is cli.run
 
 
-@pytest.mark.parametrize("args", [
-    [f"--config={RUN_FILE}", "--params=seeds=[0]"],
-    ["-c", RUN_FILE, "--params", "seeds=[0]"],
-    ["--params=seeds=[0]", "--config", RUN_FILE],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [f"--config={RUN_FILE}", "--params=seeds=[0]"],
+        ["-c", RUN_FILE, "--params", "seeds=[0]"],
+        ["--params=seeds=[0]", "--config", RUN_FILE],
+    ],
+)
 def test_a_run_file_with_params_and_params_on_the_command_line_is_refused(monkeypatch, args):
     """Kedro replaces a run file's params with --params: the paper protocol's network and
     schedule would silently be dropped (a ResNet-18 trained on the env's schedule)."""
@@ -51,11 +56,14 @@ def test_a_run_file_with_params_and_params_on_the_command_line_is_refused(monkey
     create.assert_not_called()
 
 
-@pytest.mark.parametrize("args", [
-    [f"--config={RUN_FILE}"],  # the file alone
-    ["--params=seeds=[0]"],  # --params alone
-    ["--config=run_without_params.yml", "--params=seeds=[0]"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [f"--config={RUN_FILE}"],  # the file alone
+        ["--params=seeds=[0]"],  # --params alone
+        ["--config=run_without_params.yml", "--params=seeds=[0]"],
+    ],
+)
 def test_a_run_file_or_params_alone_pass(monkeypatch, tmp_path, args):
     (tmp_path / "run_without_params.yml").write_text("run:\n  env: test\n  pipelines: baseline\n")
     monkeypatch.chdir(tmp_path)

@@ -166,7 +166,9 @@ def test_a_worker_writes_to_a_tracking_server_itself(monkeypatch):
 
 # a finished 2-epoch training whose stored state was reused: nothing was trained again
 REUSED = {**OUTPUTS, "ce.seed_0.checkpoint": {
-    **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": 2, "config": {"training": {"epochs": 2}}}}
+    **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": 2,
+    "config": {"training": {"epochs": 2}},
+}}
 
 
 def test_a_worker_tags_a_reused_training_through_the_driver(tmp_path, caplog):
@@ -185,9 +187,10 @@ def test_a_worker_tags_a_reused_training_through_the_driver(tmp_path, caplog):
     driver.merge_worker_report(worker.worker_report())
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "tracking stayed on"
     client = mlflow.MlflowClient(tracking_uri=uri)
-    (child,) = client.search_runs([driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")
-    assert child.data.tags["calib.training"] == "reused" and child.data.tags["calib.resumed_after_epoch"] == "2"
-    assert child.info.status == "FINISHED"
+    children = f"tags.mlflow.parentRunId = '{driver._parent}'"
+    (child,) = client.search_runs([driver._experiment_id], filter_string=children)
+    assert child.data.tags["calib.training"] == "reused"
+    assert child.data.tags["calib.resumed_after_epoch"] == "2" and child.info.status == "FINISHED"
 
 
 def test_a_worker_tags_a_reused_training_on_a_tracking_server(monkeypatch):
@@ -201,7 +204,8 @@ def test_a_worker_tags_a_reused_training_on_a_tracking_server(monkeypatch):
     for name in REUSED:
         worker.after_dataset_saved(dataset_name=name, data=None, node=node)
     assert ("set_tag", ("run1", "calib.training", "reused")) in server.calls
-    assert server.calls[-1] == ("set_terminated", ("run1", "FINISHED")), "not ended by a tracking failure"
+    finished = ("set_terminated", ("run1", "FINISHED"))
+    assert server.calls[-1] == finished, "not ended by a tracking failure"
 
 
 def test_no_worker_copy_while_tracking_is_off():
@@ -302,7 +306,8 @@ def test_a_session_takes_a_claimed_save_version(tmp_path, monkeypatch):
     assert settings.SESSION_CLASS is CalibSession
     session = CalibSession.create(project_path=project_root(), save_on_close=False)
     claims = tmp_path / ".save_versions"
-    assert [p.name for p in claims.iterdir()] == [session.session_id] == [session.store["session_id"]]
+    assert [p.name for p in claims.iterdir()] == [session.session_id]
+    assert session.store["session_id"] == session.session_id
     taken = CalibSession(session_id=session.session_id, project_path=project_root())
     assert taken.session_id != session.session_id and (claims / taken.session_id).is_dir()
 

@@ -15,7 +15,9 @@ OLD, OWN, NEWER = "2026-01-01T00.00.00.000Z", "2026-01-02T00.00.00.000Z", "2026-
 
 def saved(tmp_path, *versions: str) -> None:
     for version in versions:
-        TorchDataset(filepath=str(tmp_path / "x.pt"), version=Version(None, version)).save({"v": version})
+        TorchDataset(filepath=str(tmp_path / "x.pt"), version=Version(None, version)).save(
+            {"v": version}
+        )
 
 
 def test_kedros_versioned_dataset_still_has_the_cache_and_path_helpers_used():
@@ -53,6 +55,13 @@ def test_exists_at_version_sees_only_saved_versions(tmp_path):
 def test_the_hook_manager_knows_kedros_node_and_dataset_hooks():
     manager = create_hook_manager()
     assert isinstance(manager, pluggy.PluginManager) and manager.get_plugins() == set()
-    for name in ("before_node_run", "after_node_run", "on_node_error", "before_dataset_loaded",
-                 "after_dataset_saved", "before_pipeline_run", "after_context_created"):
+    for name in (
+        "before_node_run",
+        "after_node_run",
+        "on_node_error",
+        "before_dataset_loaded",
+        "after_dataset_saved",
+        "before_pipeline_run",
+        "after_context_created",
+    ):
         assert hasattr(manager.hook, name), f"Kedro's hook specifications lack {name}"

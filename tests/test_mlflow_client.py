@@ -32,10 +32,18 @@ def test_credentials_are_masked_in_any_uri():
     assert mask_credentials(text) == "sqlite:///db and http://***@host:5000/api, https://***@c/x"
 
 
-@pytest.mark.parametrize(("uri", "recorded"), [
-    ("sqlite:////tmp/m.db", True), ("file:///tmp/mlruns", True), ("/tmp/mlruns", True), (None, True),
-    ("http://tracking:5000", False), ("https://user:pw@tracking.example", False), ("databricks://x", False),
-])
+@pytest.mark.parametrize(
+    ("uri", "recorded"),
+    [
+        ("sqlite:////tmp/m.db", True),
+        ("file:///tmp/mlruns", True),
+        ("/tmp/mlruns", True),
+        (None, True),
+        ("http://tracking:5000", False),
+        ("https://user:pw@tracking.example", False),
+        ("databricks://x", False),
+    ],
+)
 def test_a_worker_records_for_a_file_backend_and_writes_to_a_server(uri, recorded):
     assert isinstance(worker_client(uri), RecordedCalls if recorded else ServerClient)
     assert single_writer(uri) is recorded
@@ -55,17 +63,25 @@ def test_every_recorded_call_is_replayed_on_the_drivers_client(tmp_path):
     parent = driver.create_run(experiment).info.run_id
     recorder = RecordedCalls()
     run = recorder.create_run(experiment, run_name="ce seed 0", tags={"mlflow.parentRunId": parent})
-    recorder.log_batch(run.info.run_id, metrics=[Metric("val_ece", 0.1, 1, 1)], params=[Param("seed", "0")])
+    recorder.log_batch(
+        run.info.run_id, metrics=[Metric("val_ece", 0.1, 1, 1)], params=[Param("seed", "0")]
+    )
     recorder.set_tag(run.info.run_id, "calib.training", "reused")
     recorder.set_terminated(run.info.run_id, "FINISHED")
-    assert [name for name, _ in recorder.calls] == list(WORKER_CALLS), "every worker call recorded, in order"
+    assert [name for name, _ in recorder.calls] == list(WORKER_CALLS), (
+        "every worker call recorded, in order"
+    )
     calls = pickle.loads(pickle.dumps(recorder.calls))  # as they travel back to the driver
     RecordedCalls.replay(calls, driver)
-    (child,) = driver.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    (child,) = driver.search_runs(
+        [experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'"
+    )
     assert child.info.run_name == "ce seed 0" and child.info.status == "FINISHED"
     assert child.data.params == {"seed": "0"} and child.data.metrics == {"val_ece": 0.1}
     assert child.data.tags["calib.training"] == "reused"
-    assert child.info.start_time == calls[0][1]["start_time"], "the worker's start time, not the replay's"
+    assert child.info.start_time == calls[0][1]["start_time"], (
+        "the worker's start time, not the replay's"
+    )
 
 
 def test_a_server_client_pickles_without_its_connection_and_reconnects(monkeypatch):
@@ -81,7 +97,12 @@ def test_a_server_client_pickles_without_its_connection_and_reconnects(monkeypat
     copy = pickle.loads(pickle.dumps(client))
     assert copy._client is None
     copy.set_tag("run1", "k", "w")
-    assert made == ["https://tracking.example", ("run1", "k", "v"), "https://tracking.example", ("run1", "k", "w")]
+    assert made == [
+        "https://tracking.example",
+        ("run1", "k", "v"),
+        "https://tracking.example",
+        ("run1", "k", "w"),
+    ]
 
 
 def test_http_defaults_never_override_the_users_settings(monkeypatch):
@@ -90,7 +111,10 @@ def test_http_defaults_never_override_the_users_settings(monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
     use_http_defaults()
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "60"
-    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+    assert (
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+        == HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+    )
 
 
 def _try_lock(path: str, queue) -> None:
@@ -109,7 +133,9 @@ def test_the_sqlite_lock_is_held_by_one_process_at_a_time(tmp_path):
     queue = context.Queue()
 
     def other_process_sees() -> str:
-        process = context.Process(target=_try_lock, args=(str(tmp_path / "sub" / "mlflow.lock"), queue))
+        process = context.Process(
+            target=_try_lock, args=(str(tmp_path / "sub" / "mlflow.lock"), queue)
+        )
         process.start()
         process.join()
         return queue.get(timeout=60)

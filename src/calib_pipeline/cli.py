@@ -38,7 +38,7 @@ def refuse_dropped_run_file_params(ctx: click.Context) -> None:
         f"kedro run --config={config if shown.startswith('..') else shown} --params=...: "
         f"Kedro replaces the run file's params ({', '.join(sorted(file_params))}) with --params "
         "rather than adding to them, so this run would train without them; put the extra "
-        "parameters into a copy of the file instead (docs/models.md, \"Paper protocols\"). "
+        'parameters into a copy of the file instead (docs/models.md, "Paper protocols"). '
         "Nothing was run."
     )
 

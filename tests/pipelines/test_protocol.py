@@ -106,7 +106,8 @@ def test_the_pipelines_are_not_built_for_a_copied_environment(conf, monkeypatch)
 
     shutil.copytree(conf / "test", conf / "test_copy")
     session = SessionConfigHook()  # as a session of env test_copy records it
-    session.after_context_created(SimpleNamespace(config_loader=config_loader("test_copy", conf.parent), env="test_copy"))
+    loader = config_loader("test_copy", conf.parent)
+    session.after_context_created(SimpleNamespace(config_loader=loader, env="test_copy"))
     monkeypatch.setattr(pipeline_registry, "SESSION_CONFIG", session)
     with pytest.raises(ValueError, match="env 'test_copy' runs protocol 'test', which conf/test/globals.yml"):
         pipeline_registry.register_pipelines()

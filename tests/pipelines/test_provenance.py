@@ -309,7 +309,8 @@ def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits
 
 def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol():
     hook = RunInfoHook()
-    hook.after_context_created(SimpleNamespace(config_loader={"globals": {"protocol": "cifar10_wrn"}}))
+    loader = {"globals": {"protocol": "cifar10_wrn"}}
+    hook.after_context_created(SimpleNamespace(config_loader=loader))
     catalog = DataCatalog()
     hook.before_pipeline_run(
         {"run_id": TRAINED_BY, "env": "cifar10_wrn"}, pipeline=None, catalog=catalog

@@ -114,10 +114,18 @@ class RecordedCalls:
 
     def create_run(self, experiment_id: str, run_name: str | None = None, tags: dict | None = None):
         placeholder = f"pending-{uuid.uuid4().hex}"
-        self.calls.append(("create_run", {
-            "placeholder": placeholder, "experiment_id": experiment_id, "run_name": run_name,
-            "tags": tags, "start_time": _now_ms(),
-        }))
+        self.calls.append(
+            (
+                "create_run",
+                {
+                    "placeholder": placeholder,
+                    "experiment_id": experiment_id,
+                    "run_name": run_name,
+                    "tags": tags,
+                    "start_time": _now_ms(),
+                },
+            )
+        )
         return SimpleNamespace(info=SimpleNamespace(run_id=placeholder))  # as MlflowClient's Run
 
     def log_batch(self, run_id: str, metrics=(), params=()) -> None:
