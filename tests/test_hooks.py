@@ -9,14 +9,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import mlflow
 import pandas as pd
 import pytest
 
-from calib_pipeline.hooks import MlflowTrackingHook, mask_credentials
+from calib_pipeline.hooks import MlflowTrackingHook
 from calib_pipeline.settings import project_root
 
 
@@ -165,13 +164,52 @@ def test_a_worker_writes_to_a_tracking_server_itself(monkeypatch):
     assert server.calls[0][1][0] == "0", "under the driver's experiment"
 
 
+# a finished 2-epoch training whose stored state was reused: nothing was trained again
+REUSED = {**OUTPUTS, "ce.seed_0.checkpoint": {
+    **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": 2,
+    "config": {"training": {"epochs": 2}},
+}}
+
+
+def test_a_worker_tags_a_reused_training_through_the_driver(tmp_path, caplog):
+    """A training reused from a stored state is tagged so in the worker (set_tag); with a
+    SQLite file the driver replays the tags (issue 34: the recorder had no set_tag, and the
+    Dask runner switched tracking off)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    driver = MlflowTrackingHook()
+    driver._project_path, driver._config, driver._env = tmp_path, {}, "test"
+    driver._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri)
+    worker, node = worker_copy(driver), training_node()
+    worker.before_node_run(node=node, catalog=None, inputs={})
+    worker.after_node_run(node=node, catalog=None, inputs={}, outputs=REUSED)
+    for name in REUSED:
+        worker.after_dataset_saved(dataset_name=name, data=None, node=node)
+    driver.merge_worker_report(worker.worker_report())
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "tracking stayed on"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    children = f"tags.mlflow.parentRunId = '{driver._parent}'"
+    (child,) = client.search_runs([driver._experiment_id], filter_string=children)
+    assert child.data.tags["calib.training"] == "reused"
+    assert child.data.tags["calib.resumed_after_epoch"] == "2" and child.info.status == "FINISHED"
+
+
+def test_a_worker_tags_a_reused_training_on_a_tracking_server(monkeypatch):
+    server = RecordingClient()
+    monkeypatch.setattr("mlflow.tracking.MlflowClient", lambda tracking_uri: server)
+    driver = started_hook(RecordingClient())
+    driver._uri = "https://tracking.example:5000"
+    worker, node = worker_copy(driver), training_node()
+    worker.before_node_run(node=node, catalog=None, inputs={})
+    worker.after_node_run(node=node, catalog=None, inputs={}, outputs=REUSED)
+    for name in REUSED:
+        worker.after_dataset_saved(dataset_name=name, data=None, node=node)
+    assert ("set_tag", ("run1", "calib.training", "reused")) in server.calls
+    finished = ("set_terminated", ("run1", "FINISHED"))
+    assert server.calls[-1] == finished, "not ended by a tracking failure"
+
+
 def test_no_worker_copy_while_tracking_is_off():
     assert MlflowTrackingHook().for_worker() is None
-
-
-def test_credentials_are_masked_in_any_uri():
-    text = "sqlite:///db and http://user:pa:ss@host:5000/api, https://a:b@c/x"
-    assert mask_credentials(text) == "sqlite:///db and http://***@host:5000/api, https://***@c/x"
 
 
 def dead_pid() -> int:
@@ -243,11 +281,6 @@ def _claim_versions(data_dir: str, count: int, queue) -> None:
 def test_save_versions_never_collide_between_processes(tmp_path):
     import multiprocessing
 
-    from kedro.framework.session import session
-
-    import calib_pipeline.settings as settings
-
-    assert session.generate_timestamp is settings.claim_save_version, "sessions take their version from the claim"
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     workers = [context.Process(target=_claim_versions, args=(str(tmp_path), 40, queue)) for _ in range(3)]
@@ -258,6 +291,25 @@ def test_save_versions_never_collide_between_processes(tmp_path):
         worker.join()
     assert len(versions) == 120 and len(set(versions)) == 120
     assert sorted(versions) == sorted(p.name for p in (tmp_path / ".save_versions").iterdir())
+
+
+def test_a_session_takes_a_claimed_save_version(tmp_path, monkeypatch):
+    """The project's session class (settings.SESSION_CLASS, which `kedro run` and
+    %reload_kedro create) keeps Kedro's stamp when it is free, and takes another when a
+    run started in the same millisecond holds it."""
+    from kedro.framework.project import configure_project, settings
+
+    from calib_pipeline.settings import CalibSession
+
+    monkeypatch.setenv("CALIB_DATA_DIR", str(tmp_path))
+    configure_project("calib_pipeline")
+    assert settings.SESSION_CLASS is CalibSession
+    session = CalibSession.create(project_path=project_root(), save_on_close=False)
+    claims = tmp_path / ".save_versions"
+    assert [p.name for p in claims.iterdir()] == [session.session_id]
+    assert session.store["session_id"] == session.session_id
+    taken = CalibSession(session_id=session.session_id, project_path=project_root())
+    assert taken.session_id != session.session_id and (claims / taken.session_id).is_dir()
 
 
 @pytest.mark.parametrize(
@@ -372,11 +424,11 @@ def test_the_parent_run_is_tagged_with_dataset_protocol_studies_and_commit(tmp_p
 def test_the_git_commit_is_the_projects_head():
     from pathlib import Path
 
-    from calib_pipeline.hooks import _git_tags
+    from calib_pipeline.hooks.run_tags import git_tags
 
     project = Path(__file__).resolve().parents[1]
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
-    tags = _git_tags(project)
+    tags = git_tags(project)
     assert tags["git.commit"] == head == tags["mlflow.source.git.commit"] and tags["git.dirty"] in ("true", "false")
 
 
@@ -485,42 +537,6 @@ def test_the_parallel_runner_is_refused_before_any_node_runs(runner):
     RunPreflightHook().before_pipeline_run(  # the default and the thread runner pass
         run_params={"runner": "kedro.runner.thread_runner.ThreadRunner"}, pipeline=pipeline, catalog=None
     )
-
-
-RUN_FILE = "paper_runs/cifar10/dark_side_vgg16_bn.yml"
-
-
-@pytest.mark.parametrize("argv", [
-    ["kedro", "run", f"--config={RUN_FILE}", "--params=seeds=[0]"],
-    ["kedro", "run", "-c", RUN_FILE, "--params", "seeds=[0]"],
-    ["kedro", "run", "--params=seeds=[0]", "--config", RUN_FILE],
-])
-def test_a_run_file_with_params_and_params_on_the_command_line_is_refused(monkeypatch, argv):
-    """Kedro replaces a run file's params with --params: the paper protocol's network and
-    schedule would silently be dropped (a ResNet-18 trained on the env's schedule)."""
-    from calib_pipeline.hooks import RunPreflightHook
-
-    monkeypatch.chdir(project_root())
-    monkeypatch.setattr(sys, "argv", argv)
-    pipeline = SimpleNamespace(inputs=lambda: set(), nodes=[])
-    with pytest.raises(ValueError, match=r"replaces the run file's params \(methods, model, seeds, training\)"):
-        RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=None)
-
-
-@pytest.mark.parametrize("argv", [
-    ["kedro", "run", f"--config={RUN_FILE}"],  # the file alone
-    ["kedro", "run", "--params=seeds=[0]"],  # --params alone
-    ["kedro", "run", "--config=run_without_params.yml", "--params=seeds=[0]"],
-])
-def test_a_run_file_or_params_alone_pass(monkeypatch, tmp_path, argv):
-    from calib_pipeline.hooks import RunPreflightHook
-
-    (tmp_path / "run_without_params.yml").write_text("run:\n  env: test\n  pipelines: baseline\n")
-    monkeypatch.chdir(tmp_path)
-    argv = [a.replace(RUN_FILE, str(Path(project_root()) / RUN_FILE)) for a in argv]
-    monkeypatch.setattr(sys, "argv", argv)
-    pipeline = SimpleNamespace(inputs=lambda: set(), nodes=[])
-    RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=None)
 
 
 @pytest.mark.parametrize("load_versions", [None, {"ce.seed_0.logits": "2026-01-01T00.00.00.000Z"}])

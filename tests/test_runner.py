@@ -18,11 +18,11 @@ from types import SimpleNamespace
 import distributed
 import pytest
 from kedro.framework.hooks import hook_impl
-from kedro.framework.hooks.manager import _create_hook_manager
 from kedro.io import DataCatalog, MemoryDataset, Version
 from kedro.pipeline import Pipeline, node
 
 from calib_pipeline import runner as runner_module
+from calib_pipeline.kedro_compat import create_hook_manager
 from calib_pipeline.kedro_datasets import TorchDataset
 from calib_pipeline.runner import DaskRunner, local_cluster
 
@@ -242,7 +242,7 @@ class DriverSideHook:
 
 def test_hooks_with_a_worker_copy_see_remote_nodes_in_the_worker_and_report_to_the_driver(cluster):
     hooks = DriverSideHook()
-    hook_manager = _create_hook_manager()
+    hook_manager = create_hook_manager()
     hook_manager.register(hooks)
     pipeline = Pipeline([
         node(double, "params:base", "numbers", name="double"),

@@ -25,6 +25,7 @@ from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetErro
 from calib_pipeline.calibration.posthoc import calibrator_from_state
 from calib_pipeline.calibration.predictions import PredictionsFile, load_predictions
 from calib_pipeline.data.datasets import ImageData, load_dataset
+from calib_pipeline.kedro_compat import exists_at_version, pin_load_version
 from calib_pipeline.reports.common import write_artifacts
 from calib_pipeline.tensor_io import load_tensors, save_tensors
 from calib_pipeline.training.checkpoint import CheckpointStore
@@ -315,7 +316,7 @@ def read_own_version(catalog: Any, name: str) -> None:
     """Pin ``name``'s load version in ``catalog`` to the run's save version, for a dataset
     this run has saved: its loads then read that version, never a newer one another run
     saved since. Datasets without versions are left alone; a ``--load-versions`` pin still
-    wins (Kedro reads it before the cache). Used by :class:`~calib_pipeline.hooks.OwnVersionsHook`
+    wins (Kedro reads it before the cache). Used by :class:`~calib_pipeline.hooks.versions.OwnVersionsHook`
     in the process that saved, and by the Dask runner (:mod:`calib_pipeline.runner`) for what
     its workers saved."""
     dataset = catalog.get(name, fallback_to_runtime_pattern=True)
@@ -323,19 +324,15 @@ def read_own_version(catalog: Any, name: str) -> None:
         return
     version = dataset.resolve_save_version()  # the session's, or the one the save cached
     dataset.release()  # drops a "latest" version cached before the save
-    if _exists_at(dataset, version):
-        dataset._cached_load_version = version  # Kedro's cache; there is no public setter
-
-
-def _exists_at(dataset: AbstractVersionedDataset, version: str | None) -> bool:
-    return version is not None and dataset._exists_function(str(dataset._get_versioned_path(version)))
+    if exists_at_version(dataset, version):
+        pin_load_version(dataset, version)
 
 
 def saved_at_save_version(catalog: Any, name: str) -> bool:
     """Whether versioned dataset ``name`` already exists at the run's save version (an
     earlier attempt of this run saved it); ``False`` for unversioned datasets."""
     dataset = catalog.get(name, fallback_to_runtime_pattern=True)
-    return isinstance(dataset, AbstractVersionedDataset) and _exists_at(
+    return isinstance(dataset, AbstractVersionedDataset) and exists_at_version(
         dataset, dataset.resolve_save_version()
     )
 

@@ -17,14 +17,12 @@ registry is built, and every name and hyperparameter -- and the environment's pr
 
 from __future__ import annotations
 
-import os
 import warnings
 
 from kedro.config import OmegaConfigLoader
 from kedro.pipeline import Pipeline
 
 from calib_pipeline.data import dataset_names
-from calib_pipeline.hooks import DEFAULT_RUN_ENV, RUN_ENV
 from calib_pipeline.pipelines import (
     data_split,
     logits,
@@ -38,7 +36,7 @@ from calib_pipeline.pipelines import (
 from calib_pipeline.pipelines.checks import check_parameters
 from calib_pipeline.pipelines.config import Structure, parse_structure, validate_buildable
 from calib_pipeline.protocols import check_protocol
-from calib_pipeline.settings import config_loader, project_root
+from calib_pipeline.settings import SESSION_CONFIG, config_loader, project_root
 
 # Dotted dataset names ("<method>.seed_<k>.logits") are this project's convention: they
 # line up with the method namespaces and the catalog's dataset factories.
@@ -91,13 +89,10 @@ def check_catalog_dataset(parameters: dict, globals_: dict) -> None:
 
 
 def session_config() -> tuple[OmegaConfigLoader, str]:
-    """The session's configuration loader and environment; outside a session (e.g. a plain
-    script) the files of ``KEDRO_ENV`` (default: local)."""
-    loader = RUN_ENV.get("config_loader")
-    if loader is not None:
-        return loader, RUN_ENV.get("env") or DEFAULT_RUN_ENV
-    env = os.environ.get("KEDRO_ENV") or DEFAULT_RUN_ENV
-    return config_loader(env, project_root()), env
+    """The session's configuration loader and environment (recorded by the session's
+    ``SessionConfigHook``); outside a session (e.g. a plain script) the files of
+    ``KEDRO_ENV`` (default: local)."""
+    return SESSION_CONFIG.current(lambda env: config_loader(env, project_root()))
 
 
 def register_pipelines() -> dict[str, Pipeline]:

@@ -52,13 +52,13 @@ from typing import Any
 
 import cloudpickle
 import pluggy
-from kedro.framework.hooks.manager import _create_hook_manager
 from kedro.io import CatalogProtocol, DatasetError
 from kedro.pipeline import Pipeline
 from kedro.pipeline.node import Node
 from kedro.runner import AbstractRunner, SequentialRunner
 from kedro.runner.task import Task
 
+from calib_pipeline.kedro_compat import create_hook_manager
 from calib_pipeline.kedro_datasets import read_own_version, saved_at_save_version
 
 # Dask logs every scheduler and worker event at INFO, into Kedro's handlers: WARNING unless
@@ -259,7 +259,7 @@ def run_node_on_worker(
             if _saved_by_an_earlier_attempt(node, catalog):
                 outcome.reports = [None for _ in context.hooks]
                 return outcome
-            hook_manager = _create_hook_manager()
+            hook_manager = create_hook_manager()
             for hook in context.hooks:
                 hook_manager.register(hook)
             Task(node=node, catalog=catalog, is_async=context.is_async,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kedro.config import OmegaConfigLoader
-from kedro.framework.session import session as kedro_session
+from kedro.framework.session import KedroSession
 from kedro.io.core import generate_timestamp
 from omegaconf.resolvers import oc
 
@@ -15,9 +15,9 @@ from calib_pipeline.hooks import (
     DEFAULT_RUN_ENV,
     MlflowTrackingHook,
     OwnVersionsHook,
-    RunEnvironmentHook,
     RunInfoHook,
     RunPreflightHook,
+    SessionConfigHook,
 )
 
 
@@ -36,9 +36,9 @@ def data_root() -> str:
     return os.environ.get("CALIB_DATA_DIR") or str(Path(project_root()) / "data")
 
 
-def claim_save_version() -> str:
+def claim_save_version(proposed: str | None = None) -> str:
     """A save version (Kedro's timestamp format, so "latest" still sorts) that no other
-    process writing to this data folder holds.
+    process writing to this data folder holds: ``proposed`` if it is free, else a new one.
 
     Kedro stamps a session with the current millisecond; two runs started together can
     get the same stamp and then write into, or fail on, each other's version folders.
@@ -47,19 +47,28 @@ def claim_save_version() -> str:
     """
     claims = Path(data_root()) / ".save_versions"
     claims.mkdir(parents=True, exist_ok=True)
+    version = proposed or generate_timestamp()
     while True:
-        version = generate_timestamp()
         try:
             (claims / version).mkdir()
         except FileExistsError:
             time.sleep(0.001)
+            version = generate_timestamp()
             continue
         return version
 
 
-# KedroSession.create takes its session id (= the save version of every versioned dataset)
-# from this module-level name; settings are imported before any session is created.
-kedro_session.generate_timestamp = claim_save_version
+class CalibSession(KedroSession):
+    """Kedro's session with a claimed session id (:func:`claim_save_version`): the id is the
+    save version of every versioned dataset the run writes. ``SESSION_CLASS`` below makes
+    ``kedro run``, ``python -m calib_pipeline``, ``kedro catalog`` and ``%reload_kedro``
+    create it; ``KedroSession.create`` itself (in a test) keeps Kedro's plain timestamp."""
+
+    def __init__(self, session_id: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(claim_save_version(session_id), *args, **kwargs)
+
+
+SESSION_CLASS = CalibSession
 
 
 def log_folder() -> str:
@@ -68,8 +77,10 @@ def log_folder() -> str:
 
 
 TRACKING = MlflowTrackingHook()
+# the session's configuration, read by pipeline_registry.register_pipelines (its docstring)
+SESSION_CONFIG = SessionConfigHook()
 HOOKS = (
-    RunEnvironmentHook(), RunInfoHook(), RunPreflightHook(), OwnVersionsHook(), TRACKING,
+    SESSION_CONFIG, RunInfoHook(), RunPreflightHook(), OwnVersionsHook(), TRACKING,
     ConsoleHook(log_folder, tracking=TRACKING),
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from kedro.io import DataCatalog
@@ -14,7 +15,7 @@ from kedro.io import DataCatalog
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.data import dataset_names, load_dataset
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.hooks import RUN_ENV
+from calib_pipeline.hooks import SessionConfigHook
 from calib_pipeline.pipelines.logits.nodes import compute_logits
 from calib_pipeline.protocols import check_protocol, declared_protocols
 from calib_pipeline.pipelines.provenance import ProvenanceError, check_run
@@ -101,13 +102,15 @@ def test_a_protocol_named_after_another_dataset_or_not_a_folder_name_is_refused(
 
 
 def test_the_pipelines_are_not_built_for_a_copied_environment(conf, monkeypatch):
-    from calib_pipeline.pipeline_registry import register_pipelines
+    from calib_pipeline import pipeline_registry
 
     shutil.copytree(conf / "test", conf / "test_copy")
-    monkeypatch.setitem(RUN_ENV, "config_loader", config_loader("test_copy", conf.parent))
-    monkeypatch.setitem(RUN_ENV, "env", "test_copy")
+    session = SessionConfigHook()  # as a session of env test_copy records it
+    loader = config_loader("test_copy", conf.parent)
+    session.after_context_created(SimpleNamespace(config_loader=loader, env="test_copy"))
+    monkeypatch.setattr(pipeline_registry, "SESSION_CONFIG", session)
     with pytest.raises(ValueError, match="env 'test_copy' runs protocol 'test', which conf/test/globals.yml"):
-        register_pipelines()
+        pipeline_registry.register_pipelines()
 
 
 # ---------------------------------------------------------------- artifacts kept apart

@@ -4,6 +4,7 @@ the run id, environment and protocol reach the nodes as the ``run_info`` input."
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import build_calibrator
 from calib_pipeline.data import ImageData, load_dataset
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.hooks import RUN_ENV, RunInfoHook
+from calib_pipeline.hooks import RunInfoHook
 from calib_pipeline.pipelines.logits.nodes import compute_logits
 from calib_pipeline.pipelines.posthoc.nodes import fit_calibrators
 from calib_pipeline.pipelines.provenance import ProvenanceError, check_run, check_same_training
@@ -306,14 +307,16 @@ def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits
 # ---------------------------------------------------------------------------------- hook
 
 
-def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol(monkeypatch):
-    monkeypatch.setitem(RUN_ENV, "config_loader", {"globals": {"protocol": "cifar10_wrn"}})
+def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol():
+    hook = RunInfoHook()
+    loader = {"globals": {"protocol": "cifar10_wrn"}}
+    hook.after_context_created(SimpleNamespace(config_loader=loader))
     catalog = DataCatalog()
-    RunInfoHook().before_pipeline_run(
+    hook.before_pipeline_run(
         {"run_id": TRAINED_BY, "env": "cifar10_wrn"}, pipeline=None, catalog=catalog
     )
     assert catalog.load(RUN_INFO) == {"run_id": TRAINED_BY, "env": "cifar10_wrn", "protocol": "cifar10_wrn"}
-    RunInfoHook().before_pipeline_run(
+    hook.before_pipeline_run(
         {"run_id": TRAINED_BY, "env": None}, pipeline=None, catalog=catalog
     )
     assert catalog.load(RUN_INFO)["env"] == "local", "kedro run without --env runs the default env"

@@ -15,6 +15,7 @@ from kedro_datasets.pandas import ParquetDataset
 
 from calib_pipeline import pipeline_registry
 from calib_pipeline.calibration.metrics import calibration_metrics
+from calib_pipeline.hooks import SessionConfigHook
 from calib_pipeline.kedro_datasets import CalibratorsDataset, PredictionsDataset, ReportDataset
 from calib_pipeline.pipelines import score
 from tests.crafted import MarkerPayload
@@ -82,7 +83,7 @@ def test_the_predictions_dataset_reads_the_file_or_says_how_to_give_one(tmp_path
 
 
 def registered(monkeypatch, **changes):
-    monkeypatch.setitem(pipeline_registry.RUN_ENV, "config_loader", None)
+    monkeypatch.setattr(pipeline_registry, "SESSION_CONFIG", SessionConfigHook())  # no session yet
     real, env = pipeline_registry.session_config()  # the local env's files
 
     class Loader(dict):

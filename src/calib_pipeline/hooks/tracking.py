@@ -1,0 +1,468 @@
+"""Track runs in MLflow (:class:`MlflowTrackingHook`).
+
+MLflow layout, made for the UI's compare and sort views:
+
+- one parent run per ``kedro run``, tagged with the environment, dataset, protocol, the
+  studies it evaluates and the git commit; it holds each study's summary metrics
+  (``<study>.<method>.test.<metric>.<calibrator>``: clean test accuracy / ECE / NLL, mean
+  over seeds), the claims report's verdict counts (``<study>.claims.holds``, ...) and the
+  reporting outputs as artifacts: a report folder as the catalog wrote it
+  (``<namespace>/<report>/``), the evaluation tables (tidy metrics, reliability bins) as CSV;
+- one nested run per (method, seed), opened when its training node starts (per-epoch
+  history as it is logged), with its parameters as readable strings, ``final_<metric>``
+  = the metrics of the epoch training selected (``selected_epoch``) and, once the study is
+  evaluated, the clean per-calibrator metrics ``<split>.<metric>.<calibrator>``
+  (``test.ece.ts``, ``test.nll.none``, ``val.ece.ts``). A run whose training this ``kedro run``
+  reused (cached checkpoints) gets a nested run of its own for these metrics, tagged
+  ``calib.training = reused`` and ``kedro.training_run_id``; a nested run made by a Dask
+  worker is found by its tags.
+
+The tracking URI is ``MLFLOW_TRACKING_URI`` when set, else a SQLite file at the
+project root; a new experiment keeps its artifacts at ``artifact_location`` (mlflow.yml),
+else beside a SQLite file (``mlruns/``). ``CALIB_MLFLOW=off`` disables tracking.
+
+Tracking never costs a result: every hook body is guarded (a failure is one warning and
+tracking stops for the run), HTTP backends get a short timeout and one retry, a training
+run is logged only after the catalog saved its outputs, credentials in the URI are
+masked in every log line, and runs of a process that died (Ctrl-C, kill -9) end
+``KILLED`` at exit or on the next start.
+
+Under the Dask runner (``calib_pipeline.runner``) a training node runs in a worker process:
+the worker runs a copy of the tracking hook (:meth:`MlflowTrackingHook.for_worker`) that opens
+the nested run under the driver's parent run, through the clients of
+:mod:`calib_pipeline.hooks.mlflow_client` (a server directly; a SQLite file through the
+driver, :meth:`MlflowTrackingHook.merge_worker_report`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import json
+import logging
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from kedro.framework.hooks import hook_impl
+
+from calib_pipeline.hooks.mlflow_client import (
+    RecordedCalls,
+    backend_lock,
+    mask_credentials,
+    use_http_defaults,
+    worker_client,
+)
+from calib_pipeline.hooks.preflight import describe
+from calib_pipeline.hooks.run_tags import git_tags, owner_tags, process_alive, session_globals
+from calib_pipeline.hooks.session import DEFAULT_RUN_ENV
+from calib_pipeline.hooks.tracking_metrics import (
+    comparison_metrics,
+    evaluation_settings,
+    flatten,
+    selected_row,
+    study_summary,
+)
+
+logger = logging.getLogger(__name__)
+# the run's console lines (calib_pipeline.console, conf/logging.yml)
+console = logging.getLogger("calib_pipeline.console")
+
+TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip tracking"
+
+
+def _tracked(method: Callable[..., None]) -> Callable[..., None]:
+    """Run a hook body only while tracking is on; a tracking error becomes one warning and
+    switches tracking off for the rest of the run -- it never fails the run or costs a result."""
+
+    @functools.wraps(method)
+    def guarded(self: MlflowTrackingHook, *args: Any, **kwargs: Any) -> None:
+        if self._client is None:
+            return
+        try:
+            method(self, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001 -- any tracking failure must be survivable
+            logger.warning(
+                "MLflow tracking failed in %s and is off for the rest of this run (%s): %s",
+                method.__name__, TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
+            )
+            if self._owns_parent:  # one try to end the open runs (KILLED), not left RUNNING
+                self._end_at_exit()
+            else:  # a worker's copy: its own nested runs only; the driver's run goes on
+                self._end_children("KILLED")
+            self._client = None
+
+    return guarded
+
+
+class MlflowTrackingHook:
+    """One parent run per ``kedro run``; a nested run per training node, opened when the node
+    starts and completed after its outputs are saved; report folders as artifacts."""
+
+    def __init__(self) -> None:
+        self._client = None
+        self._parent: str | None = None
+        self._experiment_id = None
+        self._catalog = None
+        self._env = DEFAULT_RUN_ENV
+        self._open_children: dict[str, str] = {}  # node name -> nested run id
+        self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
+        self._uri: str | None = None
+        self._runs: dict[tuple[str, str], str] = {}  # (method, seed) -> nested run id of this run
+        self._globals: dict[str, str] = {}  # dataset and protocol of the session's environment
+        self.run_location: str | None = None  # "parent run <id> at <uri>" of the last run started
+        self._owns_parent = True  # False in a Dask worker's copy: the driver ends the parent
+
+    def _enabled(self) -> bool:
+        return os.environ.get("CALIB_MLFLOW", "on").lower() not in ("off", "0", "false")
+
+    @hook_impl
+    def after_context_created(self, context) -> None:
+        self._project_path = Path(context.project_path)
+        self._env = context.env or DEFAULT_RUN_ENV
+        from kedro.config import MissingConfigException
+
+        try:
+            self._config = context.config_loader.get("mlflow") or {}
+        except MissingConfigException:  # no mlflow.yml in this environment
+            self._config = {}
+        self._globals = session_globals(context.config_loader)
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        self.run_location = None
+        if not self._enabled():
+            return
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
+        use_http_defaults()
+        try:
+            self._start(run_params, catalog, uri, pipeline)
+        except Exception as error:  # noqa: BLE001 -- an unreachable or broken backend
+            logger.warning(
+                "MLflow tracking is off for this run: %s could not be used (%s): %s",
+                mask_credentials(uri), TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
+            )
+            self._client = self._parent = None
+
+    def _start(self, run_params: dict[str, Any], catalog, uri: str, pipeline=None) -> None:
+        """Open the parent run (tags: :meth:`_parent_tags`) after ending abandoned runs."""
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        mlflow.set_tracking_uri(uri)
+        self._catalog, self._uri = catalog, uri
+        name = self._config.get("experiment_name", "calib-pipeline")
+        with backend_lock(uri):  # a fresh SQLite file is migrated by its first client only
+            self._client = MlflowClient(tracking_uri=uri)
+            experiment = self._client.get_experiment_by_name(name)
+            self._experiment_id = (
+                experiment.experiment_id if experiment
+                else self._client.create_experiment(name, artifact_location=self._artifact_location(uri))
+            )
+            self._end_abandoned_runs()
+        pipelines = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
+        run_name = f"{'+'.join(str(p) for p in pipelines)} [{self._env}]"
+        self._parent = self._client.create_run(
+            self._experiment_id, run_name=run_name, tags=self._parent_tags(run_params, pipeline),
+        ).info.run_id
+        atexit.register(self._end_at_exit)
+        params: dict[str, str] = {"kedro.env": self._env}
+        for key in ("pipeline_names", "namespaces", "node_names", "from_nodes", "to_nodes", "runner"):
+            value = run_params.get(key)
+            if value:
+                params[f"kedro.{key}"] = describe(value)[:500]
+        params.update(evaluation_settings(run_params, catalog))
+        self._log_params(self._parent, params)
+        self.run_location = f"parent run {self._parent} at {mask_credentials(uri)}"
+        console.info("MLflow: %s", self.run_location)
+
+    def _artifact_location(self, uri: str) -> str | None:
+        """Where a new experiment keeps its artifacts: ``artifact_location`` of mlflow.yml,
+        else ``mlruns/`` beside a SQLite file (never the working directory), else the server's."""
+        if self._config.get("artifact_location"):
+            return str(self._config["artifact_location"])
+        if uri.startswith("sqlite:///"):
+            return (Path(uri[len("sqlite:///") :]).parent / "mlruns").resolve().as_uri()
+        return None
+
+    def _parent_tags(self, run_params: dict[str, Any], pipeline) -> dict[str, str]:
+        """The parent run's tags: what the UI filters and groups runs by."""
+        studies = sorted({n.namespace for n in (pipeline.nodes if pipeline else []) if "evaluation" in n.tags})
+        return {
+            "kedro.run_id": str(run_params.get("run_id")), "kedro.env": self._env,
+            "dataset": self._globals.get("dataset", "unknown"), "protocol": self._globals.get("protocol", "unknown"),
+            "studies": ",".join(str(s) for s in studies) or "none",
+            **git_tags(getattr(self, "_project_path", None)), **owner_tags(),
+        }
+
+    def _end_abandoned_runs(self) -> None:
+        """Runs left ``RUNNING`` by a process of this host that no longer exists (kill -9,
+        power loss) end ``KILLED``, nested runs included."""
+        host = socket.gethostname()
+        running = self._client.search_runs(
+            [self._experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`calib.host` = '{host}'",
+            max_results=1000,
+        )
+        for run in running:
+            if not process_alive(int(run.data.tags.get("calib.pid", "0"))):
+                self._client.set_terminated(run.info.run_id, "KILLED")
+                logger.warning("MLflow: run %s of a process that no longer exists is now KILLED", run.info.run_id)
+
+    def _end_at_exit(self) -> None:
+        """Ctrl-C and other exits that bypass Kedro's error hook, or tracking switched off
+        after a failure: open runs end ``KILLED`` (each a best-effort call)."""
+        if self._client is None:
+            return
+        self._end_children("KILLED")
+        if self._parent:
+            with contextlib.suppress(Exception):
+                self._client.set_terminated(self._parent, "KILLED")
+        self._parent = None
+
+    def end_failed(self) -> None:
+        """A run that failed where Kedro's error hook does not see it (refused in a
+        ``before_pipeline_run`` hook, an input that failed to load): its open runs end
+        ``FAILED``, not ``KILLED`` at exit. Best effort, as all tracking."""
+        if self._client is None or self._parent is None:
+            return
+        with contextlib.suppress(Exception):
+            self._finish("FAILED")
+
+    def _end_children(self, status: str) -> None:
+        """Best-effort: every open nested run ends ``status``."""
+        for run_id in self._open_children.values():
+            with contextlib.suppress(Exception):
+                self._client.set_terminated(run_id, status)
+        self._open_children.clear()
+
+    def _log_params(self, run_id: str, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            self._client.log_batch(run_id, params=items[start : start + 100])
+
+    def _log_metrics(self, run_id: str, rows: list[tuple[str, float, int]]) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), stamp, step) for k, v, step in rows if pd.notna(v)]
+        for start in range(0, len(metrics), 1000):
+            self._client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+    @hook_impl
+    @_tracked
+    def before_node_run(self, node, catalog, inputs: dict[str, Any]) -> None:
+        if self._parent is None or "training" not in node.tags:
+            return
+        method = node.namespace or node.name
+        seed = node.name.rsplit("_", 1)[-1]
+        self._open_children[node.name] = self._client.create_run(
+            self._experiment_id, run_name=f"{method} seed {seed}",
+            tags={"mlflow.parentRunId": self._parent, "method": str(method), "seed": str(seed), **owner_tags()},
+        ).info.run_id
+        self._runs[(str(method), str(seed))] = self._open_children[node.name]
+
+    @hook_impl
+    @_tracked
+    def after_node_run(self, node, catalog, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        if self._parent is None:
+            return
+        if node.name in self._open_children:
+            # logged once every output is saved: a tracking failure can then never lose one
+            self._pending[node.name] = {"inputs": inputs, "outputs": outputs, "unsaved": set(outputs)}
+        if "reporting" in node.tags:
+            self._log_artifacts(node, outputs)
+
+    def _log_training(self, node_name: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        run_id = self._open_children[node_name]  # kept open until FINISHED: a failure ends it
+        history = next((v for k, v in outputs.items() if k.endswith(".history")), None)
+        checkpoint = next((v for k, v in outputs.items() if k.endswith(".checkpoint")), {})
+        params: dict[str, str] = {"method": str(checkpoint.get("method")), "seed": str(checkpoint.get("seed"))}
+        for name, value in inputs.items():
+            if name.startswith("params:"):
+                flatten(name[len("params:") :], value, params)
+        flatten("run", checkpoint.get("config", {}), params)
+        # the method's hyperparameters with their defaults filled in: two runs whose configured
+        # params agree but whose code defaults differ are told apart in the UI
+        flatten("effective", checkpoint.get("hyperparameters", {}), params)
+        self._log_params(run_id, params)
+        # imported here: it loads torch, which only a finished training needs
+        from calib_pipeline.training.artifacts import training_reuse
+
+        reuse = training_reuse(checkpoint)
+        if reuse:  # a finished state reused, or an interrupted one continued: not a new training
+            self._client.set_tag(run_id, "calib.training", reuse)
+            self._client.set_tag(run_id, "calib.resumed_after_epoch", str(checkpoint["resumed_after_epoch"]))
+        rows: list[tuple[str, float, int]] = []
+        if isinstance(history, pd.DataFrame) and len(history):
+            numeric = history.select_dtypes("number").drop(columns=["epoch", "seed"], errors="ignore")
+            for record_epoch, record in zip(history["epoch"], numeric.to_dict("records")):
+                rows.extend((k, v, int(record_epoch)) for k, v in record.items())
+            position = selected_row(history, checkpoint.get("selected_epoch"))
+            final = numeric.iloc[position].to_dict()
+            rows.extend((f"final_{k}", v, int(history["epoch"].iloc[position])) for k, v in final.items())
+        rows.append(("selected_epoch", float(checkpoint.get("selected_epoch", 0)), 0))
+        self._log_metrics(run_id, rows)
+        self._client.set_terminated(run_id, "FINISHED")
+        del self._open_children[node_name]
+
+    def _log_artifacts(self, node, outputs: dict[str, Any]) -> None:
+        """Log a reporting node's tables and texts (the evaluation tables) to the parent run.
+
+        Report folders (dict outputs) are logged by :meth:`after_dataset_saved` from the
+        files the catalog writes, so nothing is rendered twice."""
+        from calib_pipeline.reports.common import write_artifacts
+
+        bundle = {
+            name.split(".", 1)[-1]: value
+            for name, value in outputs.items()
+            if isinstance(value, (pd.DataFrame, str))
+        }
+        if not bundle:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            write_artifacts(Path(tmp), bundle)
+            self._client.log_artifacts(self._parent, tmp, artifact_path=node.namespace or "")
+
+    @hook_impl
+    @_tracked
+    def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
+        if self._parent is None:
+            return
+        pending = self._pending.get(node.name)
+        if pending is not None:
+            pending["unsaved"].discard(dataset_name)
+            if not pending["unsaved"]:
+                del self._pending[node.name]
+                self._log_training(node.name, pending["inputs"], pending["outputs"])
+        if "reporting" not in node.tags:
+            return
+        study = dataset_name.split(".", 1)[0]
+        if dataset_name.endswith(".metrics") and "evaluation" in node.tags and isinstance(data, pd.DataFrame):
+            self._log_evaluation(study, data)
+        elif dataset_name.endswith(".report_claims") and isinstance(data, dict):
+            self._log_claims(study, data)
+        if self._catalog is None:
+            return
+        folder = getattr(self._catalog[dataset_name], "saved_folder", None)
+        if folder is not None:
+            stem = dataset_name.split(".", 1)[-1]
+            path = f"{node.namespace}/{stem}" if node.namespace else stem
+            self._client.log_artifacts(self._parent, str(folder), artifact_path=path)
+
+    def _log_evaluation(self, study: str, table: pd.DataFrame) -> None:
+        """A study's tidy metrics: each (method, seed)'s clean per-calibrator metrics on its
+        nested run, the study's means over seeds on the parent run."""
+        for (method, seed), metrics in comparison_metrics(table).items():
+            runs = table[(table["method"] == method) & (table["seed"].astype(str) == seed)]
+            training_run = str(runs["run_id"].iloc[0]) if "run_id" in runs and len(runs) else "unknown"
+            run_id, made_here = self._nested_run(method, seed, training_run)
+            self._log_metrics(run_id, [(name, value, 0) for name, value in metrics.items()])
+            if made_here:
+                self._client.set_terminated(run_id, "FINISHED")
+        self._log_metrics(self._parent, [(k, v, 0) for k, v in study_summary(study, table).items()])
+
+    def _nested_run(self, method: str, seed: str, training_run: str) -> tuple[str, bool]:
+        """The nested run of (method, seed) under this parent run, and whether it was made
+        now: the one this process opened, else one a Dask worker opened (found by its tags),
+        else -- training reused from an earlier ``kedro run`` -- a new one, so that every
+        evaluated (method, seed) of a ``kedro run`` is a row of the comparison."""
+        if (method, seed) in self._runs:
+            return self._runs[(method, seed)], False
+        found = self._client.search_runs(
+            [self._experiment_id], max_results=1, filter_string=(
+                f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and tags.seed = '{seed}'"),
+        ) or []
+        if found:
+            self._runs[(method, seed)] = found[0].info.run_id
+            return self._runs[(method, seed)], False
+        self._runs[(method, seed)] = self._client.create_run(
+            self._experiment_id, run_name=f"{method} seed {seed}", tags={
+                "mlflow.parentRunId": self._parent, "method": method, "seed": seed, "calib.training": "reused",
+                "kedro.training_run_id": training_run, **owner_tags()},
+        ).info.run_id
+        return self._runs[(method, seed)], True
+
+    def _log_claims(self, study: str, report: dict[str, Any]) -> None:
+        """The claims report's verdict counts (``<study>.claims.holds``, ...), its summary
+        line (tag ``<study>.claims``) and whether the runs followed the paper's protocol (tag
+        ``<study>.claims_protocol``: ``paper``; ``paper_network`` where the paper states no
+        training settings for the dataset; or the gaps, e.g. ``network,schedule``) on the
+        parent run."""
+        verdicts = report.get("verdicts")
+        if isinstance(verdicts, str):
+            verdicts = json.loads(verdicts)
+        if not isinstance(verdicts, dict):
+            return
+        metrics = verdicts.get("metrics") or {}
+        self._log_metrics(self._parent, [(f"{study}.{k}", v, 0) for k, v in metrics.items()])
+        if verdicts.get("line"):
+            self._client.set_tag(self._parent, f"{study}.claims", str(verdicts["line"])[:5000])
+        gaps = verdicts.get("protocol_gaps")
+        if gaps is not None:
+            stated = verdicts.get("settings_stated", True)
+            tag = ",".join(gaps) or ("paper" if stated else "paper_network")
+            self._client.set_tag(self._parent, f"{study}.claims_protocol", tag)
+
+    @hook_impl
+    @_tracked
+    def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:
+        self._finish("FINISHED")
+
+    @hook_impl
+    @_tracked
+    def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
+        self._finish("FAILED")
+
+    def _finish(self, status: str) -> None:
+        self._fail_open_children()
+        if self._parent is not None:
+            self._client.set_terminated(self._parent, status)
+            self._parent = None
+
+    def _fail_open_children(self) -> None:
+        """Nested runs of nodes that failed or never saved their outputs end ``FAILED``."""
+        for run_id in self._open_children.values():
+            self._client.set_terminated(run_id, "FAILED")
+        self._open_children.clear()
+        self._pending.clear()
+
+    def for_worker(self) -> MlflowTrackingHook | None:
+        """The node hooks of this run for a Dask worker: a picklable copy that opens nested
+        runs under this parent run, writing to a tracking server directly and to a SQLite
+        file through this process (see the module docstring); None while tracking is off."""
+        if self._client is None or self._parent is None:
+            return None
+        worker = MlflowTrackingHook()
+        worker._owns_parent = False
+        worker._parent, worker._experiment_id = self._parent, self._experiment_id
+        worker._env = self._env
+        worker._client = worker_client(self._uri)
+        return worker
+
+    def worker_report(self) -> list[tuple[str, dict[str, Any]]] | None:
+        """Called in the worker after its node ran or failed: a nested run whose outputs
+        were never saved ends ``FAILED`` (as :meth:`on_pipeline_error` does in one process);
+        returns the calls the driver must replay, if this copy recorded them."""
+        if self._client is None:
+            return None
+        try:
+            self._fail_open_children()
+        except Exception as error:  # noqa: BLE001 -- a dead server must not fail the node
+            logger.warning("MLflow tracking failed after a node (%s): %s", TRACKING_HINT,
+                           mask_credentials(f"{type(error).__name__}: {error}"))
+            return None
+        return self._client.calls if isinstance(self._client, RecordedCalls) else None
+
+    @_tracked
+    def merge_worker_report(self, report: list[tuple[str, dict[str, Any]]] | None) -> None:
+        """Replay a worker's recorded calls on this process's client (driver side)."""
+        if report:
+            RecordedCalls.replay(report, self._client)
