@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "console",
             "retention",
             "protocols",  # which conf/<env> writes where: checked as the pipelines are built
+            "cli",
             "__main__",
         ),
     ),

@@ -274,4 +274,10 @@ def test_kedro_run_ends_with_the_replication_report_over_every_studys_claims(tmp
     applicable = int((claims["verdict"] != "not applicable").sum())
     assert summary.startswith(f"**all papers on test: {int((claims['verdict'] == 'holds').sum())} of {applicable} applicable claims hold")
     assert (folder / "replication.tex").exists() and (folder / "verdicts.csv").exists()
-    assert "all papers on test:" in result.stdout + result.stderr
+    assert "all papers on test:" in result.stdout + result.stderr  # the node's console line
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    (parent,) = [r for r in client.search_runs(client.get_experiment_by_name("calib-pipeline").experiment_id)
+                 if "mlflow.parentRunId" not in r.data.tags and r.data.tags.get("kedro.run_id") == version]
+    assert parent.data.metrics["replication.holds"] == (claims["verdict"] == "holds").sum()
+    assert parent.data.tags["replication"].startswith("all papers on test:")
+    assert "replication/replication.csv" in [a.path for a in client.list_artifacts(parent.info.run_id, "replication")]

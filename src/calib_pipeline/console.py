@@ -35,6 +35,8 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 from kedro.io.core import generate_timestamp
 
+from calib_pipeline.pipelines.artifacts import kind_of
+
 CONSOLE = logging.getLogger(__name__)
 FILE_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 # a failure's message is shown up to this many lines; the log file has all of it
@@ -420,13 +422,16 @@ def _describe_context(context) -> dict[str, str]:
 def node_result(outputs: dict[str, Any]) -> str:
     """A few words on a node's result, where there is one to read: a training's selected
     epoch and accuracies, a claims report's verdict line; '' for other nodes."""
-    history = next((v for k, v in outputs.items() if k.endswith(".history")), None)
-    checkpoint = next((v for k, v in outputs.items() if k.endswith(".checkpoint")), None)
+    by_kind = {kind_of(name): value for name, value in outputs.items()}
+    history, checkpoint = by_kind.get("history"), by_kind.get("checkpoint")
     if isinstance(checkpoint, dict) and history is not None and len(history):
         return _training_result(history, checkpoint)
     claims = next((v for k, v in outputs.items() if k.endswith(".report_claims")), None)
     if isinstance(claims, dict) and isinstance(claims.get("verdicts"), dict):
         return str(claims["verdicts"].get("line", ""))
+    replication = by_kind.get("replication_report")
+    if isinstance(replication, dict) and isinstance(replication.get("summary"), str):
+        return replication["summary"].splitlines()[0].strip("*")  # the overall line
     return ""
 
 

@@ -1,6 +1,5 @@
 """The artifact table agrees with the catalog's dataset factories and names every dataset
-the pipelines read or write; its stage and collected-runs answers are those the hooks
-give today (``hooks.producing_stage``, ``hooks.COLLECTED_RUNS``)."""
+the pipelines read or write; the stage that makes each, and the runs handed to a study."""
 
 from __future__ import annotations
 
@@ -40,13 +39,16 @@ def catalog_entries() -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def pipelines():
     """The registered pipelines of the test environment."""
-    from calib_pipeline.hooks import RUN_ENV
-    from calib_pipeline.pipeline_registry import register_pipelines
+    from types import SimpleNamespace
 
+    from calib_pipeline import pipeline_registry
+    from calib_pipeline.hooks import SessionConfigHook
+
+    session = SessionConfigHook()  # as a session of env test records it
+    session.after_context_created(SimpleNamespace(config_loader=config_loader("test"), env="test"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(RUN_ENV, "config_loader", config_loader("test"))
-        patch.setitem(RUN_ENV, "env", "test")
-        return register_pipelines()
+        patch.setattr(pipeline_registry, "SESSION_CONFIG", session)
+        return pipeline_registry.register_pipelines()
 
 
 @pytest.fixture(scope="module")

@@ -284,3 +284,20 @@ def test_the_missing_inputs_hint_names_the_study_for_a_studys_stage():
         RunPreflightHook().before_pipeline_run({"pipeline_names": ["mini.reporting"]}, pipeline, DataCatalog())
     with pytest.raises(MissingInputsError, match=r"e.g. kedro run --pipelines=logits,shift,posthoc, or"):
         RunPreflightHook().before_pipeline_run({"pipeline_names": ["reporting"]}, pipeline, DataCatalog())
+
+
+def test_a_load_versions_pin_of_a_dataset_the_run_does_not_load_is_refused_with_close_names():
+    """Kedro ignores a pin whose dataset the run does not load: a mistyped method would load
+    every artifact at its latest version while the user believes one is pinned."""
+    from calib_pipeline.hooks import MissingInputsError, RunPreflightHook
+
+    structure = parse_structure(PARAMETERS)
+    pipeline = reporting.create_pipeline(structure, ["mini"], "digits", protocol="test")
+    typo = {"cee.seed_0.logits": "2026-11-28T10.00.00.000Z"}
+    with pytest.raises(MissingInputsError, match=r"--load-versions pins 1 dataset\(s\) this run does not "
+                                                 r"load: cee.seed_0.logits \(did you mean ce.seed_0.logits"):
+        RunPreflightHook().before_pipeline_run({"load_versions": typo}, pipeline, DataCatalog())
+    # a pin of an input the run loads passes this check (and is then looked up as saved or not)
+    pinned = {"ce.seed_0.logits": "2026-11-28T10.00.00.000Z"}
+    with pytest.raises(MissingInputsError, match="names version\\(s\\) that were never saved"):
+        RunPreflightHook().before_pipeline_run({"load_versions": pinned}, pipeline, DataCatalog())

@@ -8,39 +8,17 @@ no earlier run has made, and of in-memory inputs whose making nodes the run leav
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from typing import Any
 
 from kedro.framework.hooks import hook_impl
 
+from calib_pipeline.pipelines.artifacts import STAGE_ORDER, collected_study, producing_stage
+
 # the run's console lines (calib_pipeline.console, conf/logging.yml)
 console = logging.getLogger("calib_pipeline.console")
-
-
-# what makes each cached artifact: a missing one is named with the stage to run first
-PRODUCING_STAGE = (
-    ("split_", "data_split"),
-    (".checkpoint", "training"),
-    (".history", "training"),
-    (".logits", "logits"),
-    (".calibrators", "posthoc"),
-    (".shift_logits", "shift"),
-    ("shift_sets", "shift"),
-    (".metrics", "reporting"),
-    (".reliability_bins", "reporting"),
-)
-
-
-STAGE_ORDER = ("data_split", "training", "logits", "shift", "posthoc", "reporting")
-
-
-def producing_stage(dataset: str) -> str | None:
-    """The stage whose nodes write ``dataset`` (None for parameters and raw data)."""
-    for marker, stage in PRODUCING_STAGE:
-        if dataset.startswith(marker) if marker.endswith("_") else dataset.endswith(marker):
-            return stage
-    return None
 
 
 class RunPreflightHook:
@@ -56,6 +34,7 @@ class RunPreflightHook:
             torch.cuda.is_available()) else "cpu"
         console.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
         _refuse_unsupported_runner(run_params.get("runner"))
+        _refuse_unknown_pins(run_params.get("load_versions") or {}, pipeline)
         missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
         pinned = {name: v for name, v in (run_params.get("load_versions") or {}).items() if name in missing}
         if pinned:  # a mistyped or pruned version, not a stage that was never run
@@ -74,6 +53,25 @@ class RunPreflightHook:
                 "--pipelines"
             )
         _refuse_uncollected_runs(pipeline)
+
+
+def _refuse_unknown_pins(pins: dict[str, str], pipeline) -> None:
+    """Refuse ``--load-versions`` pins of datasets this run does not load: Kedro ignores
+    them silently, so a mistyped name (``fm_cee.seed_0.logits``) would load the latest
+    version of every artifact while the user believes one is pinned."""
+    loaded = pipeline.inputs()
+    unknown = sorted(name for name in pins if name not in loaded)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(loaded), n=3, cutoff=0.6)
+        hints.append(f"{name} (did you mean {', '.join(close)}?)" if close else name)
+    raise MissingInputsError(
+        f"--load-versions pins {len(unknown)} dataset(s) this run does not load: "
+        f"{'; '.join(hints)}. A pin applies to an input of the selected pipeline; this run "
+        f"loads {len(loaded)} dataset(s), e.g. {', '.join(sorted(n for n in loaded if '.' in n)[:3])}"
+    )
 
 
 # Kedro's ParallelRunner runs nodes in subprocesses: the hooks that pin each run's own
@@ -108,17 +106,12 @@ def _first_stages(run_params: dict[str, Any], stages: list[str]) -> str:
     return ",".join(stages)
 
 
-# "<method>.runs_for_<study>": a method's runs, handed to a study in memory by the
-# <method>.collect_for_<study> node (pipelines/reporting/pipeline.py)
-COLLECTED_RUNS = ".runs_for_"
-
-
 def _refuse_uncollected_runs(pipeline) -> None:
     """Refuse a run that reads a study's in-memory collections without the nodes that make
     them (e.g. ``--namespaces=<study>``: they sit in the methods' namespaces)."""
-    held = sorted(name for name in pipeline.inputs() if COLLECTED_RUNS in name)
+    held = sorted(name for name in pipeline.inputs() if collected_study(name))
     if held:
-        study = held[0].split(COLLECTED_RUNS, 1)[1]
+        study = collected_study(held[0])
         raise MissingInputsError(
             f"{len(held)} input(s) of this run are handed over in memory by nodes it leaves out "
             f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): each method's "

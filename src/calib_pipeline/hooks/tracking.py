@@ -342,7 +342,9 @@ class MlflowTrackingHook:
             if not pending["unsaved"]:
                 del self._pending[node.name]
                 self._log_training(node.name, pending["inputs"], pending["outputs"])
-        if "reporting" not in node.tags:
+        if "replication" in node.tags and isinstance(data, dict):
+            self._log_replication(data)
+        elif "reporting" not in node.tags:
             return
         study = dataset_name.split(".", 1)[0]
         if dataset_name.endswith(".metrics") and "evaluation" in node.tags and isinstance(data, pd.DataFrame):
@@ -355,6 +357,8 @@ class MlflowTrackingHook:
         if folder is not None:
             stem = dataset_name.split(".", 1)[-1]
             path = f"{node.namespace}/{stem}" if node.namespace else stem
+            if "replication" in node.tags:
+                path = "replication"
             self._client.log_artifacts(self._parent, str(folder), artifact_path=path)
 
     def _log_evaluation(self, study: str, table: pd.DataFrame) -> None:
@@ -410,6 +414,16 @@ class MlflowTrackingHook:
             stated = verdicts.get("settings_stated", True)
             tag = ",".join(gaps) or ("paper" if stated else "paper_network")
             self._client.set_tag(self._parent, f"{study}.claims_protocol", tag)
+
+    def _log_replication(self, report: dict[str, Any]) -> None:
+        """The replication report's overall verdict counts (``replication.holds``, ...) and
+        its overall line (tag ``replication``) on the parent run."""
+        metrics = report.get("metrics")
+        if isinstance(metrics, dict):
+            self._log_metrics(self._parent, [(k, float(v), 0) for k, v in metrics.items()])
+        summary = report.get("summary")
+        if isinstance(summary, str) and summary:
+            self._client.set_tag(self._parent, "replication", summary.splitlines()[0].strip("*")[:5000])
 
     @hook_impl
     @_tracked
