@@ -13,7 +13,7 @@ export PYTHONWARNINGS := ignore::DeprecationWarning
 ENV ?= local
 PIPELINE ?= focal_meta
 
-.PHONY: install run run-all test test-fast notebook viz viz-build mlflow-ui bench prune clean-outputs
+.PHONY: install run run-all replicate test test-fast notebook viz viz-build mlflow-ui bench prune clean-outputs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ run: $(STAMP)  ## the main job on the embedded default (digits, CPU)
 
 run-all: $(STAMP)  ## every study
 	$(BIN)/kedro run --env=$(ENV)
+
+# make replicate ENV=fashion_mnist: each study of ENV that checks its paper's claims, one
+# `kedro run` after another in the parameters' order (focal_meta first; an interrupted study
+# resumes where it stopped), then the replication report over their claims
+# (docs/replication.md). KEDRO_ARGS is added to every study's run.
+KEDRO_ARGS ?=
+replicate: $(STAMP)
+	studies="$$($(BIN)/python -c 'import sys; from calib_pipeline.pipeline_registry import claims_studies; print(*claims_studies(sys.argv[1]))' $(ENV))" || exit 1; \
+	for study in $$studies; do $(BIN)/kedro run --env=$(ENV) --pipelines=$$study $(KEDRO_ARGS) || exit 1; done; \
+	$(BIN)/kedro run --env=$(ENV) --pipelines=replication
 
 # Test processes (pytest-xdist): each test process keeps torch at one thread (tests/conftest.py),
 # so 2 fill CI's 2 cores (both ways measured: docs/performance.md); `make test TEST_WORKERS=8`

@@ -122,3 +122,10 @@ def register_pipelines() -> dict[str, Pipeline]:
             raise ValueError(f"no study may be named {reserved!r}: it names a pipeline of its own")
     pipelines["score"] = score.create_pipeline(parameters)  # run by name only, not by default
     return pipelines
+
+
+def claims_studies(env: str) -> list[str]:
+    """The studies of ``env`` with a claims report, in the order the parameters list them:
+    those ``make replicate`` runs before the replication report."""
+    structure = parse_structure(config_loader(env, project_root())["parameters"])
+    return [name for name, study in structure.studies.items() if "claims" in study.reports]

@@ -131,3 +131,13 @@ def test_a_studys_claims_report_is_the_replication_reports_prerequisite():
     assert producing_stage("focal.report_claims") == "reporting"
     assert producing_stage("replication.report") is None  # nothing reads it
     assert STAGE_ORDER.index("reporting") < STAGE_ORDER.index("replication")
+
+
+def test_make_replicate_runs_the_studies_with_claims_in_the_parameters_order():
+    from calib_pipeline.pipeline_registry import claims_studies
+
+    studies = claims_studies("test")
+    assert studies[0] == "focal_meta" and "baseline" in studies
+    assert set(studies) == {"focal_meta", "focal", "soft_calibration", "calibratability", "dark_side", "baseline"}
+    makefile = (Path(project_root()) / "Makefile").read_text()
+    assert "claims_studies(sys.argv[1])" in makefile and "--pipelines=replication" in makefile
