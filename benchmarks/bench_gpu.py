@@ -79,15 +79,21 @@ class Case:
 GPU_CASES = [Case("resnet18", {}, 25_600, 32), Case("wrn_28_10", {}, 6_400, 32)]
 # The papers' other architectures (``--models``), for docs/performance.md's cost table;
 # resnet18@64 is Tiny-ImageNet's image size.
-EXTRA_CASES = [Case("resnet50", {}, 6_400, 32), Case("resnet110", {}, 6_400, 32),
-               Case("wrn_26_10", {}, 6_400, 32), Case("densenet121", {}, 6_400, 32),
-               Case("vgg16_bn", {}, 12_800, 32), Case("resnet18", {}, 12_800, 64, name="resnet18@64")]
+EXTRA_CASES = [
+    Case("resnet50", {}, 6_400, 32),
+    Case("resnet110", {}, 6_400, 32),
+    Case("wrn_26_10", {}, 6_400, 32),
+    Case("densenet121", {}, 6_400, 32),
+    Case("vgg16_bn", {}, 12_800, 32),
+    Case("resnet18", {}, 12_800, 64, name="resnet18@64"),
+]
 SMOKE_CASES = [Case("small_cnn", {}, 256, 16, val=64), Case("resnet20", {}, 128, 16, val=64)]
 # ResNet-18's layers at width 2 on 8 x 8 images, batch 4: the same operations per step as
 # ResNet-18 with almost no arithmetic, so a step's time is the host's dispatch (and, on a GPU,
 # launch) cost and the engine's per-step overhead over the bare loop shows (--host-overhead).
-HOST_CASE = Case("resnet18", {}, 800, 8, val=16, name="resnet18 at width 2", batch=4,
-                 widths=(2, 2, 2, 2))
+HOST_CASE = Case(
+    "resnet18", {}, 800, 8, val=16, name="resnet18 at width 2", batch=4, widths=(2, 2, 2, 2)
+)
 MODES = {  # label -> TrainConfig speed options
     "engine fp32": {},
     "engine bf16+cl": {"precision": "bf16", "channels_last": True},
@@ -97,8 +103,9 @@ MODES = {  # label -> TrainConfig speed options
 
 def _data(case: Case, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (case.images, 3, case.size, case.size), generator=generator,
-                           dtype=torch.uint8)
+    images = torch.randint(
+        0, 256, (case.images, 3, case.size, case.size), generator=generator, dtype=torch.uint8
+    )
     return images, torch.randint(0, 10, (case.images,), generator=generator)
 
 
@@ -106,13 +113,15 @@ def _model(case: Case, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)
     if case.widths:
         return CifarResNet(3, 10, [2, 2, 2, 2], list(case.widths)).to(device)
-    return build_model(case.model, in_channels=3, num_classes=10, image_size=case.size,
-                       **case.params).to(device)
+    return build_model(
+        case.model, in_channels=3, num_classes=10, image_size=case.size, **case.params
+    ).to(device)
 
 
 def _sgd(model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4,
-                           fused=device.type == "cuda")
+    return torch.optim.SGD(
+        model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda"
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -120,8 +129,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bare_epochs(case: Case, device: torch.device, epochs: int,
-                last_epoch_in=contextlib.nullcontext) -> list[float]:
+def bare_epochs(
+    case: Case, device: torch.device, epochs: int, last_epoch_in=contextlib.nullcontext
+) -> list[float]:
     """Seconds per epoch of the floor loop; the last epoch runs inside ``last_epoch_in()``
     (``--profile`` passes the profiler)."""
     images, labels = (t.to(device) for t in _data(case, device))
@@ -171,9 +181,14 @@ class _HostImages(Dataset):
 def paper_epochs(case: Case, device: torch.device, epochs: int, workers: int) -> list[float]:
     """Seconds per epoch of the papers' loop style."""
     images, labels = _data(case, device)
-    loader = DataLoader(_HostImages(images, labels), batch_size=case.batch, shuffle=True,
-                        num_workers=workers, pin_memory=device.type == "cuda",
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        _HostImages(images, labels),
+        batch_size=case.batch,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+    )
     model = _model(case, device)
     optimizer = _sgd(model, device)
     times = []
@@ -203,15 +218,32 @@ def engine_epochs(
     images, labels = _data(case, device)
     held_out = Case(case.model, case.params, case.val, case.size)  # same model, val-sized
     val_images, val_labels = _data(held_out, device)
-    config = TrainConfig(epochs=epochs, batch_size=case.batch, lr=0.01, augment="crop_flip",
-                         track_test=False, device=device.type, eval_batch_size=1_000, **options)
+    config = TrainConfig(
+        epochs=epochs,
+        batch_size=case.batch,
+        lr=0.01,
+        augment="crop_flip",
+        track_test=False,
+        device=device.type,
+        eval_batch_size=1_000,
+        **options,
+    )
     model = _model(case, device)
     meta = learner not in OBJECTIVES
-    spec = MethodSpec(key=learner, meta_learner=learner) if meta else MethodSpec(key=learner, objective=learner)
+    spec = (
+        MethodSpec(key=learner, meta_learner=learner)
+        if meta
+        else MethodSpec(key=learner, objective=learner)
+    )
     result = train_model(
-        model, build_method(spec, num_classes=10, feature_dim=model.feature_dim),
-        Split(images, labels), Split(val_images, val_labels), config,
-        normalization=(MEAN, STD), seed=0, description=case.label,
+        model,
+        build_method(spec, num_classes=10, feature_dim=model.feature_dim),
+        Split(images, labels),
+        Split(val_images, val_labels),
+        config,
+        normalization=(MEAN, STD),
+        seed=0,
+        description=case.label,
         meta_val=Split(val_images, val_labels) if meta else None,
     )
     return [row["seconds"] for row in result.history]
@@ -221,12 +253,26 @@ def _ce_run(case: Case, device: torch.device, epochs: int, description: str) -> 
     """An engine run of CE set up as ``engine_epochs`` sets it up, to drive epoch by epoch."""
     images, labels = _data(case, device)
     val_images, val_labels = _data(Case(case.model, case.params, case.val, case.size), device)
-    config = TrainConfig(epochs=epochs, batch_size=case.batch, lr=0.01, augment="crop_flip",
-                         track_test=False, device=device.type, eval_batch_size=1_000)
+    config = TrainConfig(
+        epochs=epochs,
+        batch_size=case.batch,
+        lr=0.01,
+        augment="crop_flip",
+        track_test=False,
+        device=device.type,
+        eval_batch_size=1_000,
+    )
     return engine._setup(
-        _model(case, device), ObjectiveLearner(build_objective("cross_entropy")), config,
-        train=Split(images, labels), val=Split(val_images, val_labels), test=None,
-        meta_val=None, normalization=(MEAN, STD), seed=0, record_epoch_logits=False,
+        _model(case, device),
+        ObjectiveLearner(build_objective("cross_entropy")),
+        config,
+        train=Split(images, labels),
+        val=Split(val_images, val_labels),
+        test=None,
+        meta_val=None,
+        normalization=(MEAN, STD),
+        seed=0,
+        record_epoch_logits=False,
         description=description,
     )
 
@@ -236,7 +282,12 @@ def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, flo
     scheduler step, the evaluation and the weight selection, each ended by a device sync --
     to find where an epoch loses against the bare loop."""
     run = _ce_run(case, device, epochs + 1, "phases")
-    phases: dict[str, list[float]] = {"train loop": [], "scheduler": [], "evaluate": [], "select": []}
+    phases: dict[str, list[float]] = {
+        "train loop": [],
+        "scheduler": [],
+        "evaluate": [],
+        "select": [],
+    }
     for epoch in range(1, epochs + 2):  # the first is warm-up
         _sync(device)
         marks = [time.perf_counter()]
@@ -252,14 +303,16 @@ def epoch_phases(case: Case, device: torch.device, epochs: int) -> dict[str, flo
         _sync(device)
         marks.append(time.perf_counter())
         if epoch > 1:
-            for (name, values), begin, end in zip(phases.items(), marks, marks[1:]):
+            for (_name, values), begin, end in zip(phases.items(), marks, marks[1:]):
                 values.append(end - begin)
     return {name: statistics.median(values) for name, values in phases.items()}
 
 
 def _kernels(profile: torch.profiler.profile, device: torch.device) -> collections.Counter:
     """Microseconds per kernel name in ``profile`` (on the CPU: per top-level operation)."""
-    kind = torch.autograd.DeviceType.CUDA if device.type == "cuda" else torch.autograd.DeviceType.CPU
+    kind = (
+        torch.autograd.DeviceType.CUDA if device.type == "cuda" else torch.autograd.DeviceType.CPU
+    )
     tally: collections.Counter = collections.Counter()
     for event in profile.events():
         if event.device_type == kind and (device.type == "cuda" or event.cpu_parent is None):
@@ -279,8 +332,10 @@ def kernel_profile(case: Case, device: torch.device) -> None:
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     steps = math.ceil(case.images / case.batch)
-    profiles = {"bare": torch.profiler.profile(activities=activities),
-                "engine fp32": torch.profiler.profile(activities=activities)}
+    profiles = {
+        "bare": torch.profiler.profile(activities=activities),
+        "engine fp32": torch.profiler.profile(activities=activities),
+    }
     wall = {"bare": bare_epochs(case, device, 2, lambda: profiles["bare"])[-1]}
     run = _ce_run(case, device, 2, "profile")
     engine._train_epoch(run, 1)  # warm-up
@@ -296,15 +351,19 @@ def kernel_profile(case: Case, device: torch.device) -> None:
     for label, tally in tallies.items():
         count = sum(v for k, v in tally.items() if isinstance(k, tuple))
         busy = sum(v for k, v in tally.items() if not isinstance(k, tuple)) / 1e6
-        print(f"  {label:12s} {count / steps:7.1f} {unit}, {busy / steps * 1e3:7.3f} ms of "
-              f"{unit}, wall {wall[label] / steps * 1e3:7.3f} ms ({busy / wall[label]:.0%} busy)")
+        print(
+            f"  {label:12s} {count / steps:7.1f} {unit}, {busy / steps * 1e3:7.3f} ms of "
+            f"{unit}, wall {wall[label] / steps * 1e3:7.3f} ms ({busy / wall[label]:.0%} busy)"
+        )
     bare, eng = tallies["bare"], tallies["engine fp32"]
     names = {k for k in [*bare, *eng] if not isinstance(k, tuple)}
     print("  largest differences (engine - bare, per step):")
     for name in sorted(names, key=lambda n: -abs(eng[n] - bare[n]))[:8]:
-        print(f"    {(eng[name] - bare[name]) / steps:+9.1f} us, calls "
-              f"{(eng['count', name] - bare['count', name]) / steps:+6.2f}  {name[:90]}",
-              flush=True)
+        print(
+            f"    {(eng[name] - bare[name]) / steps:+9.1f} us, calls "
+            f"{(eng['count', name] - bare['count', name]) / steps:+6.2f}  {name[:90]}",
+            flush=True,
+        )
 
 
 def syncs_per_epoch(case: Case, device: torch.device) -> int:
@@ -326,8 +385,10 @@ def syncs_per_epoch(case: Case, device: torch.device) -> int:
 
 def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int) -> None:
     """The table; a loop that failed (None) is listed as such and left out of the ratios."""
-    rate = {k: None if v is None else case.images / statistics.median(v[timed_from:])
-            for k, v in seconds.items()}
+    rate = {
+        k: None if v is None else case.images / statistics.median(v[timed_from:])
+        for k, v in seconds.items()
+    }
     nan = float("nan")
     bare, paper = rate.get("bare") or nan, rate.get("paper") or nan
     print(f"\n{case.label}, {case.images} images of {case.size}x{case.size}, batch {case.batch}")
@@ -336,12 +397,16 @@ def _report(case: Case, seconds: dict[str, list[float] | None], timed_from: int)
         if value is None:
             print(f"{label:24s} {'failed':>10s}", flush=True)
         else:
-            ratios = "".join(f"{'--':>8s}" if math.isnan(r) else f"{value / r:8.2f}" for r in (bare, paper))
+            ratios = "".join(
+                f"{'--':>8s}" if math.isnan(r) else f"{value / r:8.2f}" for r in (bare, paper)
+            )
             print(f"{label:24s} {value:10.0f} {ratios}", flush=True)
     engines = [v for k, v in rate.items() if k.startswith("engine") and v is not None]
     if case.label == "resnet18" and engines:
-        print(f"fastest engine mode vs the 13.6k images/s before this engine: "
-              f"{max(engines) / ANCHOR_RESNET18:.2f}x")
+        print(
+            f"fastest engine mode vs the 13.6k images/s before this engine: "
+            f"{max(engines) / ANCHOR_RESNET18:.2f}x"
+        )
 
 
 def host_overhead(device: torch.device, epochs: int, rounds: int) -> None:
@@ -353,20 +418,28 @@ def host_overhead(device: torch.device, epochs: int, rounds: int) -> None:
     included)."""
     case, rows = HOST_CASE, []
     steps = case.images // case.batch
-    print(f"\nhost overhead: {case.label}, batch {case.batch}, {case.size}x{case.size}, "
-          f"{steps} steps per epoch, median of epochs 2..{epochs}, {rounds} rounds", flush=True)
+    print(
+        f"\nhost overhead: {case.label}, batch {case.batch}, {case.size}x{case.size}, "
+        f"{steps} steps per epoch, median of epochs 2..{epochs}, {rounds} rounds",
+        flush=True,
+    )
     for number in range(1, rounds + 1):
         bare = statistics.median(bare_epochs(case, device, epochs)[1:]) / steps
         eng = statistics.median(engine_epochs(case, device, epochs, {})[1:]) / steps
         rows.append((bare, eng))
-        print(f"  round {number}: bare {bare * 1e3:.3f} ms/step, engine fp32 {eng * 1e3:.3f} "
-              f"ms/step, engine - bare {(eng - bare) * 1e3:+.3f} ms ({eng / bare - 1:+.1%})",
-              flush=True)
+        print(
+            f"  round {number}: bare {bare * 1e3:.3f} ms/step, engine fp32 {eng * 1e3:.3f} "
+            f"ms/step, engine - bare {(eng - bare) * 1e3:+.3f} ms ({eng / bare - 1:+.1%})",
+            flush=True,
+        )
     bare, eng = (statistics.median(column) for column in zip(*rows))
     paired = statistics.median(b / e for b, e in rows)  # round by round: drift cancels
-    print(f"median: bare {bare * 1e3:.3f} ms/step, engine fp32 {eng * 1e3:.3f} ms/step; the "
-          f"engine runs at {paired:.3f}x the bare loop's steps per second (median of the "
-          f"rounds' ratios)", flush=True)
+    print(
+        f"median: bare {bare * 1e3:.3f} ms/step, engine fp32 {eng * 1e3:.3f} ms/step; the "
+        f"engine runs at {paired:.3f}x the bare loop's steps per second (median of the "
+        f"rounds' ratios)",
+        flush=True,
+    )
 
 
 def _timed(label: str, loop, *args) -> list[float] | None:
@@ -378,8 +451,11 @@ def _timed(label: str, loop, *args) -> list[float] | None:
         print(f"  {label} FAILED after {time.perf_counter() - started:.0f} s:", flush=True)
         traceback.print_exc()
         return None
-    print(f"  {label}: {len(seconds)} epochs in {time.perf_counter() - started:.1f} s, "
-          f"seconds per epoch {[round(s, 3) for s in seconds]}", flush=True)
+    print(
+        f"  {label}: {len(seconds)} epochs in {time.perf_counter() - started:.1f} s, "
+        f"seconds per epoch {[round(s, 3) for s in seconds]}",
+        flush=True,
+    )
     return seconds
 
 
@@ -388,23 +464,40 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run (CI)")
     parser.add_argument("--models", nargs="*", help="subset of the cases by model name")
     parser.add_argument("--epochs", type=int, default=3, help="first one is warm-up")
-    parser.add_argument("--loops", nargs="*", help="subset of the loops by label "
-                        "(bare, paper, 'engine fp32', ...)")
-    parser.add_argument("--learner", default="cross_entropy",
-                        help="objective or meta-learner of the engine loops (bare and paper "
-                        "always train CE; a meta-learner gets a meta-val split)")
+    parser.add_argument(
+        "--loops", nargs="*", help="subset of the loops by label (bare, paper, 'engine fp32', ...)"
+    )
+    parser.add_argument(
+        "--learner",
+        default="cross_entropy",
+        help="objective or meta-learner of the engine loops (bare and paper "
+        "always train CE; a meta-learner gets a meta-val split)",
+    )
     parser.add_argument("--no-syncs", action="store_true", help="skip the host-sync count")
-    parser.add_argument("--host-overhead", action="store_true",
-                        help="only time the bare loop and the engine per step on ResNet-18 at "
-                        "width 2, batch 4 (host cost, almost no arithmetic), alternating")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds of the loops, alternating (default 1; 3 with --host-overhead)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also profile one epoch of the bare loop and the engine fp32: "
-                        "kernels per step, their time, how busy the device is, what differs")
-    parser.add_argument("--phases", action="store_true",
-                        help="also time the phases of an engine fp32 epoch (train loop, "
-                        "scheduler, evaluation, selection)")
+    parser.add_argument(
+        "--host-overhead",
+        action="store_true",
+        help="only time the bare loop and the engine per step on ResNet-18 at "
+        "width 2, batch 4 (host cost, almost no arithmetic), alternating",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds of the loops, alternating (default 1; 3 with --host-overhead)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one epoch of the bare loop and the engine fp32: "
+        "kernels per step, their time, how busy the device is, what differs",
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="also time the phases of an engine fp32 epoch (train loop, "
+        "scheduler, evaluation, selection)",
+    )
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs: at least 2 (the first is warm-up)")
@@ -422,11 +515,19 @@ def main() -> None:
         parser.error(f"--loops: unknown {sorted(unknown)}")
     if smoke:
         accelerate.COMPILE_BACKEND = "aot_eager"  # no C++ compiler run on a CI CPU
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    print(f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
-          f"median of epochs 2..{args.epochs}" + (f" of {rounds} alternating rounds" if rounds > 1 else "")
-          + f"; compile backend {accelerate.COMPILE_BACKEND}; "
-          f"engine learner {args.learner}", flush=True)
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    print(
+        f"device: {name}; torch {torch.__version__}; {args.epochs} epochs per loop, "
+        f"median of epochs 2..{args.epochs}"
+        + (f" of {rounds} alternating rounds" if rounds > 1 else "")
+        + f"; compile backend {accelerate.COMPILE_BACKEND}; "
+        f"engine learner {args.learner}",
+        flush=True,
+    )
     if args.host_overhead:
         host_overhead(device, args.epochs, rounds)
         return
@@ -440,12 +541,20 @@ def main() -> None:
             if "bare" in wanted:
                 timed["bare"] = _timed(f"{name}: bare", bare_epochs, case, device, args.epochs)
             if "paper" in wanted:
-                timed["paper"] = _timed(f"{name}: paper", paper_epochs, case, device,
-                                        args.epochs, workers)
+                timed["paper"] = _timed(
+                    f"{name}: paper", paper_epochs, case, device, args.epochs, workers
+                )
             for label, options in MODES.items():
                 if label in wanted:
-                    timed[label] = _timed(f"{name}: {label}", engine_epochs, case, device,
-                                          args.epochs, options, args.learner)
+                    timed[label] = _timed(
+                        f"{name}: {label}",
+                        engine_epochs,
+                        case,
+                        device,
+                        args.epochs,
+                        options,
+                        args.learner,
+                    )
             for label, times in timed.items():  # each round's warm-up epoch left out
                 kept = seconds.get(label, [])
                 seconds[label] = None if times is None or kept is None else [*kept, *times[1:]]
@@ -459,8 +568,11 @@ def main() -> None:
                 traceback.print_exc()
             else:
                 total = sum(split.values())
-                print("engine fp32 epoch phases (median s): " + ", ".join(
-                    f"{k} {v:.4f} ({v / total:.1%})" for k, v in split.items()), flush=True)
+                print(
+                    "engine fp32 epoch phases (median s): "
+                    + ", ".join(f"{k} {v:.4f} ({v / total:.1%})" for k, v in split.items()),
+                    flush=True,
+                )
         if args.profile:
             try:
                 kernel_profile(case, device)
@@ -469,8 +581,10 @@ def main() -> None:
                 traceback.print_exc()
         if device.type == "cuda" and not args.no_syncs:
             try:
-                print(f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}",
-                      flush=True)
+                print(
+                    f"host syncs in one engine training epoch: {syncs_per_epoch(case, device)}",
+                    flush=True,
+                )
             except Exception:  # noqa: BLE001
                 failed = True
                 traceback.print_exc()

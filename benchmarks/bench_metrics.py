@@ -159,8 +159,7 @@ def bench_batched(runs: int, n: int, repeats: int) -> None:
 COMPETITORS = {
     "spin": "while True: pass",
     "matmul": (
-        "import torch; torch.set_num_threads(1); a = torch.randn(512, 512)\n"
-        "while True: a @ a"
+        "import torch; torch.set_num_threads(1); a = torch.randn(512, 512)\nwhile True: a @ a"
     ),
 }
 
@@ -260,13 +259,17 @@ def bench_breakdown(n: int, repeats: int) -> None:
         repeats,
     )
     read = t["read"]
-    print(f"[5] where ECE's time goes on {n:,} x 100 ({torch.get_num_threads()} thread(s)),"
-          " in reads of the logits (amax over rows)")
+    print(
+        f"[5] where ECE's time goes on {n:,} x 100 ({torch.get_num_threads()} thread(s)),"
+        " in reads of the logits (amax over rows)"
+    )
     for name in ("read", "softmax", "scan", "eager scan", "ece", "torchmetrics"):
         print(f"    {name:12s} {t[name] * 1e3:8.1f} ms = {t[name] / read:5.2f} reads")
-    print(f"    ECE at 5x torchmetrics must take <= {t['torchmetrics'] / 5 * 1e3:.1f} ms ="
-          f" {t['torchmetrics'] / 5 / read:.2f} reads, binning and validation included;"
-          f" a kernel that only read the logits once would be {t['torchmetrics'] / read:.1f}x")
+    print(
+        f"    ECE at 5x torchmetrics must take <= {t['torchmetrics'] / 5 * 1e3:.1f} ms ="
+        f" {t['torchmetrics'] / 5 / read:.2f} reads, binning and validation included;"
+        f" a kernel that only read the logits once would be {t['torchmetrics'] / read:.1f}x"
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     rows = _metrics_kernels._block_rows(n, 100, on_cuda=False)
@@ -292,13 +295,16 @@ def bench_breakdown(n: int, repeats: int) -> None:
             "exp2": each_block(lambda b: torch.exp2(scaled, out=work)),
             "mv (row sums)": each_block(lambda b: torch.mv(powers, ones, out=mass)),
             "label scores": each_block(
-                lambda b: torch.index_select(b.reshape(-1), 0, index, out=label_score)),
+                lambda b: torch.index_select(b.reshape(-1), 0, index, out=label_score)
+            ),
         },
         repeats,
     )
     torch.set_num_threads(threads)
-    print(f"    one thread, per pass of the eager scan over all {len(blocks)} blocks of {rows}"
-          " rows (it runs these in place on one buffer; here the later ones read another)")
+    print(
+        f"    one thread, per pass of the eager scan over all {len(blocks)} blocks of {rows}"
+        " rows (it runs these in place on one buffer; here the later ones read another)"
+    )
     for name, seconds in passes.items():
         print(f"      {name:24s} {seconds * 1e3:7.1f} ms")
 
@@ -320,8 +326,11 @@ def main() -> None:
     )
     parser.add_argument("--competitor", choices=sorted(COMPETITORS), default="spin")
     parser.add_argument("--only-load", action="store_true", help="run [4] only")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="run [5] only: ECE's time in reads of the logits, per pass")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="run [5] only: ECE's time in reads of the logits, per pass",
+    )
     args = parser.parse_args()
     default_threads = torch.get_num_threads()
     scale = 10 if args.quick else 1

@@ -25,17 +25,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 -- after the backend is chosen
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from calib_pipeline.reports import standard  # noqa: E402
+from calib_pipeline.reports import standard
 
 REPORT_BARS = standard._bars
 
 
-def per_bar_bars(ax, left: np.ndarray, width: np.ndarray, bottom: np.ndarray,
-                 height: np.ndarray, **style) -> None:
+def per_bar_bars(
+    ax, left: np.ndarray, width: np.ndarray, bottom: np.ndarray, height: np.ndarray, **style
+) -> None:
     """The anchor: the report's bars (empty bins included, as ``ax.bar`` drew them), each
     one ``ax.bar`` rectangle artist; everything else in the panel is the report's own."""
     ax.bar(left, height, width=width, bottom=bottom, align="edge", **style)
@@ -50,17 +51,25 @@ def bins_table(panels: int, n_bins: int, seeds: int = 2, n: int = 2_000) -> pd.D
     for panel in range(panels):
         for seed in range(seeds):
             confidence = rng.beta(5, 1.5, n)
-            correct = rng.random(n) < confidence ** 1.3
+            correct = rng.random(n) < confidence**1.3
             index = np.clip(np.digitize(confidence, edges[1:-1]), 0, n_bins - 1)
             count = np.bincount(index, minlength=n_bins)
             with np.errstate(invalid="ignore"):
-                frames.append(pd.DataFrame({
-                    "label": f"method {panel // 2}", "calibrator": ("none", "ts")[panel % 2],
-                    "seed": seed, "n_bins": n_bins, "lower": edges[:-1], "upper": edges[1:],
-                    "count": count,
-                    "confidence": np.bincount(index, confidence, n_bins) / count,
-                    "accuracy": np.bincount(index, correct, n_bins) / count,
-                }))
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "label": f"method {panel // 2}",
+                            "calibrator": ("none", "ts")[panel % 2],
+                            "seed": seed,
+                            "n_bins": n_bins,
+                            "lower": edges[:-1],
+                            "upper": edges[1:],
+                            "count": count,
+                            "confidence": np.bincount(index, confidence, n_bins) / count,
+                            "accuracy": np.bincount(index, correct, n_bins) / count,
+                        }
+                    )
+                )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -81,8 +90,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.panels < 1 or args.rounds < 1 or min(args.bins) < 1:
         parser.error("--panels, --bins and --rounds must be >= 1")
-    print(f"reliability figure of {args.panels} panels, build + save (PNG, 120 dpi), "
-          f"median of {args.rounds} alternating rounds", flush=True)
+    print(
+        f"reliability figure of {args.panels} panels, build + save (PNG, 120 dpi), "
+        f"median of {args.rounds} alternating rounds",
+        flush=True,
+    )
     print(f"{'bins':>5s} {'per-bar artists s':>18s} {'report s':>9s} {'speed-up':>9s}")
     with tempfile.TemporaryDirectory() as folder:
         for n_bins in args.bins:

@@ -40,12 +40,24 @@ COMPLETED = re.compile(r"completed successfully in ([\d.]+) sec")  # Kedro's las
 
 def kedro_run(pipeline: str, runner_args: list[str], folder: Path) -> tuple[float, float]:
     """Wall seconds of the whole command and of the pipeline alone, in a fresh data folder."""
-    env = {**os.environ, "DO_NOT_TRACK": "1", "KEDRO_DISABLE_TELEMETRY": "true", "PYTHONWARNINGS": "ignore",
-           "COLUMNS": "400",  # one log record per line
-           "CALIB_DATA_DIR": str(folder / "data"), "MLFLOW_TRACKING_URI": f"sqlite:///{folder}/mlflow.db"}
+    env = {
+        **os.environ,
+        "DO_NOT_TRACK": "1",
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "PYTHONWARNINGS": "ignore",
+        "COLUMNS": "400",  # one log record per line
+        "CALIB_DATA_DIR": str(folder / "data"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{folder}/mlflow.db",
+    }
     started = time.perf_counter()
-    result = subprocess.run([KEDRO, "run", "--env=test", f"--pipelines={pipeline}", *runner_args],
-                            cwd=PROJECT, env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [KEDRO, "run", "--env=test", f"--pipelines={pipeline}", *runner_args],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.perf_counter() - started
     output = " ".join((result.stdout + result.stderr).split())
     if result.returncode != 0:
@@ -76,16 +88,25 @@ def compare_runners(pipeline: str, workers: int, repeats: int) -> None:
             for name, args in (("sequential", []), ("dask", dask_args)):
                 runs[name].append(kedro_run(pipeline, args, Path(scratch) / f"{name}-{repeat}"))
     startup = [cluster_startup(workers) for _ in range(repeats)]
-    print(f"kedro run --env=test --pipelines={pipeline}: median of {repeats}, {os.cpu_count()} CPU(s)")
+    print(
+        f"kedro run --env=test --pipelines={pipeline}: median of {repeats}, {os.cpu_count()} CPU(s)"
+    )
     print(f"{'runner':34s} {'command s':>10s} {'pipeline s':>11s}")
-    for name, label in (("sequential", "SequentialRunner"), ("dask", f"DaskRunner, {workers} local workers")):
+    for name, label in (
+        ("sequential", "SequentialRunner"),
+        ("dask", f"DaskRunner, {workers} local workers"),
+    ):
         wall, pipeline_seconds = (statistics.median(column) for column in zip(*runs[name]))
         print(f"{label:34s} {wall:10.1f} {pipeline_seconds:11.1f}")
     sequential = statistics.median(p for _, p in runs["sequential"])
-    print(f"pipeline speed-up of the Dask runner: {sequential / statistics.median(p for _, p in runs['dask']):.2f}x")
+    print(
+        f"pipeline speed-up of the Dask runner: {sequential / statistics.median(p for _, p in runs['dask']):.2f}x"
+    )
     up, warm, down = (statistics.median(column) for column in zip(*startup))
-    print(f"cluster start-up cost: {up:.1f} s to start {workers} workers + {warm:.1f} s for their first "
-          f"task's imports + {down:.1f} s to shut down = {up + warm + down:.1f} s")
+    print(
+        f"cluster start-up cost: {up:.1f} s to start {workers} workers + {warm:.1f} s for their first "
+        f"task's imports + {down:.1f} s to shut down = {up + warm + down:.1f} s"
+    )
 
 
 def train_synthetic_cifar(images: int, epochs: int) -> tuple[float, int]:
@@ -100,30 +121,48 @@ def train_synthetic_cifar(images: int, epochs: int) -> tuple[float, int]:
     generator = torch.Generator().manual_seed(0)
     data = torch.rand(images + 2 * 5000, 3, 32, 32, generator=generator)
     labels = torch.randint(0, 10, (len(data),), generator=generator)
-    train, val, test = (Split(data[a:b], labels[a:b]) for a, b in
-                        ((0, images), (images, images + 5000), (images + 5000, len(data))))
+    train, val, test = (
+        Split(data[a:b], labels[a:b])
+        for a, b in ((0, images), (images, images + 5000), (images + 5000, len(data)))
+    )
     config = TrainConfig(epochs=epochs, batch_size=128, lr=0.1, augment="crop_flip", device="cuda")
     model = build_model("resnet18", in_channels=3, num_classes=10, image_size=32)
     torch.cuda.synchronize()
     started = time.perf_counter()
-    train_model(model, ObjectiveLearner(build_objective("cross_entropy")), train, val, config,
-                normalization=((0.5,) * 3, (0.25,) * 3), seed=0, test=test)
+    train_model(
+        model,
+        ObjectiveLearner(build_objective("cross_entropy")),
+        train,
+        val,
+        config,
+        normalization=((0.5,) * 3, (0.25,) * 3),
+        seed=0,
+        test=test,
+    )
     torch.cuda.synchronize()
     return time.perf_counter() - started, images * epochs
 
 
 def gpu_throughput(gpus: int, images: int, epochs: int) -> None:
     with local_cluster(None, gpus) as cluster, distributed.Client(cluster) as client:
-        one = client.submit(train_synthetic_cifar, images, epochs, resources={"GPU": 1}, pure=False).result()
+        one = client.submit(
+            train_synthetic_cifar, images, epochs, resources={"GPU": 1}, pure=False
+        ).result()
         started = time.perf_counter()
-        futures = [client.submit(train_synthetic_cifar, images, epochs, resources={"GPU": 1}, pure=False)
-                   for _ in range(gpus)]
+        futures = [
+            client.submit(train_synthetic_cifar, images, epochs, resources={"GPU": 1}, pure=False)
+            for _ in range(gpus)
+        ]
         seen = sum(count for _, count in client.gather(futures))
         wall = time.perf_counter() - started
     single = one[1] / one[0]
-    print(f"ResNet-18, CIFAR-shaped, {images} images x {epochs} epochs per task (val + test each epoch)")
-    print(f"one GPU alone: {single:,.0f} images/s; {gpus} GPUs, one task each: {seen / wall:,.0f} images/s "
-          f"in aggregate ({seen / wall / single / gpus:.0%} of {gpus} x one GPU)")
+    print(
+        f"ResNet-18, CIFAR-shaped, {images} images x {epochs} epochs per task (val + test each epoch)"
+    )
+    print(
+        f"one GPU alone: {single:,.0f} images/s; {gpus} GPUs, one task each: {seen / wall:,.0f} images/s "
+        f"in aggregate ({seen / wall / single / gpus:.0%} of {gpus} x one GPU)"
+    )
 
 
 def main() -> None:
@@ -131,7 +170,9 @@ def main() -> None:
     parser.add_argument("--pipeline", default="focal_meta")
     parser.add_argument("--workers", type=int, help="local workers; default one per GPU, else 2")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--gpu-images", type=int, default=40_000, help="training images per GPU task")
+    parser.add_argument(
+        "--gpu-images", type=int, default=40_000, help="training images per GPU task"
+    )
     parser.add_argument("--gpu-epochs", type=int, default=3)
     args = parser.parse_args()
     gpus = visible_gpu_count()

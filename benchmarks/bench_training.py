@@ -54,11 +54,15 @@ def paper_style_epoch(model, images, labels, objective, batch_size, device) -> f
 
 
 def engine_epoch(model, images, labels, objective, batch_size, device) -> float:
-    config = TrainConfig(epochs=1, batch_size=batch_size, lr=0.01, device=device.type, track_test=False)
+    config = TrainConfig(
+        epochs=1, batch_size=batch_size, lr=0.01, device=device.type, track_test=False
+    )
     val = Split(images[:256], labels[:256])
     started = time.perf_counter()
     learner = ObjectiveLearner(objective)
-    train_model(model, learner, Split(images, labels), val, config, normalization=((0.5,), (0.25,)), seed=0)
+    train_model(
+        model, learner, Split(images, labels), val, config, normalization=((0.5,), (0.25,)), seed=0
+    )
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - started
@@ -74,7 +78,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     objective = build_objective("cross_entropy")
-    print(f"device={device}, threads={args.threads}, batch={args.batch_size}, median of {args.repeats} epochs")
+    print(
+        f"device={device}, threads={args.threads}, batch={args.batch_size}, median of {args.repeats} epochs"
+    )
     print(f"{'config':32s} {'paper-style s':>14s} {'engine s':>10s} {'speed-up':>9s}")
     for label, arch, channels, size, n in CONFIGS:
         generator = torch.Generator().manual_seed(0)
@@ -85,7 +91,9 @@ def main() -> None:
         engine_epoch(model, images, labels, objective, args.batch_size, device)
         paper, engine = [], []
         for _ in range(args.repeats):  # interleaved so machine noise hits both alike
-            paper.append(paper_style_epoch(model, images, labels, objective, args.batch_size, device))
+            paper.append(
+                paper_style_epoch(model, images, labels, objective, args.batch_size, device)
+            )
             engine.append(engine_epoch(model, images, labels, objective, args.batch_size, device))
         p, e = statistics.median(paper), statistics.median(engine)
         print(f"{label:32s} {p:14.3f} {e:10.3f} {p / e:8.2f}x")

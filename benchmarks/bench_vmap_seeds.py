@@ -23,8 +23,8 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from _timing import seconds_per_call
+from torch import nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from calib_pipeline.models import build_model
@@ -37,18 +37,22 @@ def _models(seeds: int, device: torch.device) -> list[nn.Module]:
     models = []
     for seed in range(seeds):
         torch.manual_seed(seed)
-        models.append(build_model("small_cnn_dense", in_channels=1, num_classes=10,
-                                  image_size=8).to(device))
+        models.append(
+            build_model("small_cnn_dense", in_channels=1, num_classes=10, image_size=8).to(device)
+        )
     return models
 
 
 def _orders(seeds: int, n: int, device: torch.device) -> list[torch.Tensor]:
-    return [torch.randperm(n, generator=torch.Generator().manual_seed(100 + s)).to(device)
-            for s in range(seeds)]
+    return [
+        torch.randperm(n, generator=torch.Generator().manual_seed(100 + s)).to(device)
+        for s in range(seeds)
+    ]
 
 
-def one_by_one(models: list[nn.Module], images: torch.Tensor, labels: torch.Tensor,
-               orders: list[torch.Tensor]) -> None:
+def one_by_one(
+    models: list[nn.Module], images: torch.Tensor, labels: torch.Tensor, orders: list[torch.Tensor]
+) -> None:
     """One epoch of each model in turn (torch's SGD)."""
     for model, order in zip(models, orders):
         optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -60,8 +64,9 @@ def one_by_one(models: list[nn.Module], images: torch.Tensor, labels: torch.Tens
             optimizer.step()
 
 
-def all_at_once(models: list[nn.Module], images: torch.Tensor, labels: torch.Tensor,
-                orders: list[torch.Tensor]) -> tuple[dict, dict]:
+def all_at_once(
+    models: list[nn.Module], images: torch.Tensor, labels: torch.Tensor, orders: list[torch.Tensor]
+) -> tuple[dict, dict]:
     """One epoch of all models as one vmapped step per batch; the stacked weights and buffers.
 
     SGD with momentum as torch's (the first step's buffer is the gradient itself, which
@@ -98,8 +103,9 @@ def _largest_difference(models: list[nn.Module], params: dict, buffers: dict) ->
     return worst
 
 
-def _difference(seeds: int, images: torch.Tensor, labels: torch.Tensor,
-                device: torch.device) -> float:
+def _difference(
+    seeds: int, images: torch.Tensor, labels: torch.Tensor, device: torch.device
+) -> float:
     """Largest weight difference after one short epoch trained both ways, in true fp32.
 
     On CUDA, TF32 is off while it checks: with it, convolutions round to 10-bit mantissas,
@@ -131,8 +137,9 @@ def measure(seeds: int, n: int, device: torch.device, repeats: int) -> tuple[flo
     for _ in range(repeats):  # alternating, fresh models each time
         for label, loop in (("one by one", one_by_one), ("vmap", all_at_once)):
             models = _models(seeds, device)
-            times[label].append(seconds_per_call(
-                lambda: loop(models, images, labels, orders), 1, device))  # noqa: B023 -- called now
+            times[label].append(
+                seconds_per_call(lambda: loop(models, images, labels, orders), 1, device)
+            )
     return statistics.median(times["one by one"]), statistics.median(times["vmap"]), difference
 
 
@@ -151,17 +158,31 @@ def main() -> None:
         parser.error(f"--device: {error}")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    print(f"device: {where}; torch {torch.__version__}; small_cnn_dense, 8x8, batch {BATCH}, "
-          f"{args.images} images per epoch, median of {args.repeats}", flush=True)
-    print(f"{'seeds':>5s} {'one by one s':>13s} {'vmap s':>8s} {'vmap speed-up':>14s} {'max |diff|':>11s}")
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    print(
+        f"device: {where}; torch {torch.__version__}; small_cnn_dense, 8x8, batch {BATCH}, "
+        f"{args.images} images per epoch, median of {args.repeats}",
+        flush=True,
+    )
+    print(
+        f"{'seeds':>5s} {'one by one s':>13s} {'vmap s':>8s} {'vmap speed-up':>14s} {'max |diff|':>11s}"
+    )
     for seeds in args.seeds:
         alone, together, difference = measure(seeds, args.images, device, args.repeats)
         if difference > 1e-4:
-            raise SystemExit(f"{seeds} seeds: vmapped training differs from one by one by "
-                             f"{difference:.2e}; the times would compare different work")
-        print(f"{seeds:5d} {alone:13.4f} {together:8.4f} {alone / together:13.2f}x "
-              f"{difference:11.1e}", flush=True)
+            raise SystemExit(
+                f"{seeds} seeds: vmapped training differs from one by one by "
+                f"{difference:.2e}; the times would compare different work"
+            )
+        print(
+            f"{seeds:5d} {alone:13.4f} {together:8.4f} {alone / together:13.2f}x "
+            f"{difference:11.1e}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,11 @@ def test_bench_gpu_smoke_prints_every_loop_with_ratios():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DO_NOT_TRACK": "1"}
     done = subprocess.run(
         [sys.executable, "benchmarks/bench_gpu.py", "--smoke", "--epochs", "2"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
@@ -23,7 +27,13 @@ def test_bench_gpu_smoke_prints_every_loop_with_ratios():
     for model in ("small_cnn", "resnet20"):
         table = out.split(f"\n{model}, ")[1]
         rows = {line.split("  ")[0].strip(): line.split()[-3:] for line in table.splitlines()[2:7]}
-        assert list(rows) == ["bare", "paper", "engine fp32", "engine bf16+cl", "engine bf16+cl+graph"]
+        assert list(rows) == [
+            "bare",
+            "paper",
+            "engine fp32",
+            "engine bf16+cl",
+            "engine bf16+cl+graph",
+        ]
         for images_per_s, vs_bare, vs_paper in rows.values():
             assert float(images_per_s) > 0 and float(vs_bare) > 0 and float(vs_paper) > 0
         assert rows["bare"][1] == "1.00" and rows["paper"][2] == "1.00"
@@ -31,14 +41,30 @@ def test_bench_gpu_smoke_prints_every_loop_with_ratios():
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DO_NOT_TRACK": "1"}
-    return subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--smoke", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "benchmarks/bench_gpu.py", "--smoke", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 @pytest.mark.slow
 def test_bench_gpu_times_a_meta_learner_and_the_phases_of_an_epoch():
-    done = _bench("--epochs", "2", "--models", "small_cnn", "--loops", "engine fp32",
-                  "--learner", "fl_gamma_sece", "--phases")
+    done = _bench(
+        "--epochs",
+        "2",
+        "--models",
+        "small_cnn",
+        "--loops",
+        "engine fp32",
+        "--learner",
+        "fl_gamma_sece",
+        "--phases",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "engine learner fl_gamma_sece" in done.stdout
     table = done.stdout.split("\nsmall_cnn, ")[1].splitlines()
@@ -67,12 +93,15 @@ def test_bench_gpu_host_overhead_alternates_bare_and_engine_rounds():
     assert "\nsmall_cnn, " not in done.stdout  # only the host probe ran
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--models", "resnet9000"), "--models: choose from"),
-    (("--loops", "engine fp64"), "--loops: unknown ['engine fp64']"),
-    (("--epochs", "1"), "--epochs: at least 2"),
-    (("--host-overhead", "--rounds", "0"), "--rounds: at least 1"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--models", "resnet9000"), "--models: choose from"),
+        (("--loops", "engine fp64"), "--loops: unknown ['engine fp64']"),
+        (("--epochs", "1"), "--epochs: at least 2"),
+        (("--host-overhead", "--rounds", "0"), "--rounds: at least 1"),
+    ],
+)
 def test_bench_gpu_rejects_unknown_models_and_loops(args, message):
     done = _bench(*args)
     assert done.returncode == 2
@@ -81,8 +110,15 @@ def test_bench_gpu_rejects_unknown_models_and_loops(args, message):
 
 def _vmap_bench(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DO_NOT_TRACK": "1"}
-    return subprocess.run([sys.executable, "benchmarks/bench_vmap_seeds.py", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "benchmarks/bench_vmap_seeds.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_bench_vmap_seeds_checks_equal_training_before_it_times():
@@ -107,7 +143,9 @@ def test_bench_vmap_seeds_difference_sees_other_weights(monkeypatch):
     from torch.func import stack_module_state
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as when run as a script
-    spec = importlib.util.spec_from_file_location("bench_vmap_seeds", ROOT / "benchmarks/bench_vmap_seeds.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_vmap_seeds", ROOT / "benchmarks/bench_vmap_seeds.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     import torch
@@ -125,15 +163,23 @@ def test_bench_vmap_seeds_rejects_an_unknown_device():
 
 
 def test_bench_gpu_rounds_alternate_the_loops_and_pool_their_epochs():
-    done = _bench("--epochs", "2", "--rounds", "2", "--models", "small_cnn", "--loops", "bare",
-                  "engine fp32")
+    done = _bench(
+        "--epochs", "2", "--rounds", "2", "--models", "small_cnn", "--loops", "bare", "engine fp32"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "median of epochs 2..2 of 2 alternating rounds" in out
-    order = [line.split(": ")[0].strip() + ": " + line.split(": ")[1] for line in out.splitlines()
-             if "(round " in line]
-    assert order == ["small_cnn (round 1): bare", "small_cnn (round 1): engine fp32",
-                     "small_cnn (round 2): bare", "small_cnn (round 2): engine fp32"]
+    order = [
+        line.split(": ")[0].strip() + ": " + line.split(": ")[1]
+        for line in out.splitlines()
+        if "(round " in line
+    ]
+    assert order == [
+        "small_cnn (round 1): bare",
+        "small_cnn (round 1): engine fp32",
+        "small_cnn (round 2): bare",
+        "small_cnn (round 2): engine fp32",
+    ]
     table = out.split("\nsmall_cnn, ")[1].splitlines()
     assert [row.split()[0] for row in table[2:4]] == ["bare", "engine"]
     assert table[2].split()[2] == "1.00" and float(table[3].split()[3]) > 0
@@ -141,8 +187,9 @@ def test_bench_gpu_rounds_alternate_the_loops_and_pool_their_epochs():
 
 @pytest.mark.slow
 def test_bench_gpu_profile_compares_the_device_work_per_step():
-    done = _bench("--epochs", "2", "--models", "resnet20", "--loops", "bare", "--profile",
-                  "--no-syncs")
+    done = _bench(
+        "--epochs", "2", "--models", "resnet20", "--loops", "bare", "--profile", "--no-syncs"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = done.stdout.split("resnet20: device work per step of one profiled epoch (1 steps)")[1]
     lines = report.splitlines()
@@ -151,5 +198,5 @@ def test_bench_gpu_profile_compares_the_device_work_per_step():
         row = rows[label]
         assert float(row.split()[2 if label == "engine" else 1]) > 10  # ops per step
         assert "busy)" in row and "wall" in row
-    differences = lines[lines.index("  largest differences (engine - bare, per step):") + 1:]
+    differences = lines[lines.index("  largest differences (engine - bare, per step):") + 1 :]
     assert len([line for line in differences if " us, calls " in line]) == 8

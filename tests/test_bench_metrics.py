@@ -15,7 +15,12 @@ def test_bench_metrics_breakdown_times_the_compiled_and_the_eager_scan():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DO_NOT_TRACK": "1"}
     done = subprocess.run(
         [sys.executable, "benchmarks/bench_metrics.py", "--quick", "--breakdown", "--repeats", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {

@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _bench_module(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_reports", ROOT / "benchmarks/bench_reports.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_reports", ROOT / "benchmarks/bench_reports.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -29,8 +31,10 @@ def _bench_module(monkeypatch):
 
 def _rectangles(ax) -> list[tuple[float, ...]]:
     """(x0, x1, y0, y1) of every finite bar in ``ax``, patches and collections alike."""
-    boxes = [(p.get_x(), p.get_x() + p.get_width(), p.get_y(), p.get_y() + p.get_height())
-             for p in ax.patches]
+    boxes = [
+        (p.get_x(), p.get_x() + p.get_width(), p.get_y(), p.get_y() + p.get_height())
+        for p in ax.patches
+    ]
     for collection in ax.collections:
         for path in collection.get_paths():
             xs, ys = path.vertices[:4, 0], path.vertices[:4, 1]
@@ -51,16 +55,34 @@ def test_the_anchor_draws_the_same_bars_as_the_report(monkeypatch):
         plt.close(fig)
     assert drawn[0] == drawn[1]
     shares = drawn[0][1]  # a share bar per bin, of height 0 where the bin is empty
-    assert len(shares) == 40 and sum(box[3] > 0 for box in shares) == int(pooled["count"].gt(0).sum())
+    assert len(shares) == 40 and sum(box[3] > 0 for box in shares) == int(
+        pooled["count"].gt(0).sum()
+    )
     accuracy = drawn[0][0]  # accuracy and gap bars only where the bin has samples
     assert 0 < len(accuracy) <= 2 * int(pooled["count"].gt(0).sum())
 
 
 def test_bench_reports_prints_a_row_per_bin_count():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DO_NOT_TRACK": "1"}
-    done = subprocess.run([sys.executable, "benchmarks/bench_reports.py", "--panels", "2",
-                           "--bins", "5", "15", "--rounds", "1"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/bench_reports.py",
+            "--panels",
+            "2",
+            "--bins",
+            "5",
+            "15",
+            "--rounds",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines()[-2:]]
     assert [row[0] for row in rows] == ["5", "15"]
@@ -71,6 +93,13 @@ def test_bench_reports_prints_a_row_per_bin_count():
 
 def test_bench_reports_rejects_empty_sizes():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, "benchmarks/bench_reports.py", "--rounds", "0"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_reports.py", "--rounds", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2 and "must be >= 1" in done.stderr

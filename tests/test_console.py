@@ -29,16 +29,20 @@ def test_a_warning_is_shown_once_and_its_repeats_are_counted():
     assert console.filter(first), "the same record at a second console handler is shown there too"
     assert not console.filter(record(posthoc, logging.WARNING, first.msg)) and console.repeats == 1
     assert console.filter(record(posthoc, logging.WARNING, "another text"))
-    assert console.filter(record("calib_pipeline.console", logging.INFO, "[1/2] ce.train_seed_0  0.1 s"))
+    assert console.filter(
+        record("calib_pipeline.console", logging.INFO, "[1/2] ce.train_seed_0  0.1 s")
+    )
 
 
 def test_kedros_own_failure_lines_are_left_to_the_log_file_and_its_resume_suggestion_kept():
     console = ConsoleFilter()
     failed = "Node ce.train_seed_0: train() failed with error:\nboom"
     assert not console.filter(record("kedro.pipeline.node", logging.ERROR, failed))
-    resume = ("There are 21 nodes that have not run.\nYou can resume the pipeline run from the nearest nodes "
-              "with persisted inputs by adding the following argument to your previous command:\n"
-              '  --from-nodes "a.train,b.train"')
+    resume = (
+        "There are 21 nodes that have not run.\nYou can resume the pipeline run from the nearest nodes "
+        "with persisted inputs by adding the following argument to your previous command:\n"
+        '  --from-nodes "a.train,b.train"'
+    )
     assert not console.filter(record("kedro.runner.sequential_runner", logging.WARNING, resume))
     assert console.resume_from == "a.train,b.train"
     other = record("kedro.io.data_catalog", logging.WARNING, "Replacing dataset 'x'")
@@ -47,8 +51,13 @@ def test_kedros_own_failure_lines_are_left_to_the_log_file_and_its_resume_sugges
 
 def test_a_failure_report_starts_with_the_cause_and_is_short():
     failure = {"node": "ce.train_seed_0"}
-    report = failure_report(ValueError("lr must be positive, got -1"), failure, 2, "ce.train_seed_0",
-                            Path("/data/logs/run.log")).splitlines()
+    report = failure_report(
+        ValueError("lr must be positive, got -1"),
+        failure,
+        2,
+        "ce.train_seed_0",
+        Path("/data/logs/run.log"),
+    ).splitlines()
     assert report[0] == "FAILED ValueError: lr must be positive, got -1"
     assert report[1] == "  where: node ce.train_seed_0, after 2 node(s) finished"
     assert 'resume with the same command plus --from-nodes "ce.train_seed_0"' in report[2]
@@ -56,7 +65,9 @@ def test_a_failure_report_starts_with_the_cause_and_is_short():
     message = "\n".join(f"line {i}" for i in range(100))
     long = failure_report(RuntimeError(message), None, 0, None, None).splitlines()
     assert long[0] == "FAILED RuntimeError: line 0" and len(long) <= 16
-    assert "more lines in the log file" in " ".join(long) and "before any node ran" in " ".join(long)
+    assert "more lines in the log file" in " ".join(long) and "before any node ran" in " ".join(
+        long
+    )
 
 
 def test_a_training_line_gives_the_selected_epoch_not_the_last():
@@ -67,11 +78,16 @@ def test_a_training_line_gives_the_selected_epoch_not_the_last():
     assert node_result(outputs) == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800"
     # a rerun says when it did not train (docs/reliability.md: it "says so")
     reused = {**outputs, "ce.seed_0.checkpoint": {"selected_epoch": 2, "resumed_after_epoch": 3}}
-    assert node_result(reused) == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800 (reused: trained earlier)"
+    assert (
+        node_result(reused)
+        == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800 (reused: trained earlier)"
+    )
     resumed = {**outputs, "ce.seed_0.checkpoint": {"selected_epoch": 2, "resumed_after_epoch": 1}}
     assert node_result(resumed).endswith("(resumed after epoch 1)")
     claims = {"verdicts": {"line": "focal on digits: 2 of 18 paper claims hold"}}
-    assert node_result({"focal.report_claims": claims}) == "focal on digits: 2 of 18 paper claims hold"
+    assert (
+        node_result({"focal.report_claims": claims}) == "focal on digits: 2 of 18 paper claims hold"
+    )
     assert node_result({"ce.seed_0.logits": {}}) == ""
 
 
@@ -86,10 +102,16 @@ def test_a_node_line_comes_once_all_its_outputs_are_saved(tmp_path, caplog):
         assert not caplog.records, "one output is still being saved"
         hook.after_dataset_saved("ce.seed_0.features", node)
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and NODE_LINE.match(lines[0]) and lines[0].startswith("[1/2] ce.logits_seed_0  ")
+    assert (
+        len(lines) == 1
+        and NODE_LINE.match(lines[0])
+        and lines[0].startswith("[1/2] ce.logits_seed_0  ")
+    )
 
 
-def test_an_input_that_fails_to_load_is_reported_at_its_node_not_as_nothing_written(tmp_path, capsys):
+def test_an_input_that_fails_to_load_is_reported_at_its_node_not_as_nothing_written(
+    tmp_path, capsys
+):
     """Kedro calls on_node_error only around a node's function: a corrupt input file fails
     while loading, after other nodes may have saved -- never 'nothing was written'."""
     hook = ConsoleHook(lambda: tmp_path)
@@ -102,11 +124,16 @@ def test_an_input_that_fails_to_load_is_reported_at_its_node_not_as_nothing_writ
     hook.before_dataset_loaded(broken)
     hook._report_uncaught(ValueError, ValueError("cannot read ls.seed_0.logits"), None)
     report = capsys.readouterr().err
-    assert "where: node ls.posthoc_seed_0 while loading its inputs, after 1 node(s) finished" in report
+    assert (
+        "where: node ls.posthoc_seed_0 while loading its inputs, after 1 node(s) finished" in report
+    )
     assert "nothing was written" not in report
     before = ConsoleHook(lambda: tmp_path)  # e.g. the preflight refuses missing inputs
     before._report_uncaught(ValueError, ValueError("split_standard does not exist yet"), None)
-    assert "where: before any node ran (building or checking the pipelines); nothing was written" in capsys.readouterr().err
+    assert (
+        "where: before any node ran (building or checking the pipelines); nothing was written"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_worker_copy_reports_its_node_line_to_the_driver(tmp_path, caplog):
@@ -127,7 +154,9 @@ def test_a_run_still_open_at_exit_says_where_it_stopped(tmp_path, capsys):
     hook._open_log("run")
     hook._total, hook._done = 5, 2
     hook._interrupted_at_exit()  # what atexit calls after Ctrl-C (the CLI has printed "Aborted!")
-    assert capsys.readouterr().err.startswith("INTERRUPTED after 2 of 5 node(s): the same command continues")
+    assert capsys.readouterr().err.startswith(
+        "INTERRUPTED after 2 of 5 node(s): the same command continues"
+    )
     assert "INTERRUPTED after 2 of 5" in (tmp_path / "run.log").read_text()
     hook._interrupted_at_exit()
     assert not capsys.readouterr().err, "said once; a finished run says nothing"
@@ -156,31 +185,46 @@ def test_a_run_prints_a_line_per_node_and_where_its_outputs_are_and_logs_the_res
     nodes = [NODE_LINE.match(line) for line in lines if NODE_LINE.match(line)]
     assert nodes, "\n".join(lines)
     total = int(nodes[0].group(2))
-    assert [int(n.group(1)) for n in nodes] == list(range(1, total + 1)), "one line per node, in order"
+    assert [int(n.group(1)) for n in nodes] == list(range(1, total + 1)), (
+        "one line per node, in order"
+    )
     assert len(lines) <= total + 12, "\n".join(lines)
     assert not [line for line in lines if "Loading data from" in line or "Saving data to" in line]
-    assert not [line for line in lines if "Traceback" in line or "WARNING" in line], "\n".join(lines)
+    assert not [line for line in lines if "Traceback" in line or "WARNING" in line], "\n".join(
+        lines
+    )
     assert "ce.train_seed_0" in " ".join(lines) and "selected: val acc" in " ".join(lines)
     summary = " ".join(lines[-4:])
     assert f"reports: {data_dir}/08_reporting/test/baseline/" in summary and "summary" in summary
     assert "MLflow: parent run" in summary and f"log: {data_dir}/logs/" in summary
     log = run_log(data_dir)
     assert "Loading data from raw_data" in log and "Running node: train_seed_0" in log
-    assert "ce seed 0: val acc" in log and "ts learned" in log, "the project's INFO messages stay in the log"
+    assert "ce seed 0: val acc" in log and "ts learned" in log, (
+        "the project's INFO messages stay in the log"
+    )
 
 
 @pytest.mark.slow
-def test_a_failing_node_prints_its_cause_first_in_a_few_lines_and_the_traceback_goes_to_the_log(tmp_path):
+def test_a_failing_node_prints_its_cause_first_in_a_few_lines_and_the_traceback_goes_to_the_log(
+    tmp_path,
+):
     from tests.test_end_to_end import kedro
 
     data_dir = tmp_path / "data"
     blocked = data_dir / "06_models" / "test" / "resume" / "ce" / "seed_0"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where ce's resume folder must go")  # its training cannot start
-    result = kedro("--pipelines=baseline", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    result = kedro(
+        "--pipelines=baseline",
+        data_dir=data_dir,
+        tracking=f"sqlite:///{tmp_path}/m.db",
+        check=False,
+    )
     assert result.returncode != 0
     report = result.stderr.splitlines()
-    assert report[0].startswith("FAILED NotADirectoryError: ") and "resume/ce/seed_0" in report[0], result.stderr
+    assert (
+        report[0].startswith("FAILED NotADirectoryError: ") and "resume/ce/seed_0" in report[0]
+    ), result.stderr
     assert report[1].startswith("  where: node ce.train_seed_0")
     assert len(report) <= 5 and report[-1].startswith(f"  traceback: {data_dir}/logs/")
     assert len(console_lines(result)) <= 12, "\n".join(console_lines(result))

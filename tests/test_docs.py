@@ -33,8 +33,20 @@ def test_every_key_is_documented_in_its_group():
         "model": ["name", "params"],
         "studies": list(STUDY_FIELDS),
         "predictions": list(OPTION_KEYS),
-        "methods": ["objective", "meta_learner", "params", "sweep", "label", "group", "split", "training", "model",
-                    "record_epoch_logits"],
+        "methods": [
+            "objective",
+            "meta_learner",
+            "params",
+            "sweep",
+            "label",
+            "group",
+            "split",
+            "training",
+            "model",
+            "record_epoch_logits",
+        ],
     }
     missing = {g: [k for k in keys if f"`{k}`" not in section(g)] for g, keys in expected.items()}
-    assert not any(missing.values()), f"undocumented parameters: { {g: k for g, k in missing.items() if k} }"
+    assert not any(missing.values()), (
+        f"undocumented parameters: { {g: k for g, k in missing.items() if k} }"
+    )

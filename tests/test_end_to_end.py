@@ -37,7 +37,9 @@ def kedro(*args, data_dir, tracking, check=True):
         timeout=600,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"kedro run {args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+        raise AssertionError(
+            f"kedro run {args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+        )
     return result
 
 
@@ -57,20 +59,44 @@ def project_run(tmp_path_factory):
 def test_outputs_are_written_and_versioned(project_run):
     data_dir, _ = project_run
     report = data_dir / "08_reporting" / "test" / "baseline"
-    assert len(versions(report / "metrics.parquet")) == 2, "a second run must not overwrite the first"
+    assert len(versions(report / "metrics.parquet")) == 2, (
+        "a second run must not overwrite the first"
+    )
     latest = versions(report / "metrics.parquet")[-1]
     table = pd.read_parquet(report / "metrics.parquet" / latest / "metrics.parquet")
-    assert set(table.columns) >= {"dataset", "study", "method", "seed", "calibrator", "split", "shift", "severity", "metric", "value"}
+    assert set(table.columns) >= {
+        "dataset",
+        "study",
+        "method",
+        "seed",
+        "calibrator",
+        "split",
+        "shift",
+        "severity",
+        "metric",
+        "value",
+    }
     assert set(table["method"]) == {"ce", "ls_epsilon_0p05", "focal_gamma_3"}
-    assert (report / "summary" / latest / "summary" / "summary.md").read_text().startswith("# baseline on digits (protocol test)")
-    assert (report / "reliability" / latest / "reliability" / "reliability_15_bins.png").stat().st_size > 10_000
+    assert (
+        (report / "summary" / latest / "summary" / "summary.md")
+        .read_text()
+        .startswith("# baseline on digits (protocol test)")
+    )
+    assert (
+        report / "reliability" / latest / "reliability" / "reliability_15_bins.png"
+    ).stat().st_size > 10_000
     claims = (report / "claims" / latest / "claims" / "summary.md").read_text()
     # one seed: every measurable claim is inconclusive, and 2 epochs without milestones have no LR drop
     # ... on small_cnn and digits, which no paper trained: the line says so
-    assert ("**baseline on digits: 0 of 6 claims hold, 0 contradicted, 5 inconclusive, 1 not measured; "
-            "not the paper's protocol (network, dataset)**") in claims
+    assert (
+        "**baseline on digits: 0 of 6 claims hold, 0 contradicted, 5 inconclusive, 1 not measured; "
+        "not the paper's protocol (network, dataset)**"
+    ) in claims
     for method in ("ce", "ls_epsilon_0p05", "focal_gamma_3"):
-        assert len(versions(data_dir / "06_models" / "test" / method / "seed_0" / "checkpoint.pt")) == 2
+        assert (
+            len(versions(data_dir / "06_models" / "test" / method / "seed_0" / "checkpoint.pt"))
+            == 2
+        )
 
 
 def test_each_run_stores_only_the_calibrators_its_studies_read(project_run):
@@ -89,7 +115,9 @@ def test_each_run_stores_only_the_calibrators_its_studies_read(project_run):
     # LS-0.05 is in baseline (ts), focal (its Mukhoti table's ts_grid_mukhoti), calibratability
     # (the ls sweep: Wang's ts_grid_wang, hist_binning) and dark_side (Singh's ts_fixed); not
     # in soft_calibration, the only study reading ts_sb_ece
-    assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == set(structure.calibrators) - {"ts_sb_ece"}
+    assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == set(structure.calibrators) - {
+        "ts_sb_ece"
+    }
 
 
 def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project_run):
@@ -101,7 +129,11 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
     assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
     for parent in parents:
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-        assert sorted(c.data.tags["method"] for c in children) == ["ce", "focal_gamma_3", "ls_epsilon_0p05"]
+        assert sorted(c.data.tags["method"] for c in children) == [
+            "ce",
+            "focal_gamma_3",
+            "ls_epsilon_0p05",
+        ]
         child = children[0]
         assert child.data.params["run.training.epochs"] == "2"
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
@@ -110,17 +142,26 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
         # claims on the parent, tagged with what the run was
         assert {"test.ece.none", "test.nll.none", "final_val_accuracy"} <= set(child.data.metrics)
         assert any(k.startswith("test.ece.") and k != "test.ece.none" for k in child.data.metrics)
-        assert "baseline.ce.test.ece.none" in parent.data.metrics and "baseline.claims.holds" in parent.data.metrics
+        assert (
+            "baseline.ce.test.ece.none" in parent.data.metrics
+            and "baseline.claims.holds" in parent.data.metrics
+        )
         assert (parent.data.tags["dataset"], parent.data.tags["studies"]) == ("digits", "baseline")
         artifacts = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline")]
         assert "baseline/metrics.csv" in artifacts
         assert "baseline/report_summary" in artifacts  # the report folder as the catalog wrote it
-        summary = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline/report_summary")]
+        summary = [
+            a.path for a in client.list_artifacts(parent.info.run_id, "baseline/report_summary")
+        ]
         assert "baseline/report_summary/summary.md" in summary
         reliability = client.list_artifacts(parent.info.run_id, "baseline/report_reliability")
         assert any(a.path.endswith(".png") for a in reliability)
-        claims = [a.path for a in client.list_artifacts(parent.info.run_id, "baseline/report_claims")]
-        assert {"baseline/report_claims/summary.md", "baseline/report_claims/verdicts.json"} <= set(claims)
+        claims = [
+            a.path for a in client.list_artifacts(parent.info.run_id, "baseline/report_claims")
+        ]
+        assert {"baseline/report_claims/summary.md", "baseline/report_claims/verdicts.json"} <= set(
+            claims
+        )
 
 
 def test_one_namespace_trains_one_method(project_run):
@@ -133,10 +174,17 @@ def test_one_namespace_trains_one_method(project_run):
 
 def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_run):
     data_dir, tracking = project_run
-    before = versions(data_dir / "06_models" / "test" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt")
-    result = kedro("--pipelines=baseline.posthoc,baseline.reporting", data_dir=data_dir, tracking=tracking)
+    before = versions(
+        data_dir / "06_models" / "test" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt"
+    )
+    result = kedro(
+        "--pipelines=baseline.posthoc,baseline.reporting", data_dir=data_dir, tracking=tracking
+    )
     assert "train_seed" not in result.stdout + result.stderr
-    assert versions(data_dir / "06_models" / "test" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt") == before
+    assert (
+        versions(data_dir / "06_models" / "test" / "ls_epsilon_0p05" / "seed_0" / "checkpoint.pt")
+        == before
+    )
     assert len(versions(data_dir / "08_reporting" / "test" / "baseline" / "metrics.parquet")) == 3
 
 
@@ -149,20 +197,44 @@ def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
     assert set(table["run_id"]) == set(trained), "each row names the run that trained its model"
     refusals = [
         # re-split: the cached runs were trained and validated on the seed-0 split
-        ("splits.standard.seed=7", "splits.standard.seed: 0 when trained, 7 in this session The split changed since training"),
+        (
+            "splits.standard.seed=7",
+            "splits.standard.seed: 0 when trained, 7 in this session The split changed since training",
+        ),
         ("training.epochs=3", "training.epochs: 2 when trained, 3 in this session"),
     ]
     for override, message in refusals:
-        result = kedro("--pipelines=baseline.posthoc,baseline.reporting", f"--params={override}", data_dir=data_dir, tracking=tracking, check=False)
+        result = kedro(
+            "--pipelines=baseline.posthoc,baseline.reporting",
+            f"--params={override}",
+            data_dir=data_dir,
+            tracking=tracking,
+            check=False,
+        )
         output = " ".join((result.stdout + result.stderr).split())
-        assert result.returncode != 0 and f"ProvenanceError: ce seed 0: its cached artifacts (trained by run {trained[0]}, env 'test')" in output
+        assert (
+            result.returncode != 0
+            and f"ProvenanceError: ce seed 0: its cached artifacts (trained by run {trained[0]}, env 'test')"
+            in output
+        )
         assert message in output
         assert versions(metrics) == trained, "no table may be written from refused artifacts"
     splits = data_dir / "02_intermediate" / "test" / "splits" / "standard.json"
-    result = kedro("--pipelines=data_split,baseline.logits", "--params=splits.standard.seed=7", data_dir=data_dir, tracking=tracking, check=False)
+    result = kedro(
+        "--pipelines=data_split,baseline.logits",
+        "--params=splits.standard.seed=7",
+        data_dir=data_dir,
+        tracking=tracking,
+        check=False,
+    )
     output = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode != 0 and "does not match the data it is given: split 'standard' had hash" in output
-    assert len(versions(splits)) == 2, "a re-split never overwrites the split the runs were trained on"
+    assert (
+        result.returncode != 0
+        and "does not match the data it is given: split 'standard' had hash" in output
+    )
+    assert len(versions(splits)) == 2, (
+        "a re-split never overwrites the split the runs were trained on"
+    )
 
 
 @pytest.mark.parametrize(
@@ -170,21 +242,34 @@ def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
     [
         ("methods.erl.params.beta=-1", "beta"),
         ("dataset.name=imagenet", "unknown dataset 'imagenet'; valid dataset names are"),
-        ("dataset.name=fashion_mnist", "dataset.name 'fashion_mnist' differs from the dataset the catalog loads ('digits'"),
+        (
+            "dataset.name=fashion_mnist",
+            "dataset.name 'fashion_mnist' differs from the dataset the catalog loads ('digits'",
+        ),
         ("evaluation.n_bin=20", "evaluation: unknown key(s) ['n_bin']; valid keys: ['n_bins',"),
     ],
 )
 def test_bad_input_fails_before_training(tmp_path, override, message):
     # the other bad-input cases run in-process in tests/pipelines/test_config.py
-    result = kedro("--pipelines=baseline", f"--params={override}", data_dir=tmp_path, tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    result = kedro(
+        "--pipelines=baseline",
+        f"--params={override}",
+        data_dir=tmp_path,
+        tracking=f"sqlite:///{tmp_path}/m.db",
+        check=False,
+    )
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())
     assert message in output
     assert not (tmp_path / "06_models").exists(), "nothing may be trained or written"
     # the cause first, in a few lines; the traceback in the log file
-    assert result.stderr.startswith("FAILED ") and len(result.stderr.splitlines()) <= 5, result.stderr
+    assert result.stderr.startswith("FAILED ") and len(result.stderr.splitlines()) <= 5, (
+        result.stderr
+    )
     assert "before any node ran" in result.stderr and not result.stdout.strip(), result.stdout
-    assert "Traceback (most recent call last)" in next((tmp_path / "logs").glob("*.log")).read_text()
+    assert (
+        "Traceback (most recent call last)" in next((tmp_path / "logs").glob("*.log")).read_text()
+    )
 
 
 def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
@@ -199,7 +284,12 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     monkeypatch.setenv("CALIB_NOTEBOOK_METHOD", "ce")
     monkeypatch.setenv("DO_NOT_TRACK", "1")
     notebook = nbformat.read(PROJECT / "notebooks" / "analysis.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(PROJECT / "notebooks")}}).execute()
+    NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(PROJECT / "notebooks")}},
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)
@@ -209,60 +299,111 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
     # no warning of any kind (tqdm's "IProgress not found" without ipywidgets, a deprecation...)
     assert not [o for o in outputs if o.get("name") == "stderr"], "nothing on stderr"
-    assert "warning" not in shown.lower(), shown[shown.lower().find("warning") - 200:][:600]
+    assert "warning" not in shown.lower(), shown[shown.lower().find("warning") - 200 :][:600]
     images = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 1, "one reliability diagram"
     width, height = struct.unpack(">II", base64.b64decode(images[0])[16:24])  # the PNG's IHDR
-    assert width <= 800 and height <= 600, "two panels (uncalibrated, one calibrator), not one per calibrator"
+    assert width <= 800 and height <= 600, (
+        "two panels (uncalibrated, one calibrator), not one per calibrator"
+    )
 
 
 def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     data_dir = tmp_path / "data"
-    result = kedro("--pipeline=focal_meta", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")
+    result = kedro(
+        "--pipeline=focal_meta", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db"
+    )
     lines = (result.stdout + result.stderr).splitlines()
     # `make run`'s study: a header, one line per node, each warning once, a summary
-    nodes = int(re.match(r"\[\s*\d+/(\d+)\]", next(line for line in lines if line.startswith("["))).group(1))
-    assert len(lines) <= nodes + 20 and not [line for line in lines if "Loading data from" in line], "\n".join(lines)
+    nodes = int(
+        re.match(r"\[\s*\d+/(\d+)\]", next(line for line in lines if line.startswith("["))).group(1)
+    )
+    assert len(lines) <= nodes + 20 and not [
+        line for line in lines if "Loading data from" in line
+    ], "\n".join(lines)
     report = data_dir / "08_reporting" / "test" / "focal_meta"
     version = versions(report / "meta_tables")[-1]
     table1 = pd.read_csv(report / "meta_tables" / version / "meta_tables" / "table1.csv")
-    assert list(table1.columns[:7]) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
-    assert {"ece_pct_mean", "ece_pct_std", "nll_mean", "n_seeds"} <= set(table1.columns)  # the cells' numbers
+    assert list(table1.columns[:7]) == [
+        "Methods",
+        "Error",
+        "NLL",
+        "ECE",
+        "MCE",
+        "ACE",
+        "Classwise ECE",
+    ]
+    assert {"ece_pct_mean", "ece_pct_std", "nll_mean", "n_seeds"} <= set(
+        table1.columns
+    )  # the cells' numbers
     latex = (report / "meta_tables" / version / "meta_tables" / "table1.tex").read_text()
     assert "Classwise ECE" in latex and "mean" not in latex  # LaTeX: the paper layout alone
     assert {"CE", "CE (TS)", "FLγ-SECE", "CE-DECE"} <= set(table1["Methods"])
     # one seed on conf/test: the std columns are NaN, nothing else may be
-    assert not table1.drop(columns=[c for c in table1 if c.endswith("_std")]).isna().any().any(), "no method may end with NaN metrics"
+    assert not table1.drop(columns=[c for c in table1 if c.endswith("_std")]).isna().any().any(), (
+        "no method may end with NaN metrics"
+    )
     folder = report / "reliability" / version / "reliability"
-    assert {p.name for p in folder.iterdir()} >= {f"reliability_{b}_bins.png" for b in (15, 20, 50, 100)}
+    assert {p.name for p in folder.iterdir()} >= {
+        f"reliability_{b}_bins.png" for b in (15, 20, 50, 100)
+    }
     assert (report / "bin_robustness" / version / "bin_robustness" / "figure5.png").exists()
-    assert (report / "gamma_histogram" / version / "gamma_histogram" / "gamma_histogram.png").exists()
+    assert (
+        report / "gamma_histogram" / version / "gamma_histogram" / "gamma_histogram.png"
+    ).exists()
     curves = pd.read_csv(report / "meta_curves" / version / "meta_curves" / "curves.csv")
     assert curves.loc[curves["label"] == "FLγ-SECE", "test_gamma_std"].notna().all()
 
 
 def test_a_stage_whose_inputs_were_never_made_says_which_stage_to_run_first(tmp_path):
-    result = kedro("--pipelines=training", "--namespaces=ce", data_dir=tmp_path / "data",
-                   tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    result = kedro(
+        "--pipelines=training",
+        "--namespaces=ce",
+        data_dir=tmp_path / "data",
+        tracking=f"sqlite:///{tmp_path}/m.db",
+        check=False,
+    )
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())
-    assert "1 input(s) of this run do not exist yet (split_standard): run the data_split stage(s) first" in output
+    assert (
+        "1 input(s) of this run do not exist yet (split_standard): run the data_split stage(s) first"
+        in output
+    )
     assert "compute: cpu" in output or "compute: cuda" in output
     assert not (tmp_path / "data" / "06_models").exists()
 
 
 def test_kedro_run_ends_with_the_replication_report_over_every_studys_claims(tmp_path):
     data_dir = tmp_path / "data"
-    missing = kedro("--pipelines=replication", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db", check=False)
+    missing = kedro(
+        "--pipelines=replication",
+        data_dir=data_dir,
+        tracking=f"sqlite:///{tmp_path}/m.db",
+        check=False,
+    )
     assert missing.returncode != 0
-    assert "report_claims" in missing.stdout + missing.stderr and "reporting" in missing.stdout + missing.stderr
+    assert (
+        "report_claims" in missing.stdout + missing.stderr
+        and "reporting" in missing.stdout + missing.stderr
+    )
 
-    result = kedro(data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db")  # every study, then the report
+    result = kedro(
+        data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/m.db"
+    )  # every study, then the report
     protocol = data_dir / "08_reporting" / "test"
     studies = sorted(p.parent.parent.name for p in protocol.glob("*/claims/*"))
     claims = pd.concat(
-        [pd.read_csv(protocol / s / "claims" / versions(protocol / s / "claims")[-1] / "claims" / "claims.csv")
-         for s in studies]
+        [
+            pd.read_csv(
+                protocol
+                / s
+                / "claims"
+                / versions(protocol / s / "claims")[-1]
+                / "claims"
+                / "claims.csv"
+            )
+            for s in studies
+        ]
     )
     (version,) = versions(protocol / "replication")
     folder = protocol / "replication" / version / "replication"
@@ -272,12 +413,19 @@ def test_kedro_run_ends_with_the_replication_report_over_every_studys_claims(tmp
     assert table["verdict"].value_counts().to_dict() == claims["verdict"].value_counts().to_dict()
     summary = (folder / "summary.md").read_text()
     applicable = int((claims["verdict"] != "not applicable").sum())
-    assert summary.startswith(f"**all papers on test: {int((claims['verdict'] == 'holds').sum())} of {applicable} applicable claims hold")
+    assert summary.startswith(
+        f"**all papers on test: {int((claims['verdict'] == 'holds').sum())} of {applicable} applicable claims hold"
+    )
     assert (folder / "replication.tex").exists() and (folder / "verdicts.csv").exists()
     assert "all papers on test:" in result.stdout + result.stderr  # the node's console line
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/m.db")
-    (parent,) = [r for r in client.search_runs(client.get_experiment_by_name("calib-pipeline").experiment_id)
-                 if "mlflow.parentRunId" not in r.data.tags and r.data.tags.get("kedro.run_id") == version]
+    (parent,) = [
+        r
+        for r in client.search_runs(client.get_experiment_by_name("calib-pipeline").experiment_id)
+        if "mlflow.parentRunId" not in r.data.tags and r.data.tags.get("kedro.run_id") == version
+    ]
     assert parent.data.metrics["replication.holds"] == (claims["verdict"] == "holds").sum()
     assert parent.data.tags["replication"].startswith("all papers on test:")
-    assert "replication/replication.csv" in [a.path for a in client.list_artifacts(parent.info.run_id, "replication")]
+    assert "replication/replication.csv" in [
+        a.path for a in client.list_artifacts(parent.info.run_id, "replication")
+    ]

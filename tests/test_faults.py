@@ -66,11 +66,16 @@ def test_kill_9_during_training_then_rerun_equals_an_uninterrupted_run(tmp_path)
     assert not (data_dir / "08_reporting" / "test" / "baseline" / "metrics.parquet").exists()
 
     kedro("--pipelines=baseline", data_dir=data_dir, tracking=f"sqlite:///{tmp_path}/killed.db")
-    pd.testing.assert_frame_equal(latest_table(data_dir, "baseline"), latest_table(reference, "baseline"))
+    pd.testing.assert_frame_equal(
+        latest_table(data_dir, "baseline"), latest_table(reference, "baseline")
+    )
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/killed.db")
     experiment = client.get_experiment_by_name("calib-pipeline")
-    statuses = sorted(r.info.status for r in client.search_runs([experiment.experiment_id])
-                      if "mlflow.parentRunId" not in r.data.tags)
+    statuses = sorted(
+        r.info.status
+        for r in client.search_runs([experiment.experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags
+    )
     assert statuses == ["FINISHED", "KILLED"], "the killed run's parent is ended on the next start"
 
 
@@ -84,14 +89,20 @@ def test_two_runs_started_together_both_complete_with_distinct_versions(tmp_path
     metrics = data_dir / "08_reporting" / "test" / "focal_meta" / "metrics.parquet"
     assert len(versions(metrics)) == 2, "each run writes its own version"
     first, second = (pd.read_parquet(metrics / v / "metrics.parquet") for v in versions(metrics))
-    pd.testing.assert_frame_equal(first.drop(columns=["run_id"], errors="ignore"),
-                                  second.drop(columns=["run_id"], errors="ignore"))
+    pd.testing.assert_frame_equal(
+        first.drop(columns=["run_id"], errors="ignore"),
+        second.drop(columns=["run_id"], errors="ignore"),
+    )
     client = mlflow.MlflowClient(tracking_uri=tracking)
     experiment = client.get_experiment_by_name("calib-pipeline")
     all_runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in all_runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 2 and {p.info.status for p in parents} == {"FINISHED"}
     for parent in parents:
-        children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        children = [
+            r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+        ]
         assert len(children) == 12 and {c.info.status for c in children} == {"FINISHED"}
-    assert not any("WARNING" in o and "MLflow tracking" in o for o in outputs), "tracking stayed on in both"
+    assert not any("WARNING" in o and "MLflow tracking" in o for o in outputs), (
+        "tracking stayed on in both"
+    )

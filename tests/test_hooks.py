@@ -54,7 +54,9 @@ def started_hook(client: RecordingClient) -> MlflowTrackingHook:
 
 OUTPUTS = {
     "ce.seed_0.checkpoint": {"method": "ce", "seed": 0, "selected_epoch": 2, "config": {"lr": 0.1}},
-    "ce.seed_0.history": pd.DataFrame({"epoch": [1, 2], "seed": [0, 0], "val_accuracy": [0.5, 0.9]}),
+    "ce.seed_0.history": pd.DataFrame(
+        {"epoch": [1, 2], "seed": [0, 0], "val_accuracy": [0.5, 0.9]}
+    ),
 }
 
 
@@ -63,10 +65,16 @@ def test_a_training_run_is_logged_only_after_all_its_outputs_are_saved():
     hook = started_hook(client)
     node = training_node()
     hook.before_node_run(node=node, catalog=None, inputs={})
-    assert [c[0] for c in client.calls] == ["create_run"], "the nested run opens when training starts"
-    hook.after_node_run(node=node, catalog=None, inputs={"params:training": {"lr": 0.1}}, outputs=OUTPUTS)
+    assert [c[0] for c in client.calls] == ["create_run"], (
+        "the nested run opens when training starts"
+    )
+    hook.after_node_run(
+        node=node, catalog=None, inputs={"params:training": {"lr": 0.1}}, outputs=OUTPUTS
+    )
     hook.after_dataset_saved(dataset_name="ce.seed_0.checkpoint", data=None, node=node)
-    assert [c[0] for c in client.calls] == ["create_run"], "nothing is logged before every output is saved"
+    assert [c[0] for c in client.calls] == ["create_run"], (
+        "nothing is logged before every output is saved"
+    )
     hook.after_dataset_saved(dataset_name="ce.seed_0.history", data=None, node=node)
     names = [c[0] for c in client.calls]
     assert names[-1] == "set_terminated" and client.calls[-1][1] == ("run1", "FINISHED")
@@ -121,7 +129,9 @@ def test_a_worker_records_its_nested_run_and_the_driver_writes_it_to_sqlite(tmp_
     driver._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri)
     worker, node = worker_copy(driver), training_node()
     worker.before_node_run(node=node, catalog=None, inputs={})
-    worker.after_node_run(node=node, catalog=None, inputs={"params:training": {"lr": 0.1}}, outputs=OUTPUTS)
+    worker.after_node_run(
+        node=node, catalog=None, inputs={"params:training": {"lr": 0.1}}, outputs=OUTPUTS
+    )
     for name in OUTPUTS:
         worker.after_dataset_saved(dataset_name=name, data=None, node=node)
     report = worker.worker_report()
@@ -130,10 +140,17 @@ def test_a_worker_records_its_nested_run_and_the_driver_writes_it_to_sqlite(tmp_
     assert len(client.search_runs([experiment])) == 1, "the worker never writes to the SQLite file"
     driver.merge_worker_report(report)
     child = next(r for r in client.search_runs([experiment]) if r.info.run_id != driver._parent)
-    assert child.data.tags["mlflow.parentRunId"] == driver._parent and child.info.status == "FINISHED"
+    assert (
+        child.data.tags["mlflow.parentRunId"] == driver._parent and child.info.status == "FINISHED"
+    )
     assert child.info.run_name == "ce seed 0" and child.data.params["training.lr"] == "0.1"
-    assert [m.value for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == [0.5, 0.9]
-    assert child.info.start_time <= child.info.end_time <= int(time.time() * 1000), "the worker's times"
+    assert [m.value for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == [
+        0.5,
+        0.9,
+    ]
+    assert child.info.start_time <= child.info.end_time <= int(time.time() * 1000), (
+        "the worker's times"
+    )
 
 
 def test_the_nested_run_of_a_node_that_failed_in_a_worker_ends_failed(tmp_path):
@@ -145,7 +162,9 @@ def test_the_nested_run_of_a_node_that_failed_in_a_worker_ends_failed(tmp_path):
     worker.before_node_run(node=training_node(), catalog=None, inputs={})  # then the node raised
     driver.merge_worker_report(worker.worker_report())
     client = mlflow.MlflowClient(tracking_uri=uri)
-    children = client.search_runs([driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")
+    children = client.search_runs(
+        [driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'"
+    )
     assert [c.info.status for c in children] == ["FAILED"]
 
 
@@ -160,15 +179,22 @@ def test_a_worker_writes_to_a_tracking_server_itself(monkeypatch):
     for name in OUTPUTS:
         worker.after_dataset_saved(dataset_name=name, data=None, node=node)
     assert worker.worker_report() is None, "nothing left for the driver to write"
-    assert [c[0] for c in server.calls][0] == "create_run" and server.calls[-1] == ("set_terminated", ("run1", "FINISHED"))
+    assert next(c[0] for c in server.calls) == "create_run" and server.calls[-1] == (
+        "set_terminated",
+        ("run1", "FINISHED"),
+    )
     assert server.calls[0][1][0] == "0", "under the driver's experiment"
 
 
 # a finished 2-epoch training whose stored state was reused: nothing was trained again
-REUSED = {**OUTPUTS, "ce.seed_0.checkpoint": {
-    **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": 2,
-    "config": {"training": {"epochs": 2}},
-}}
+REUSED = {
+    **OUTPUTS,
+    "ce.seed_0.checkpoint": {
+        **OUTPUTS["ce.seed_0.checkpoint"],
+        "resumed_after_epoch": 2,
+        "config": {"training": {"epochs": 2}},
+    },
+}
 
 
 def test_a_worker_tags_a_reused_training_through_the_driver(tmp_path, caplog):
@@ -225,29 +251,43 @@ def test_runs_of_a_dead_process_end_killed_on_the_next_start(tmp_path):
     client = mlflow.MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("calib-pipeline")
     host = socket.gethostname()
-    orphan = client.create_run(experiment, tags={"calib.host": host, "calib.pid": str(dead_pid())}).info.run_id
-    alive = client.create_run(experiment, tags={"calib.host": host, "calib.pid": str(os.getpid())}).info.run_id
-    elsewhere = client.create_run(experiment, tags={"calib.host": "other-host", "calib.pid": "1"}).info.run_id
+    orphan = client.create_run(
+        experiment, tags={"calib.host": host, "calib.pid": str(dead_pid())}
+    ).info.run_id
+    alive = client.create_run(
+        experiment, tags={"calib.host": host, "calib.pid": str(os.getpid())}
+    ).info.run_id
+    elsewhere = client.create_run(
+        experiment, tags={"calib.host": "other-host", "calib.pid": "1"}
+    ).info.run_id
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "test"
     hook._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri)
     assert client.get_run(orphan).info.status == "KILLED"
     assert client.get_run(alive).info.status == "RUNNING", "a live process keeps its run"
-    assert client.get_run(elsewhere).info.status == "RUNNING", "another host's runs are not ours to judge"
+    assert client.get_run(elsewhere).info.status == "RUNNING", (
+        "another host's runs are not ours to judge"
+    )
     parent = client.get_run(hook._parent)
     assert parent.data.tags["kedro.env"] == "test" and parent.info.status == "RUNNING"
     hook._end_at_exit()  # what atexit does after Ctrl-C
     assert client.get_run(parent.info.run_id).info.status == "KILLED"
 
 
-@pytest.mark.parametrize("as_recorded", [lambda runner: runner, str], ids=["object", "kedro-session-repr"])
+@pytest.mark.parametrize(
+    "as_recorded", [lambda runner: runner, str], ids=["object", "kedro-session-repr"]
+)
 def test_runner_is_logged_by_its_class_name(tmp_path, as_recorded):
     from kedro.runner import SequentialRunner
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "local"
-    hook._start({"pipeline_names": ["focal"], "runner": as_recorded(SequentialRunner())}, catalog=None, uri=uri)
+    hook._start(
+        {"pipeline_names": ["focal"], "runner": as_recorded(SequentialRunner())},
+        catalog=None,
+        uri=uri,
+    )
     params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
     assert params["kedro.runner"] == "kedro.runner.sequential_runner.SequentialRunner"
     assert params["kedro.env"] == "local"
@@ -255,7 +295,9 @@ def test_runner_is_logged_by_its_class_name(tmp_path, as_recorded):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["dead_server", "corrupted_db"])
-def test_kedro_run_finishes_with_all_outputs_and_one_warning_when_tracking_is_broken(tmp_path, backend):
+def test_kedro_run_finishes_with_all_outputs_and_one_warning_when_tracking_is_broken(
+    tmp_path, backend
+):
     from tests.test_end_to_end import kedro
 
     if backend == "dead_server":
@@ -283,7 +325,9 @@ def test_save_versions_never_collide_between_processes(tmp_path):
 
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    workers = [context.Process(target=_claim_versions, args=(str(tmp_path), 40, queue)) for _ in range(3)]
+    workers = [
+        context.Process(target=_claim_versions, args=(str(tmp_path), 40, queue)) for _ in range(3)
+    ]
     for worker in workers:
         worker.start()
     versions = [v for _ in workers for v in queue.get(timeout=120)]
@@ -314,9 +358,16 @@ def test_a_session_takes_a_claimed_save_version(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("dataset", "stage"),
-    [("split_meta", "data_split"), ("ce.seed_0.checkpoint", "training"), ("ce.seed_0.logits", "logits"),
-     ("ce.seed_0.shift_logits", "shift"), ("shift_sets", "shift"), ("focal.metrics", "reporting"),
-     ("params:training", None), ("raw_data", None)],
+    [
+        ("split_meta", "data_split"),
+        ("ce.seed_0.checkpoint", "training"),
+        ("ce.seed_0.logits", "logits"),
+        ("ce.seed_0.shift_logits", "shift"),
+        ("shift_sets", "shift"),
+        ("focal.metrics", "reporting"),
+        ("params:training", None),
+        ("raw_data", None),
+    ],
 )
 def test_each_cached_artifact_names_the_stage_that_makes_it(dataset, stage):
     from calib_pipeline.hooks import producing_stage
@@ -338,8 +389,12 @@ def test_final_metrics_are_those_of_the_selected_epoch_not_the_last():
     hook.after_node_run(node=node, catalog=None, inputs={}, outputs=outputs)
     for name in outputs:
         hook.after_dataset_saved(dataset_name=name, data=None, node=node)
-    logged = {m.key: (m.value, m.step) for name, kwargs in client.keywords if name == "log_batch"
-              for m in kwargs.get("metrics", [])}
+    logged = {
+        m.key: (m.value, m.step)
+        for name, kwargs in client.keywords
+        if name == "log_batch"
+        for m in kwargs.get("metrics", [])
+    }
     assert logged["final_val_accuracy"] == (0.9, 2) and logged["selected_epoch"][0] == 2
 
 
@@ -349,11 +404,29 @@ def tidy_table() -> pd.DataFrame:
     for seed, ece in ((0, 0.10), (1, 0.20)):
         for calibrator, factor in (("none", 1.0), ("ts", 0.5), ("ts@shifted_val", 0.4)):
             for split in ("val", "test"):
-                for metric, value in (("ece", ece * factor), ("nll", 1.0 + seed), ("accuracy", 0.9)):
-                    rows.append(("ce", seed, f"train{seed}", calibrator, split, "none", 0, metric, value))
+                for metric, value in (
+                    ("ece", ece * factor),
+                    ("nll", 1.0 + seed),
+                    ("accuracy", 0.9),
+                ):
+                    rows.append(
+                        ("ce", seed, f"train{seed}", calibrator, split, "none", 0, metric, value)
+                    )
         rows.append(("ce", seed, f"train{seed}", "ts", "test", "gaussian_noise", 3, "ece", 0.99))
-    return pd.DataFrame(rows, columns=["method", "seed", "run_id", "calibrator", "split", "shift",
-                                       "severity", "metric", "value"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "method",
+            "seed",
+            "run_id",
+            "calibrator",
+            "split",
+            "shift",
+            "severity",
+            "metric",
+            "value",
+        ],
+    )
 
 
 def sqlite_driver(tmp_path, pipeline=None) -> tuple[MlflowTrackingHook, mlflow.MlflowClient]:
@@ -361,11 +434,15 @@ def sqlite_driver(tmp_path, pipeline=None) -> tuple[MlflowTrackingHook, mlflow.M
     driver = MlflowTrackingHook()
     driver._project_path, driver._config, driver._env = tmp_path, {}, "test"
     driver._globals = {"dataset": "digits", "protocol": "test"}
-    driver._start({"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri, pipeline=pipeline)
+    driver._start(
+        {"pipeline_names": ["baseline"], "run_id": "x"}, catalog=None, uri=uri, pipeline=pipeline
+    )
     return driver, mlflow.MlflowClient(tracking_uri=uri)
 
 
-EVALUATE = SimpleNamespace(name="baseline.evaluate", namespace="baseline", tags={"reporting", "evaluation"})
+EVALUATE = SimpleNamespace(
+    name="baseline.evaluate", namespace="baseline", tags={"reporting", "evaluation"}
+)
 CLAIMS = SimpleNamespace(name="baseline.report_claims", namespace="baseline", tags={"reporting"})
 
 
@@ -377,18 +454,34 @@ def test_per_calibrator_test_metrics_land_on_the_nested_runs_and_means_on_the_pa
     for name in OUTPUTS:
         driver.after_dataset_saved(dataset_name=name, data=None, node=node)
     driver.after_dataset_saved(dataset_name="baseline.metrics", data=tidy_table(), node=EVALUATE)
-    children = {r.data.tags["seed"]: r for r in client.search_runs(
-        [driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")}
+    children = {
+        r.data.tags["seed"]: r
+        for r in client.search_runs(
+            [driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'"
+        )
+    }
     assert sorted(children) == ["0", "1"]
     trained = children["0"].data
-    assert trained.metrics["test.ece.ts"] == pytest.approx(0.05), "the clean test split, not the shifted row"
-    assert trained.metrics["test.ece.none"] == pytest.approx(0.10) and trained.metrics["test.nll.none"] == 1.0
+    assert trained.metrics["test.ece.ts"] == pytest.approx(0.05), (
+        "the clean test split, not the shifted row"
+    )
+    assert (
+        trained.metrics["test.ece.none"] == pytest.approx(0.10)
+        and trained.metrics["test.nll.none"] == 1.0
+    )
     assert trained.metrics["val.ece.ts"] == pytest.approx(0.05)
-    assert trained.metrics["test.ece.ts_shifted_val"] == pytest.approx(0.04), "@ is not allowed in a metric name"
+    assert trained.metrics["test.ece.ts_shifted_val"] == pytest.approx(0.04), (
+        "@ is not allowed in a metric name"
+    )
     assert trained.metrics["final_val_accuracy"] == 0.9, "the training run itself, not a second one"
     reused = children["1"]
-    assert reused.data.tags["calib.training"] == "reused" and reused.data.tags["kedro.training_run_id"] == "train1"
-    assert reused.info.status == "FINISHED" and reused.data.metrics["test.ece.none"] == pytest.approx(0.20)
+    assert (
+        reused.data.tags["calib.training"] == "reused"
+        and reused.data.tags["kedro.training_run_id"] == "train1"
+    )
+    assert reused.info.status == "FINISHED" and reused.data.metrics[
+        "test.ece.none"
+    ] == pytest.approx(0.20)
     parent = client.get_run(driver._parent).data.metrics
     assert parent["baseline.ce.test.ece.ts"] == pytest.approx(0.075), "mean over seeds"
     assert parent["baseline.ce.test.nll.none"] == pytest.approx(1.5)
@@ -397,15 +490,26 @@ def test_per_calibrator_test_metrics_land_on_the_nested_runs_and_means_on_the_pa
 
 def test_claims_verdict_counts_and_line_go_on_the_parent(tmp_path):
     driver, client = sqlite_driver(tmp_path)
-    report = {"summary": "# ...", "verdicts": {"line": "baseline on digits: 3 of 6 claims hold",
-                                              "metrics": {"claims.holds": 3.0, "claims.total": 6.0}}}
+    report = {
+        "summary": "# ...",
+        "verdicts": {
+            "line": "baseline on digits: 3 of 6 claims hold",
+            "metrics": {"claims.holds": 3.0, "claims.total": 6.0},
+        },
+    }
     driver.after_dataset_saved(dataset_name="baseline.report_claims", data=report, node=CLAIMS)
     parent = client.get_run(driver._parent).data
-    assert parent.metrics["baseline.claims.holds"] == 3.0 and parent.metrics["baseline.claims.total"] == 6.0
+    assert (
+        parent.metrics["baseline.claims.holds"] == 3.0
+        and parent.metrics["baseline.claims.total"] == 6.0
+    )
     assert parent.tags["baseline.claims"] == "baseline on digits: 3 of 6 claims hold"
     assert "baseline.claims_protocol" not in parent.tags, "unknown protocol: no tag"
-    for gaps, stated, tag in (([], True, "paper"), ([], False, "paper_network"),
-                              (["network", "schedule"], True, "network,schedule")):
+    for gaps, stated, tag in (
+        ([], True, "paper"),
+        ([], False, "paper_network"),
+        (["network", "schedule"], True, "network,schedule"),
+    ):
         report["verdicts"]["protocol_gaps"], report["verdicts"]["settings_stated"] = gaps, stated
         driver.after_dataset_saved(dataset_name="baseline.report_claims", data=report, node=CLAIMS)
         assert client.get_run(driver._parent).data.tags["baseline.claims_protocol"] == tag
@@ -415,10 +519,17 @@ def test_the_parent_run_is_tagged_with_dataset_protocol_studies_and_commit(tmp_p
     pipeline = SimpleNamespace(nodes=[EVALUATE, training_node()])
     driver, client = sqlite_driver(tmp_path, pipeline)
     tags = client.get_run(driver._parent).data.tags
-    assert (tags["kedro.env"], tags["dataset"], tags["protocol"], tags["studies"]) == ("test", "digits", "test", "baseline")
+    assert (tags["kedro.env"], tags["dataset"], tags["protocol"], tags["studies"]) == (
+        "test",
+        "digits",
+        "test",
+        "baseline",
+    )
     assert tags["git.commit"] == "unknown", "tmp_path is no git repository: a tag, never an error"
     experiment = client.get_experiment(driver._experiment_id)
-    assert experiment.artifact_location == (tmp_path / "mlruns").resolve().as_uri(), "artifacts beside the test's db"
+    assert experiment.artifact_location == (tmp_path / "mlruns").resolve().as_uri(), (
+        "artifacts beside the test's db"
+    )
 
 
 def test_the_git_commit_is_the_projects_head():
@@ -427,9 +538,14 @@ def test_the_git_commit_is_the_projects_head():
     from calib_pipeline.hooks.run_tags import git_tags
 
     project = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True
+    ).stdout.strip()
     tags = git_tags(project)
-    assert tags["git.commit"] == head == tags["mlflow.source.git.commit"] and tags["git.dirty"] in ("true", "false")
+    assert tags["git.commit"] == head == tags["mlflow.source.git.commit"] and tags["git.dirty"] in (
+        "true",
+        "false",
+    )
 
 
 def test_a_run_reads_the_inputs_it_does_not_make_at_their_latest_version_when_it_started(tmp_path):
@@ -439,21 +555,43 @@ def test_a_run_reads_the_inputs_it_does_not_make_at_their_latest_version_when_it
     from calib_pipeline.hooks import OwnVersionsHook
     from calib_pipeline.kedro_datasets import TorchDataset
 
-    earlier, ours, theirs = "2026-11-26T07.00.00.000Z", "2026-11-26T08.00.00.000Z", "2026-11-26T08.00.00.500Z"
+    earlier, ours, theirs = (
+        "2026-11-26T07.00.00.000Z",
+        "2026-11-26T08.00.00.000Z",
+        "2026-11-26T08.00.00.500Z",
+    )
     logits, pinned = str(tmp_path / "logits.pt"), str(tmp_path / "pinned.pt")
     TorchDataset(filepath=logits, version=Version(None, earlier)).save({"run": "earlier"})
     for version in (earlier, ours):
         TorchDataset(filepath=pinned, version=Version(None, version)).save({"run": version})
-    catalog = DataCatalog({
-        "ce.seed_0.logits": TorchDataset(filepath=logits, version=Version(None, ours)),
-        "ce.seed_0.pinned": TorchDataset(filepath=pinned, version=Version(earlier, ours)),  # --load-versions
-        "never_made": TorchDataset(filepath=str(tmp_path / "missing.pt"), version=Version(None, ours)),
-        "params:x": MemoryDataset(1),
-    })
-    pipeline = Pipeline([node(lambda *a: 0, ["ce.seed_0.logits", "ce.seed_0.pinned", "never_made", "params:x"],
-                              "out", name="report")])
-    OwnVersionsHook().before_pipeline_run({}, pipeline, catalog)  # a missing input is the preflight's to report
-    TorchDataset(filepath=logits, version=Version(None, theirs)).save({"run": "theirs"})  # a concurrent run
+    catalog = DataCatalog(
+        {
+            "ce.seed_0.logits": TorchDataset(filepath=logits, version=Version(None, ours)),
+            "ce.seed_0.pinned": TorchDataset(
+                filepath=pinned, version=Version(earlier, ours)
+            ),  # --load-versions
+            "never_made": TorchDataset(
+                filepath=str(tmp_path / "missing.pt"), version=Version(None, ours)
+            ),
+            "params:x": MemoryDataset(1),
+        }
+    )
+    pipeline = Pipeline(
+        [
+            node(
+                lambda *a: 0,
+                ["ce.seed_0.logits", "ce.seed_0.pinned", "never_made", "params:x"],
+                "out",
+                name="report",
+            )
+        ]
+    )
+    OwnVersionsHook().before_pipeline_run(
+        {}, pipeline, catalog
+    )  # a missing input is the preflight's to report
+    TorchDataset(filepath=logits, version=Version(None, theirs)).save(
+        {"run": "theirs"}
+    )  # a concurrent run
     assert catalog.load("ce.seed_0.logits") == {"run": "earlier"}
     assert catalog.load("ce.seed_0.pinned") == {"run": earlier}, "a --load-versions pin still wins"
     assert TorchDataset(filepath=logits, version=Version(None, None)).load() == {"run": "theirs"}
@@ -468,14 +606,20 @@ def test_a_run_reads_back_the_version_it_saved_not_a_newer_one_of_another_run(tm
 
     ours, theirs = "2026-11-26T07.44.08.077Z", "2026-11-26T07.44.08.140Z"
     path = str(tmp_path / "logits.pt")
-    catalog = DataCatalog({"ce.seed_0.logits": TorchDataset(filepath=path, version=Version(None, ours))})
+    catalog = DataCatalog(
+        {"ce.seed_0.logits": TorchDataset(filepath=path, version=Version(None, ours))}
+    )
     hook = OwnVersionsHook()
     hook.before_pipeline_run({}, Pipeline([]), catalog)
     catalog.save("ce.seed_0.logits", {"run": "ours"})
-    TorchDataset(filepath=path, version=Version(None, theirs)).save({"run": "theirs"})  # a concurrent run
+    TorchDataset(filepath=path, version=Version(None, theirs)).save(
+        {"run": "theirs"}
+    )  # a concurrent run
     hook.after_dataset_saved("ce.seed_0.logits", None, None)
     assert catalog.load("ce.seed_0.logits") == {"run": "ours"}
-    assert TorchDataset(filepath=path, version=Version(None, None)).load() == {"run": "theirs"}, "others see the latest"
+    assert TorchDataset(filepath=path, version=Version(None, None)).load() == {"run": "theirs"}, (
+        "others see the latest"
+    )
 
 
 @pytest.mark.parametrize(("resumed", "tag"), [(0, None), (1, "resumed"), (2, "reused")])
@@ -486,18 +630,25 @@ def test_a_training_reused_or_continued_from_a_stored_state_says_so(tmp_path, re
     node = training_node()
     outputs = dict(OUTPUTS)
     outputs["ce.seed_0.checkpoint"] = {
-        **OUTPUTS["ce.seed_0.checkpoint"], "resumed_after_epoch": resumed, "config": {"training": {"epochs": 2}},
+        **OUTPUTS["ce.seed_0.checkpoint"],
+        "resumed_after_epoch": resumed,
+        "config": {"training": {"epochs": 2}},
         "hyperparameters": {"gamma": 3.0, "detach_pt": False},
     }
     driver.before_node_run(node=node, catalog=None, inputs={})
     driver.after_node_run(node=node, catalog=None, inputs={}, outputs=outputs)
     for name in outputs:
         driver.after_dataset_saved(dataset_name=name, data=None, node=node)
-    (child,) = client.search_runs([driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'")
+    (child,) = client.search_runs(
+        [driver._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{driver._parent}'"
+    )
     assert child.data.tags.get("calib.training") == tag
     assert child.data.tags.get("calib.resumed_after_epoch") == (str(resumed) if resumed else None)
     # the effective hyperparameters (defaults filled in) beside the configured ones
-    assert child.data.params["effective.detach_pt"] == "False" and child.data.params["effective.gamma"] == "3.0"
+    assert (
+        child.data.params["effective.detach_pt"] == "False"
+        and child.data.params["effective.gamma"] == "3.0"
+    )
 
 
 def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_path):
@@ -514,7 +665,10 @@ def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_pa
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hook = MlflowTrackingHook()
     hook._project_path, hook._config, hook._env = tmp_path, {}, "test"
-    run_params = {"pipeline_names": ["baseline"], "runtime_params": {"evaluation": {"n_bins": 5}}}  # as Kedro 1.x records them
+    run_params = {
+        "pipeline_names": ["baseline"],
+        "runtime_params": {"evaluation": {"n_bins": 5}},
+    }  # as Kedro 1.x records them
     hook._start(run_params, catalog=Catalog(settings), uri=uri)
     params = mlflow.MlflowClient(tracking_uri=uri).get_run(hook._parent).data.params
     assert params["kedro.params.evaluation.n_bins"] == "5"
@@ -524,8 +678,13 @@ def test_the_parent_run_records_the_overrides_and_the_evaluation_settings(tmp_pa
     assert not any(key.startswith("shift") for key in params)
 
 
-@pytest.mark.parametrize("runner", ["kedro.runner.parallel_runner.ParallelRunner",
-                                    "<kedro.runner.parallel_runner.ParallelRunner object at 0x7f>"])
+@pytest.mark.parametrize(
+    "runner",
+    [
+        "kedro.runner.parallel_runner.ParallelRunner",
+        "<kedro.runner.parallel_runner.ParallelRunner object at 0x7f>",
+    ],
+)
 def test_the_parallel_runner_is_refused_before_any_node_runs(runner):
     """Its workers bypass the hooks (own versions, provenance, MLflow, node counting): a
     run under it failed after writing artifacts while reporting that nothing was written."""
@@ -533,14 +692,20 @@ def test_the_parallel_runner_is_refused_before_any_node_runs(runner):
 
     pipeline = SimpleNamespace(inputs=lambda: set(), nodes=[])
     with pytest.raises(ValueError, match="--runner=ParallelRunner is not supported"):
-        RunPreflightHook().before_pipeline_run(run_params={"runner": runner}, pipeline=pipeline, catalog=None)
+        RunPreflightHook().before_pipeline_run(
+            run_params={"runner": runner}, pipeline=pipeline, catalog=None
+        )
     RunPreflightHook().before_pipeline_run(  # the default and the thread runner pass
-        run_params={"runner": "kedro.runner.thread_runner.ThreadRunner"}, pipeline=pipeline, catalog=None
+        run_params={"runner": "kedro.runner.thread_runner.ThreadRunner"},
+        pipeline=pipeline,
+        catalog=None,
     )
 
 
 @pytest.mark.parametrize("load_versions", [None, {"ce.seed_0.logits": "2026-01-01T00.00.00.000Z"}])
-def test_kedros_version_mismatch_warning_is_silenced_only_where_own_versions_make_it_moot(load_versions):
+def test_kedros_version_mismatch_warning_is_silenced_only_where_own_versions_make_it_moot(
+    load_versions,
+):
     """Two runs started together made Kedro print 23 warnings of "inconsistencies" although
     each run reads its own saves; with --load-versions the pin wins and the warning stays."""
     import warnings
@@ -555,8 +720,14 @@ def test_kedros_version_mismatch_warning_is_silenced_only_where_own_versions_mak
         # a process (notebook, tests) runs several: an earlier unpinned run must not silence
         # a later pinned one
         OwnVersionsHook().before_pipeline_run({"load_versions": None}, pipeline, DataCatalog())
-        OwnVersionsHook().before_pipeline_run({"load_versions": load_versions}, pipeline, DataCatalog())
-        warnings.warn("Save version 'a' did not match load version 'b' for x. This is strongly", UserWarning)
+        OwnVersionsHook().before_pipeline_run(
+            {"load_versions": load_versions}, pipeline, DataCatalog()
+        )
+        warnings.warn(
+            "Save version 'a' did not match load version 'b' for x. This is strongly",
+            UserWarning,
+            stacklevel=2,
+        )
     assert len(caught) == (1 if load_versions else 0)
 
 
@@ -565,11 +736,17 @@ def test_a_load_version_that_was_never_saved_is_not_reported_as_a_stage_to_run()
 
     pipeline = SimpleNamespace(inputs=lambda: {"ce.seed_0.logits"}, nodes=[])
     catalog = SimpleNamespace(exists=lambda name: False)
-    with pytest.raises(MissingInputsError, match=r"--load-versions names version\(s\) that were never saved "
-                                                 r"\(or were pruned\): ce.seed_0.logits:2026-11-27T07.22.09.694"):
+    with pytest.raises(
+        MissingInputsError,
+        match=r"--load-versions names version\(s\) that were never saved "
+        r"\(or were pruned\): ce.seed_0.logits:2026-11-27T07.22.09.694",
+    ):
         RunPreflightHook().before_pipeline_run(
-            run_params={"load_versions": {"ce.seed_0.logits": "2026-11-27T07.22.09.694"}}, pipeline=pipeline,
+            run_params={"load_versions": {"ce.seed_0.logits": "2026-11-27T07.22.09.694"}},
+            pipeline=pipeline,
             catalog=catalog,
         )
-    with pytest.raises(MissingInputsError, match="run the logits stage"):  # no pin: the stage is missing
+    with pytest.raises(
+        MissingInputsError, match="run the logits stage"
+    ):  # no pin: the stage is missing
         RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)

@@ -134,8 +134,13 @@ def test_every_calibrator_round_trips_through_the_versioned_dataset(tmp_path):
     test_logits = 3 * torch.randn(200, 4, generator=generator)
     fitted = {name: build_calibrator(name) for name in CALIBRATORS.names()}
     fitted = {name: calibrator.fit(val_logits, val_labels) for name, calibrator in fitted.items()}
-    provenance = {"run_id": "2026-11-26T06.00.00.000Z", "config": {"seed": 0, "training": {"lr": 0.1}}}
-    versioned(CalibratorsDataset, tmp_path / "calibrators.pt").save({"provenance": provenance, "fitted": fitted})
+    provenance = {
+        "run_id": "2026-11-26T06.00.00.000Z",
+        "config": {"seed": 0, "training": {"lr": 0.1}},
+    }
+    versioned(CalibratorsDataset, tmp_path / "calibrators.pt").save(
+        {"provenance": provenance, "fitted": fitted}
+    )
     loaded = versioned(CalibratorsDataset, tmp_path / "calibrators.pt", None).load()
     assert loaded["provenance"] == provenance
     assert list(loaded["fitted"]) == list(fitted)
@@ -145,12 +150,19 @@ def test_every_calibrator_round_trips_through_the_versioned_dataset(tmp_path):
 
 def test_a_file_that_is_not_calibrators_is_refused_naming_the_entry(tmp_path):
     not_a_state = {"name": "temperature_nll", "arguments": {}, "format": 1}
-    versioned(TorchDataset, tmp_path / "calibrators.pt").save({"provenance": {}, "fitted": {"ts": not_a_state}})
+    versioned(TorchDataset, tmp_path / "calibrators.pt").save(
+        {"provenance": {}, "fitted": {"ts": not_a_state}}
+    )
     refused = r"calibrators .*calibrators.pt, entry 'ts': a calibrator state is a dict"
     with pytest.raises(DatasetError, match=refused):
         versioned(CalibratorsDataset, tmp_path / "calibrators.pt", None).load()
-    versioned(TorchDataset, tmp_path / "old.pt").save({"ts": not_a_state})  # the layout before provenance
-    with pytest.raises(DatasetError, match=r"hold no 'fitted' mapping of calibrator states; rerun the posthoc stage"):
+    versioned(TorchDataset, tmp_path / "old.pt").save(
+        {"ts": not_a_state}
+    )  # the layout before provenance
+    with pytest.raises(
+        DatasetError,
+        match=r"hold no 'fitted' mapping of calibrator states; rerun the posthoc stage",
+    ):
         versioned(CalibratorsDataset, tmp_path / "old.pt", None).load()
 
 
@@ -159,13 +171,22 @@ def test_a_version_that_was_never_saved_is_named_with_the_saved_ones(tmp_path):
     from calib_pipeline.kedro_datasets import ReportDataset
 
     path = tmp_path / "logits.pt"
-    TorchDataset(filepath=str(path), version=Version(None, "2026-01-01T00.00.00.000Z")).save({"x": torch.ones(1)})
+    TorchDataset(filepath=str(path), version=Version(None, "2026-01-01T00.00.00.000Z")).save(
+        {"x": torch.ones(1)}
+    )
     missing = TorchDataset(filepath=str(path), version=Version("2026-01-01T00.00.00.000", None))
-    with pytest.raises(DatasetError, match=r"has no version '2026-01-01T00.00.00.000'; saved versions "
-                                           r"\(newest first\): 2026-01-01T00.00.00.000Z"):
+    with pytest.raises(
+        DatasetError,
+        match=r"has no version '2026-01-01T00.00.00.000'; saved versions "
+        r"\(newest first\): 2026-01-01T00.00.00.000Z",
+    ):
         missing.load()
-    report = ReportDataset(filepath=str(tmp_path / "summary"), version=Version("2026-02-02T00.00.00.000Z", None))
-    with pytest.raises(DatasetError, match=r"has no version '2026-02-02T00.00.00.000Z'; saved versions .*: none"):
+    report = ReportDataset(
+        filepath=str(tmp_path / "summary"), version=Version("2026-02-02T00.00.00.000Z", None)
+    )
+    with pytest.raises(
+        DatasetError, match=r"has no version '2026-02-02T00.00.00.000Z'; saved versions .*: none"
+    ):
         report.load()
 
 

@@ -19,6 +19,8 @@ def test_notebooks_are_committed_without_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebooks_read_no_private_attribute(path):
-    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    source = "\n".join(
+        c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"
+    )
     private = re.findall(r"\.\s*_[A-Za-z]\w*", source)
     assert not private, f"private attributes used: {private} (use catalog.load / list_versions)"

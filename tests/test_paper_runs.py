@@ -27,7 +27,12 @@ from calib_pipeline.training.provenance import method_training
 
 PROJECT = Path(project_root())
 RUN_FILES = sorted((PROJECT / "paper_runs").glob("*/*.yml"))
-IMAGES = {"cifar10": (3, 32, 10), "cifar100": (3, 32, 100), "svhn": (3, 32, 10), "tiny_imagenet": (3, 64, 200)}
+IMAGES = {
+    "cifar10": (3, 32, 10),
+    "cifar100": (3, 32, 100),
+    "svhn": (3, 32, 10),
+    "tiny_imagenet": (3, 64, 200),
+}
 
 
 def generator():
@@ -53,7 +58,10 @@ def parameters_of(run: dict) -> tuple[dict, dict]:
     """Parameters and globals as `kedro run --config` loads them: the file's `params` are
     the session's runtime params over its env."""
     loader = OmegaConfigLoader(
-        conf_source=str(PROJECT / "conf"), env=run["env"], runtime_params=run["params"], **CONFIG_LOADER_ARGS
+        conf_source=str(PROJECT / "conf"),
+        env=run["env"],
+        runtime_params=run["params"],
+        **CONFIG_LOADER_ARGS,
     )
     return loader["parameters"], loader["globals"]
 
@@ -72,7 +80,9 @@ def test_a_paper_run_file_passes_the_run_checks_and_trains_its_papers_network(pa
     assert set(run) == {"env", "pipelines", "params"}
     assert run["env"] == path.parent.name, "the folder names the env"
     network = path.stem.removeprefix(run["pipelines"] + "_")
-    assert path.stem.startswith(run["pipelines"] + "_") and network != path.stem, "<study>_<network>.yml"
+    assert path.stem.startswith(run["pipelines"] + "_") and network != path.stem, (
+        "<study>_<network>.yml"
+    )
     parameters, globals_ = _loaded(path)
     check_parameters(parameters)
     structure = parse_structure(parameters)
@@ -80,14 +90,22 @@ def test_a_paper_run_file_passes_the_run_checks_and_trains_its_papers_network(pa
     check_catalog_dataset(parameters, globals_)
     assert run["pipelines"] in structure.studies
     model = parameters["model"]
-    assert model["name"].startswith(network), f"the file is named for {network}, trains {model['name']}"
+    assert model["name"].startswith(network), (
+        f"the file is named for {network}, trains {model['name']}"
+    )
     tag = architecture_tag(model["name"], model["params"])
     for paper in papers_of(parameters, run["pipelines"]):
         trained = paper_protocol(paper)["datasets"][run["env"]]["architectures"]
         assert tag in trained, f"{paper} never trained {tag} on {run['env']}"
     channels, size, classes = IMAGES[run["env"]]
     with torch.device("meta"):
-        net = build_model(model["name"], in_channels=channels, num_classes=classes, image_size=size, **model["params"])
+        net = build_model(
+            model["name"],
+            in_channels=channels,
+            num_classes=classes,
+            image_size=size,
+            **model["params"],
+        )
         assert net(torch.empty(2, channels, size, size)).shape == (2, classes)
     for key, value in run["params"]["training"].items():
         assert parameters["training"][key] == value, f"training.{key} reached the run"
@@ -105,7 +123,9 @@ def test_a_run_file_trains_every_member_with_the_settings_its_paper_states(path)
         for m in structure.studies[run["pipelines"]].methods
     }
     for paper in papers_of(parameters, run["pipelines"]):
-        entry = paper_protocol(paper)["datasets"][run["env"]]  # a KeyError: the paper never trained on it
+        entry = paper_protocol(paper)["datasets"][
+            run["env"]
+        ]  # a KeyError: the paper never trained on it
         assert schedule_differences(schedules, entry) == {}
         if paper != "wang":  # Wang et al.'s schedule is in an appendix the seed text lacks
             assert entry["settings"], f"{paper} states no settings for {run['env']}"
@@ -119,7 +139,9 @@ def test_every_network_a_paper_trained_on_a_dataset_has_a_run_file():
         parameters, _ = _loaded(path)
         model = parameters["model"]
         for paper in papers_of(parameters, run["pipelines"]):
-            covered.setdefault((paper, run["env"]), set()).add(architecture_tag(model["name"], model["params"]))
+            covered.setdefault((paper, run["env"]), set()).add(
+                architecture_tag(model["name"], model["params"])
+            )
     expected = {
         (paper, dataset): set(entry["architectures"])
         for paper in ("focal_meta", "mukhoti", "karandikar", "wang", "singh")
@@ -133,12 +155,22 @@ def test_singh_decays_ce_erl_and_mixup_by_5_and_the_others_by_10():
     parameters, _ = parameters_of(run)
     structure = parse_structure(parameters)
     decay = {
-        method: structure.methods[method].training.get("lr_decay", parameters["training"]["lr_decay"])
+        method: structure.methods[method].training.get(
+            "lr_decay", parameters["training"]["lr_decay"]
+        )
         for method in structure.studies["dark_side"].methods
     }
-    assert decay == {"ce": 0.2, "erl": 0.2, "mixup": 0.2, "ls_epsilon_0p05": 0.1, "focal_gamma_3": 0.1}
+    assert decay == {
+        "ce": 0.2,
+        "erl": 0.2,
+        "mixup": 0.2,
+        "ls_epsilon_0p05": 0.1,
+        "focal_gamma_3": 0.1,
+    }
     assert structure.studies["dark_side"].seeds == (0, 1, 2), "3 trials"
-    assert structure.methods["erl"].objective == "entropy_regularized", "a method keeps its own keys"
+    assert structure.methods["erl"].objective == "entropy_regularized", (
+        "a method keeps its own keys"
+    )
 
 
 def test_wang_on_cifar100_excludes_the_l1_settings_the_paper_discards():
@@ -148,11 +180,15 @@ def test_wang_on_cifar100_excludes_the_l1_settings_the_paper_discards():
     table = parameters["studies"]["calibratability"]["reports"]["calibratability_table"]
     assert table["exclude"] == ["l1_norm_alpha_0p05", "l1_norm_alpha_0p1"]
     assert table["calibrators"] == ["ts_grid_wang", "hist_binning"], "the base options are kept"
-    assert "validation_size_sweep" in parameters["studies"]["calibratability"]["reports"], "other reports kept"
+    assert "validation_size_sweep" in parameters["studies"]["calibratability"]["reports"], (
+        "other reports kept"
+    )
     members = parse_structure(parameters).studies["calibratability"].methods
     assert set(table["exclude"]) <= set(members)
     cifar10, _ = _loaded(PROJECT / "paper_runs" / "cifar10" / "calibratability_resnet32.yml")
-    assert "exclude" not in cifar10["studies"]["calibratability"]["reports"]["calibratability_table"]
+    assert (
+        "exclude" not in cifar10["studies"]["calibratability"]["reports"]["calibratability_table"]
+    )
 
 
 def test_kedro_run_config_hands_the_file_to_the_session():
@@ -162,7 +198,9 @@ def test_kedro_run_config_hands_the_file_to_the_session():
     session = mock.MagicMock()
     with mock.patch.object(KedroSession, "create") as create:
         create.return_value.__enter__.return_value = session
-        result = CliRunner().invoke(kedro_project_cli.run, [f"--config={path}"], obj=mock.MagicMock())
+        result = CliRunner().invoke(
+            kedro_project_cli.run, [f"--config={path}"], obj=mock.MagicMock()
+        )
     assert result.exit_code == 0, result.output
     kwargs = create.call_args.kwargs
     assert kwargs["env"] == "cifar10"
@@ -209,5 +247,7 @@ def test_a_cifar100_run_file_differs_from_its_cifar10_twin_only_in_the_env():
 def test_two_templates_writing_one_file_are_refused(monkeypatch):
     generate = generator()
     monkeypatch.setattr(generate, "PROTOCOLS", generate.PROTOCOLS + generate.PROTOCOLS[:1])
-    with pytest.raises(ValueError, match="two templates write paper_runs/cifar10/focal_meta_resnet18"):
+    with pytest.raises(
+        ValueError, match="two templates write paper_runs/cifar10/focal_meta_resnet18"
+    ):
         generate.run_files()

@@ -44,7 +44,11 @@ def test_duplicate_registration_fails():
     ("value", "kwargs", "message"),
     [
         (-1, {"low": 0}, r"gamma must be in \[0, inf\), got -1"),
-        (1.0, {"low": 0, "high": 1, "high_inclusive": False}, r"gamma must be in \[0, 1\), got 1.0"),
+        (
+            1.0,
+            {"low": 0, "high": 1, "high_inclusive": False},
+            r"gamma must be in \[0, 1\), got 1.0",
+        ),
         ("x", {}, "gamma must be a number"),
         (float("nan"), {}, "gamma must be a finite number, got nan"),
         (math.inf, {"low": 0}, "gamma must be a finite number, got inf"),
@@ -130,7 +134,11 @@ def test_the_catalogs_dataset_settings_cannot_be_changed_by_params():
     globals_ = {"dataset": {"name": "digits", "download": False}}
     check_catalog_dataset({"dataset": {"name": "digits"}}, globals_)
     check_catalog_dataset({"dataset": {"name": "digits", "download": False}}, globals_)
-    with pytest.raises(ValueError, match=r"dataset.download True differs from the catalog's \(False, set in"):
+    with pytest.raises(
+        ValueError, match=r"dataset.download True differs from the catalog's \(False, set in"
+    ):
         check_catalog_dataset({"dataset": {"name": "digits", "download": True}}, globals_)
-    with pytest.raises(ValueError, match="dataset.name 'mnist' differs from the dataset the catalog loads"):
+    with pytest.raises(
+        ValueError, match="dataset.name 'mnist' differs from the dataset the catalog loads"
+    ):
         check_catalog_dataset({"dataset": {"name": "mnist"}}, globals_)

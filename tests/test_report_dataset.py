@@ -43,13 +43,21 @@ def test_a_save_writes_each_artifact_by_type_and_a_load_reads_them_back(tmp_path
     figure, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     table = pd.DataFrame({"method": ["CE", "FL"], "ece": [0.031, 0.012]})
-    dataset = ReportDataset(filepath=str(tmp_path / "report"), version=Version(None, "2026-11-26T01.00.00.000Z"))
+    dataset = ReportDataset(
+        filepath=str(tmp_path / "report"), version=Version(None, "2026-11-26T01.00.00.000Z")
+    )
     assert dataset.saved_folder is None
     dataset.save({"table": table, "note": "# Summary\n", "figure": figure, "meta": {"bins": [15]}})
     folder = dataset.saved_folder
     assert folder == tmp_path / "report" / "2026-11-26T01.00.00.000Z" / "report"
     assert sorted(p.name for p in folder.iterdir()) == [
-        ".manifest.json", "figure.png", "meta.json", "note.md", "table.csv", "table.md", "table.tex"
+        ".manifest.json",
+        "figure.png",
+        "meta.json",
+        "note.md",
+        "table.csv",
+        "table.md",
+        "table.tex",
     ]
     assert sorted(p.name for p in folder.parent.iterdir()) == ["report"]  # no temporary left
     assert not plt.fignum_exists(figure.number)  # closed once written
@@ -60,7 +68,9 @@ def test_a_save_writes_each_artifact_by_type_and_a_load_reads_them_back(tmp_path
 
 
 def test_an_unsupported_artifact_is_refused_with_its_name(tmp_path):
-    dataset = ReportDataset(filepath=str(tmp_path / "report"), version=Version(None, "2026-11-26T01.00.00.000Z"))
+    dataset = ReportDataset(
+        filepath=str(tmp_path / "report"), version=Version(None, "2026-11-26T01.00.00.000Z")
+    )
     with pytest.raises(DatasetError, match="report artifact 'weights' has unsupported type int"):
         dataset.save({"weights": 3})
 

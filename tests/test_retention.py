@@ -23,14 +23,27 @@ VERSIONS = ["2026-11-20T10.00.00.000Z", "2026-11-21T10.00.00.000Z", "2026-11-22T
 def data_dir(tmp_path):
     data = tmp_path / "data"
     for version in VERSIONS:
-        (data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / version).mkdir(parents=True)
-        (data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / version / "checkpoint.pt").write_bytes(b"x" * 1000)
+        (data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / version).mkdir(
+            parents=True
+        )
+        (
+            data
+            / "06_models"
+            / "digits"
+            / "ce"
+            / "seed_0"
+            / "checkpoint.pt"
+            / version
+            / "checkpoint.pt"
+        ).write_bytes(b"x" * 1000)
         report = data / "08_reporting" / "digits" / "focal" / "summary" / version / "summary"
         report.mkdir(parents=True)
         (report / "summary.csv").write_text("a,b\n")
     # the newest run wrote only a report: its version is kept by that artifact alone
     newest = "2026-11-23T10.00.00.000Z"
-    (data / "08_reporting" / "digits" / "focal" / "summary" / newest / "summary").mkdir(parents=True)
+    (data / "08_reporting" / "digits" / "focal" / "summary" / newest / "summary").mkdir(
+        parents=True
+    )
     (data / "01_raw" / "digits" / VERSIONS[0]).mkdir(parents=True)  # looks versioned, is user data
     (data / "02_intermediate" / "digits").mkdir(parents=True)
     (data / "02_intermediate" / "digits" / "split_standard.json").write_text("{}")
@@ -61,9 +74,15 @@ def test_kept_versions_keep_the_versions_of_earlier_stages_they_were_made_from(t
     v = [f"2026-11-2{day}T10.00.00.000Z" for day in range(6)]
     data = tmp_path / "data"
     split = "02_intermediate/digits/splits/standard.json"
-    checkpoint, logits = "06_models/digits/ce/seed_0/checkpoint.pt", "07_model_output/digits/ce/seed_0/logits.pt"
+    checkpoint, logits = (
+        "06_models/digits/ce/seed_0/checkpoint.pt",
+        "07_model_output/digits/ce/seed_0/logits.pt",
+    )
     other_checkpoint = "06_models/digits/focal/seed_0/checkpoint.pt"
-    report, fashion_split = "08_reporting/digits/focal/summary", "02_intermediate/fashion_mnist/splits/standard.json"
+    report, fashion_split = (
+        "08_reporting/digits/focal/summary",
+        "02_intermediate/fashion_mnist/splits/standard.json",
+    )
     version_folders(
         data,
         (split, [v[0], v[2], v[3], v[4]]),  # the split was remade by later runs
@@ -74,8 +93,12 @@ def test_kept_versions_keep_the_versions_of_earlier_stages_they_were_made_from(t
         (fashion_split, [v[0], v[1]]),
     )
     todo = plan(data, keep=1)
-    kept = {str(folder.relative_to(data)): sorted(set(folder_versions(folder)) - set(todo.delete.get(folder, [])))
-            for folder in versioned_folders(data)}
+    kept = {
+        str(folder.relative_to(data)): sorted(
+            set(folder_versions(folder)) - set(todo.delete.get(folder, []))
+        )
+        for folder in versioned_folders(data)
+    }
     assert kept == {
         # v4 newest; v0 read by the kept ce checkpoint, v2 by the kept logits, v3 by focal's checkpoint
         split: [v[0], v[2], v[3], v[4]],
@@ -94,20 +117,32 @@ def folder_versions(folder):
 
 def test_lineage_of_the_catalog_layout(tmp_path):
     data = tmp_path
-    assert lineage(data / "02_intermediate/digits/splits/meta.json", data) == Lineage(0, "digits", None)
-    assert lineage(data / "07_model_output/digits/ce/seed_1/shift_logits.pt", data) == Lineage(2, "digits", ("ce", "seed_1"))
-    assert lineage(data / "06_models/digits/ce/seed_1/calibrators.pt", data) == Lineage(3, "digits", ("ce", "seed_1"))
+    assert lineage(data / "02_intermediate/digits/splits/meta.json", data) == Lineage(
+        0, "digits", None
+    )
+    assert lineage(data / "07_model_output/digits/ce/seed_1/shift_logits.pt", data) == Lineage(
+        2, "digits", ("ce", "seed_1")
+    )
+    assert lineage(data / "06_models/digits/ce/seed_1/calibrators.pt", data) == Lineage(
+        3, "digits", ("ce", "seed_1")
+    )
     assert lineage(data / "08_reporting/digits/focal/table_1", data) == Lineage(5, "digits", None)
-    assert lineage(data / "08_reporting/digits/focal/metrics.parquet", data) == Lineage(4, "digits", None)
+    assert lineage(data / "08_reporting/digits/focal/metrics.parquet", data) == Lineage(
+        4, "digits", None
+    )
     # a report is made from its study's metrics table: a kept report keeps the table it read
     assert Lineage(5, "digits", None).reads(Lineage(4, "digits", None))
-    assert lineage(data / "08_reporting/score/mine/metrics.parquet", data) is None  # from a user's file
+    assert (
+        lineage(data / "08_reporting/score/mine/metrics.parquet", data) is None
+    )  # from a user's file
     assert not Lineage(2, "digits", ("ce", "seed_1")).reads(Lineage(1, "digits", ("ce", "seed_0")))
     assert Lineage(4, "digits", None).reads(Lineage(1, "digits", ("ce", "seed_0")))
     assert not Lineage(1, "digits", ("ce", "seed_0")).reads(Lineage(2, "digits", ("ce", "seed_0")))
 
 
-def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow_runs(data_dir, tmp_path, capsys):
+def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow_runs(
+    data_dir, tmp_path, capsys
+):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = mlflow.MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("calib-pipeline")
@@ -118,15 +153,21 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
         for run_id in (parent, child):
             client.set_terminated(run_id, "FINISHED")
         runs[version] = (parent, child)
-    running = client.create_run(experiment, tags={"kedro.run_id": "2020-01-01T00.00.00.000Z"}).info.run_id
+    running = client.create_run(
+        experiment, tags={"kedro.run_id": "2020-01-01T00.00.00.000Z"}
+    ).info.run_id
     # a run of another data folder (CALIB_DATA_DIR elsewhere): its version is not in this one
-    elsewhere = client.create_run(experiment, tags={"kedro.run_id": "2019-05-05T00.00.00.000Z"}).info.run_id
+    elsewhere = client.create_run(
+        experiment, tags={"kedro.run_id": "2019-05-05T00.00.00.000Z"}
+    ).info.run_id
     client.set_terminated(elsewhere, "FINISHED")
 
     assert main(["--keep", "2", "--data", str(data_dir), "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     assert "would delete" in out and "3 version folder(s)" in out and "2 MLflow run(s)" in out
-    assert (data_dir / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / VERSIONS[0]).exists()
+    assert (
+        data_dir / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt" / VERSIONS[0]
+    ).exists()
 
     assert main(["--keep", "2", "--data", str(data_dir), "--tracking-uri", uri, "--apply"]) == 0
     checkpoint = data_dir / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt"
@@ -139,10 +180,15 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
     empty = tmp_path / "other_data"  # pruning another folder touches no run of this one
     empty.mkdir()
     assert main(["--keep", "1", "--data", str(empty), "--tracking-uri", uri]) == 0
-    assert "0 version folder(s), 0 resume state(s), 0 run log(s) and save-version claim(s), 0.0 MiB; 0 MLflow run(s)" in capsys.readouterr().out
+    assert (
+        "0 version folder(s), 0 resume state(s), 0 run log(s) and save-version claim(s), 0.0 MiB; 0 MLflow run(s)"
+        in capsys.readouterr().out
+    )
 
 
-def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only_when_asked(tmp_path, capsys):
+def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only_when_asked(
+    tmp_path, capsys
+):
     import fcntl
 
     import torch
@@ -152,15 +198,28 @@ def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only
     checkpoints = data / "06_models" / "digits" / "ce" / "seed_0" / "checkpoint.pt"
     for version, configuration in ((old, "a0"), (new, "b1")):
         (checkpoints / version).mkdir(parents=True)
-        torch.save({"provenance": {"fingerprint": configuration}, "weights": torch.zeros(3)},
-                   checkpoints / version / "checkpoint.pt")
+        torch.save(
+            {"provenance": {"fingerprint": configuration}, "weights": torch.zeros(3)},
+            checkpoints / version / "checkpoint.pt",
+        )
     resume = data / "06_models" / "digits" / "resume" / "ce" / "seed_0"
-    for configuration, complete in (("a0", True), ("b1", True), ("c2", False), ("d3", True), ("e4", True)):
+    for configuration, complete in (
+        ("a0", True),
+        ("b1", True),
+        ("c2", False),
+        ("d3", True),
+        ("e4", True),
+    ):
         (resume / configuration).mkdir(parents=True)
-        torch.save({"complete": complete, "fingerprint": configuration}, resume / configuration / "latest.pt")
+        torch.save(
+            {"complete": complete, "fingerprint": configuration},
+            resume / configuration / "latest.pt",
+        )
     (resume / "f5").mkdir()
     (resume / "f5" / "latest.pt").write_bytes(b"truncated")
-    other_seed = data / "06_models" / "digits" / "resume" / "ce" / "seed_1" / "g6"  # no checkpoint kept at all
+    other_seed = (
+        data / "06_models" / "digits" / "resume" / "ce" / "seed_1" / "g6"
+    )  # no checkpoint kept at all
     other_seed.mkdir(parents=True)
     torch.save({"complete": True}, other_seed / "latest.pt")
 
@@ -168,7 +227,9 @@ def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only
         fcntl.flock(held, fcntl.LOCK_EX)  # a training of configuration d3 is running
         todo = plan(data, keep=1)
         stale = stale_resume_states(data, todo)
-        assert [p.relative_to(data / "06_models" / "digits" / "resume").as_posix() for p in stale] == [
+        assert [
+            p.relative_to(data / "06_models" / "digits" / "resume").as_posix() for p in stale
+        ] == [
             "ce/seed_0/a0",  # its checkpoint (the old version) is pruned
             "ce/seed_0/e4",  # finished, no checkpoint of it at all
             "ce/seed_1/g6",
@@ -177,7 +238,10 @@ def test_resume_states_of_configurations_no_kept_checkpoint_used_are_pruned_only
         assert main(["--keep", "1", "--data", str(data), "--no-mlflow", "--apply"]) == 0
         assert "1 version folder(s), 0 resume state(s)" in capsys.readouterr().out
         assert (resume / "a0").exists(), "resume states are pruned only with --resume-states"
-        assert main(["--keep", "1", "--data", str(data), "--no-mlflow", "--resume-states", "--apply"]) == 0
+        assert (
+            main(["--keep", "1", "--data", str(data), "--no-mlflow", "--resume-states", "--apply"])
+            == 0
+        )
         assert "0 version folder(s), 3 resume state(s)" in capsys.readouterr().out
     assert sorted(p.name for p in resume.iterdir()) == ["b1", "c2", "d3", "f5"]
     assert not other_seed.exists() and sorted(p.name for p in checkpoints.iterdir()) == [new]
@@ -227,7 +291,9 @@ def test_a_prune_during_a_run_keeps_the_tables_a_kept_report_was_made_from(tmp_p
     assert not todo.delete.get(data / study / "metrics.parquet")
 
 
-def test_pruning_removes_the_logs_and_claims_of_pruned_versions_but_not_a_running_one(tmp_path, capsys):
+def test_pruning_removes_the_logs_and_claims_of_pruned_versions_but_not_a_running_one(
+    tmp_path, capsys
+):
     v = [f"2026-11-2{day}T10.00.00.000Z" for day in range(5)]
     data = tmp_path / "data"
     version_folders(data, ("06_models/digits/ce/seed_0/checkpoint.pt", v[:3]))
@@ -255,7 +321,9 @@ def test_deleting_runs_compacts_the_sqlite_store_and_removes_empty_run_folders(t
     database = tmp_path / "mlflow.db"
     uri = f"sqlite:///{database}"
     client = mlflow.MlflowClient(tracking_uri=uri)
-    experiment = client.create_experiment("calib-pipeline", artifact_location=(tmp_path / "mlruns").as_uri())
+    experiment = client.create_experiment(
+        "calib-pipeline", artifact_location=(tmp_path / "mlruns").as_uri()
+    )
     run = client.create_run(experiment).info.run_id
     client.log_batch(run, params=[mlflow.entities.Param(f"p{i}", "x" * 400) for i in range(100)])
     client.delete_run(run)

@@ -31,7 +31,9 @@ SAVE_VERSION = "2026-11-26T10.00.00.000Z"
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as local:
         yield local.scheduler_address
 
 
@@ -104,107 +106,188 @@ def read_model_after(model: dict[str, int], saved: str) -> int:
 
 
 def log_from_task(value: int) -> int:
-    logging.getLogger("calib_pipeline.test_runner").info("trained %d in process %d", value, os.getpid())
+    logging.getLogger("calib_pipeline.test_runner").info(
+        "trained %d in process %d", value, os.getpid()
+    )
     return value
 
 
 def test_nodes_run_in_dependency_order_and_in_memory_data_crosses_processes(cluster):
-    pipeline = Pipeline([
-        node(double, "params:base", "numbers", name="double"),  # driver
-        node(square_with_pid, "numbers", ["squares", "training_pid"], name="square", tags=["training"]),
-        node(plan, "squares", "shift_plan", name="plan", tags=["shift"]),  # worker to worker
-        node(report, ["shift_plan", "training_pid"], "result", name="report"),  # back on the driver
-    ])
+    pipeline = Pipeline(
+        [
+            node(double, "params:base", "numbers", name="double"),  # driver
+            node(
+                square_with_pid,
+                "numbers",
+                ["squares", "training_pid"],
+                name="square",
+                tags=["training"],
+            ),
+            node(plan, "squares", "shift_plan", name="plan", tags=["shift"]),  # worker to worker
+            node(
+                report, ["shift_plan", "training_pid"], "result", name="report"
+            ),  # back on the driver
+        ]
+    )
     catalog = DataCatalog(datasets={"params:base": MemoryDataset(3)})
     total, training_pid, report_pid = run(pipeline, catalog, cluster)["result"].load()
     assert total == 3 * 3 + 6 * 6
-    assert report_pid == os.getpid() and training_pid != os.getpid(), "training ran in a worker process"
+    assert report_pid == os.getpid() and training_pid != os.getpid(), (
+        "training ran in a worker process"
+    )
 
 
 def test_independent_nodes_run_concurrently(cluster, tmp_path):
-    pipeline = Pipeline([
-        node(wait_for_partner, ["params:folder", "params:a", "params:b"], "pid_a", name="a", tags=["training"]),
-        node(wait_for_partner, ["params:folder", "params:b", "params:a"], "pid_b", name="b", tags=["training"]),
-    ])
-    catalog = DataCatalog(datasets={
-        "params:folder": MemoryDataset(str(tmp_path)), "params:a": MemoryDataset("a"), "params:b": MemoryDataset("b"),
-    })
+    pipeline = Pipeline(
+        [
+            node(
+                wait_for_partner,
+                ["params:folder", "params:a", "params:b"],
+                "pid_a",
+                name="a",
+                tags=["training"],
+            ),
+            node(
+                wait_for_partner,
+                ["params:folder", "params:b", "params:a"],
+                "pid_b",
+                name="b",
+                tags=["training"],
+            ),
+        ]
+    )
+    catalog = DataCatalog(
+        datasets={
+            "params:folder": MemoryDataset(str(tmp_path)),
+            "params:a": MemoryDataset("a"),
+            "params:b": MemoryDataset("b"),
+        }
+    )
     outputs = run(pipeline, catalog, cluster)
     assert outputs["pid_a"].load() != outputs["pid_b"].load(), "two workers, one task each"
 
 
 def test_a_failing_node_fails_the_run_with_its_own_error_and_worker_traceback(cluster, tmp_path):
     downstream = TorchDataset(filepath=str(tmp_path / "after.pt"))
-    pipeline = Pipeline([
-        node(failing_training, "params:value", "trained", name="train", tags=["training"]),
-        node(read_model_file, "trained", "after", name="after"),
-    ])
+    pipeline = Pipeline(
+        [
+            node(failing_training, "params:value", "trained", name="train", tags=["training"]),
+            node(read_model_file, "trained", "after", name="after"),
+        ]
+    )
     catalog = DataCatalog(datasets={"params:value": MemoryDataset(1), "after": downstream})
     with pytest.raises(ValueError, match="unknown calibrator 'tsx'") as raised:
         run(pipeline, catalog, cluster)
     frames = [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
-    assert frames[-2:] == ["failing_training", "_check_calibrator"], "the worker's frames, up to the raise"
+    assert frames[-2:] == ["failing_training", "_check_calibrator"], (
+        "the worker's frames, up to the raise"
+    )
     assert not downstream.exists(), "nothing downstream of the failure runs"
 
 
-def test_outputs_share_the_session_save_version_and_the_driver_loads_the_new_ones(cluster, tmp_path):
+def test_outputs_share_the_session_save_version_and_the_driver_loads_the_new_ones(
+    cluster, tmp_path
+):
     def versioned(name: str) -> TorchDataset:
         return TorchDataset(filepath=str(tmp_path / name), version=Version(None, SAVE_VERSION))
 
     old = tmp_path / "model.pt" / "2000-01-01T00.00.00.000Z" / "model.pt"
     TorchDataset(filepath=str(old)).save({"weights": -1})
-    catalog = DataCatalog(datasets={"params:value": MemoryDataset(7), "model": versioned("model.pt"),
-                                    "other": versioned("other.pt")})
-    assert catalog.load("model") == {"weights": -1}  # the driver now holds "latest" = the old version
-    pipeline = Pipeline([
-        node(train_model_file, "params:value", "model", name="train", tags=["training"]),
-        node(train_model_file, "params:value", "other", name="logits", tags=["logits"]),
-        node(read_model_file, "model", "seen", name="read"),
-    ])
-    assert run(pipeline, catalog, cluster)["seen"].load() == 7, "the worker's version, not a cached one"
-    assert sorted(p.name for p in (tmp_path / "model.pt").iterdir()) == ["2000-01-01T00.00.00.000Z", SAVE_VERSION]
+    catalog = DataCatalog(
+        datasets={
+            "params:value": MemoryDataset(7),
+            "model": versioned("model.pt"),
+            "other": versioned("other.pt"),
+        }
+    )
+    assert catalog.load("model") == {
+        "weights": -1
+    }  # the driver now holds "latest" = the old version
+    pipeline = Pipeline(
+        [
+            node(train_model_file, "params:value", "model", name="train", tags=["training"]),
+            node(train_model_file, "params:value", "other", name="logits", tags=["logits"]),
+            node(read_model_file, "model", "seen", name="read"),
+        ]
+    )
+    assert run(pipeline, catalog, cluster)["seen"].load() == 7, (
+        "the worker's version, not a cached one"
+    )
+    assert sorted(p.name for p in (tmp_path / "model.pt").iterdir()) == [
+        "2000-01-01T00.00.00.000Z",
+        SAVE_VERSION,
+    ]
     assert [p.name for p in (tmp_path / "other.pt").iterdir()] == [SAVE_VERSION]
 
 
 def test_a_run_reads_its_own_versions_not_newer_ones_another_run_saved_meanwhile(cluster, tmp_path):
     path = str(tmp_path / "model.pt")
-    catalog = DataCatalog(datasets={
-        "params:value": MemoryDataset(7), "params:path": MemoryDataset(path),
-        "model": TorchDataset(filepath=path, version=Version(None, SAVE_VERSION)),
-    })
-    pipeline = Pipeline([
-        node(train_model_file, "params:value", "model", name="train", tags=["training"]),
-        node(save_as_another_run, ["params:path", "model"], "saved", name="other_run"),
-        node(read_model_after, ["model", "saved"], "seen_in_worker", name="logits", tags=["logits"]),
-        node(read_model_after, ["model", "saved"], "seen_in_driver", name="report"),
-    ])
+    catalog = DataCatalog(
+        datasets={
+            "params:value": MemoryDataset(7),
+            "params:path": MemoryDataset(path),
+            "model": TorchDataset(filepath=path, version=Version(None, SAVE_VERSION)),
+        }
+    )
+    pipeline = Pipeline(
+        [
+            node(train_model_file, "params:value", "model", name="train", tags=["training"]),
+            node(save_as_another_run, ["params:path", "model"], "saved", name="other_run"),
+            node(
+                read_model_after,
+                ["model", "saved"],
+                "seen_in_worker",
+                name="logits",
+                tags=["logits"],
+            ),
+            node(read_model_after, ["model", "saved"], "seen_in_driver", name="report"),
+        ]
+    )
     outputs = run(pipeline, catalog, cluster)
     assert (outputs["seen_in_worker"].load(), outputs["seen_in_driver"].load()) == (7, 7)
     assert sorted(p.name for p in (tmp_path / "model.pt").iterdir()) == [SAVE_VERSION, ANOTHER_RUN]
 
     # a later run that does not make the model reads the latest version, whoever saved it
-    later = DataCatalog(datasets={
-        "saved": MemoryDataset("saved"),
-        "model": TorchDataset(filepath=path, version=Version(None, "2100-01-01T00.00.00.000Z")),
-    })
-    reader = Pipeline([node(read_model_after, ["model", "saved"], "seen", name="logits", tags=["logits"])])
+    later = DataCatalog(
+        datasets={
+            "saved": MemoryDataset("saved"),
+            "model": TorchDataset(filepath=path, version=Version(None, "2100-01-01T00.00.00.000Z")),
+        }
+    )
+    reader = Pipeline(
+        [node(read_model_after, ["model", "saved"], "seen", name="logits", tags=["logits"])]
+    )
     assert run(reader, later, cluster)["seen"].load() == -99
 
 
-def test_inputs_of_earlier_runs_are_read_at_the_versions_latest_when_the_run_started(cluster, tmp_path):
+def test_inputs_of_earlier_runs_are_read_at_the_versions_latest_when_the_run_started(
+    cluster, tmp_path
+):
     from calib_pipeline.hooks import OwnVersionsHook
 
     path = str(tmp_path / "model.pt")
-    TorchDataset(filepath=path, version=Version(None, "2026-11-25T10.00.00.000Z")).save({"weights": 5})
-    catalog = DataCatalog(datasets={
-        "params:path": MemoryDataset(path),
-        "model": TorchDataset(filepath=path, version=Version(None, SAVE_VERSION)),
-    })
-    pipeline = Pipeline([
-        node(save_as_another_run, ["params:path", "params:path"], "saved", name="other_run"),
-        node(read_model_after, ["model", "saved"], "seen_in_worker", name="logits", tags=["logits"]),
-        node(read_model_after, ["model", "saved"], "seen_in_driver", name="report"),
-    ])
+    TorchDataset(filepath=path, version=Version(None, "2026-11-25T10.00.00.000Z")).save(
+        {"weights": 5}
+    )
+    catalog = DataCatalog(
+        datasets={
+            "params:path": MemoryDataset(path),
+            "model": TorchDataset(filepath=path, version=Version(None, SAVE_VERSION)),
+        }
+    )
+    pipeline = Pipeline(
+        [
+            node(save_as_another_run, ["params:path", "params:path"], "saved", name="other_run"),
+            node(
+                read_model_after,
+                ["model", "saved"],
+                "seen_in_worker",
+                name="logits",
+                tags=["logits"],
+            ),
+            node(read_model_after, ["model", "saved"], "seen_in_driver", name="report"),
+        ]
+    )
     OwnVersionsHook().before_pipeline_run({}, pipeline, catalog)  # as the session calls it
     outputs = run(pipeline, catalog, cluster)
     assert (outputs["seen_in_worker"].load(), outputs["seen_in_driver"].load()) == (5, 5)
@@ -244,17 +327,29 @@ def test_hooks_with_a_worker_copy_see_remote_nodes_in_the_worker_and_report_to_t
     hooks = DriverSideHook()
     hook_manager = create_hook_manager()
     hook_manager.register(hooks)
-    pipeline = Pipeline([
-        node(double, "params:base", "numbers", name="double"),
-        node(square_with_pid, "numbers", ["squares", "training_pid"], name="square", tags=["training"]),
-    ])
-    outputs = run(pipeline, DataCatalog(datasets={"params:base": MemoryDataset(2)}), cluster, hook_manager)
+    pipeline = Pipeline(
+        [
+            node(double, "params:base", "numbers", name="double"),
+            node(
+                square_with_pid,
+                "numbers",
+                ["squares", "training_pid"],
+                name="square",
+                tags=["training"],
+            ),
+        ]
+    )
+    outputs = run(
+        pipeline, DataCatalog(datasets={"params:base": MemoryDataset(2)}), cluster, hook_manager
+    )
     assert hooks.local == ["double"], "the driver's hooks see the driver's nodes"
     assert hooks.reports == [[("square", outputs["training_pid"].load())]]
 
 
 def test_log_records_of_a_task_are_logged_by_the_driver(cluster, caplog):
-    pipeline = Pipeline([node(log_from_task, "params:value", "done", name="train", tags=["training"])])
+    pipeline = Pipeline(
+        [node(log_from_task, "params:value", "done", name="train", tags=["training"])]
+    )
     with caplog.at_level(logging.INFO, logger="calib_pipeline"):
         run(pipeline, DataCatalog(datasets={"params:value": MemoryDataset(5)}), cluster)
     messages = [r.getMessage() for r in caplog.records if r.name == "calib_pipeline.test_runner"]
@@ -271,18 +366,32 @@ def test_a_pipeline_without_remote_nodes_needs_no_cluster():
 
 def test_each_task_holds_one_gpu_where_workers_declare_gpus():
     with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=True, resources={"GPU": 1}, dashboard_address=":0"
+        n_workers=1,
+        threads_per_worker=2,
+        processes=True,
+        resources={"GPU": 1},
+        dashboard_address=":0",
     ) as one_gpu:
-        pipeline = Pipeline([
-            node(timed_sleep, "params:seconds", "first", name="first", tags=["training"]),
-            node(timed_sleep, "params:seconds", "second", name="second", tags=["training"]),
-        ])
-        outputs = run(pipeline, DataCatalog(datasets={"params:seconds": MemoryDataset(0.5)}), one_gpu.scheduler_address)
-    (start_a, end_a), (start_b, end_b) = sorted([outputs["first"].load(), outputs["second"].load()])
+        pipeline = Pipeline(
+            [
+                node(timed_sleep, "params:seconds", "first", name="first", tags=["training"]),
+                node(timed_sleep, "params:seconds", "second", name="second", tags=["training"]),
+            ]
+        )
+        outputs = run(
+            pipeline,
+            DataCatalog(datasets={"params:seconds": MemoryDataset(0.5)}),
+            one_gpu.scheduler_address,
+        )
+    (_start_a, end_a), (start_b, _end_b) = sorted(
+        [outputs["first"].load(), outputs["second"].load()]
+    )
     assert start_b >= end_a, "two threads but one GPU: the tasks ran one after the other"
 
 
-@pytest.mark.parametrize(("workers", "message"), [(0, "at least 1"), (1.5, "whole number"), ("2", "whole number")])
+@pytest.mark.parametrize(
+    ("workers", "message"), [(0, "at least 1"), (1.5, "whole number"), ("2", "whole number")]
+)
 def test_bad_worker_counts_are_refused(workers, message):
     with pytest.raises(ValueError, match=message):
         DaskRunner(workers=workers)
@@ -299,7 +408,9 @@ def test_workers_cannot_size_an_existing_cluster_named_by_dask_config(monkeypatc
 def test_local_cluster_has_one_single_threaded_worker_per_gpu_each_declaring_it(monkeypatch):
     made = []
     monkeypatch.setattr(runner_module, "visible_gpu_count", lambda: 4)
-    monkeypatch.setitem(sys.modules, "dask_cuda", SimpleNamespace(LocalCUDACluster=lambda **kw: made.append(kw)))
+    monkeypatch.setitem(
+        sys.modules, "dask_cuda", SimpleNamespace(LocalCUDACluster=lambda **kw: made.append(kw))
+    )
     local_cluster(None, needed=10)
     local_cluster(None, needed=2)  # two remote nodes: two GPUs are enough
     local_cluster(3, needed=10)
@@ -313,7 +424,10 @@ def test_local_cluster_has_one_single_threaded_worker_per_gpu_each_declaring_it(
 def test_gpus_without_dask_cuda_fail_with_the_install_command(monkeypatch):
     monkeypatch.setattr(runner_module, "visible_gpu_count", lambda: 2)
     monkeypatch.setitem(sys.modules, "dask_cuda", None)  # as if not installed
-    with pytest.raises(RuntimeError, match=r"2 GPU\(s\) are visible but dask-cuda is not installed: pip install -e '.\[gpu\]'"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"2 GPU\(s\) are visible but dask-cuda is not installed: pip install -e '.\[gpu\]'",
+    ):
         local_cluster(None, needed=1)
 
 
@@ -333,7 +447,9 @@ def baseline_runs(tmp_path_factory):
     for name, runner in (("sequential", ()), ("dask", DASK)):
         data_dir, tracking = root / name, f"sqlite:///{root}/{name}.db"
         result = kedro("--pipelines=baseline", *runner, data_dir=data_dir, tracking=tracking)
-        runs[name] = SimpleNamespace(data=data_dir, tracking=tracking, output=result.stdout + result.stderr)
+        runs[name] = SimpleNamespace(
+            data=data_dir, tracking=tracking, output=result.stdout + result.stderr
+        )
     return runs
 
 
@@ -341,7 +457,11 @@ def saved_versions(data_dir: Path) -> dict[str, set[str]]:
     """Artifact folder (relative) -> the save versions under it."""
     found: dict[str, set[str]] = {}
     for folder in data_dir.rglob("*"):
-        if folder.is_dir() and VERSION.match(folder.name) and folder.parent.name != ".save_versions":
+        if (
+            folder.is_dir()
+            and VERSION.match(folder.name)
+            and folder.parent.name != ".save_versions"
+        ):
             found.setdefault(str(folder.parent.relative_to(data_dir)), set()).add(folder.name)
     return found
 
@@ -352,7 +472,11 @@ def nested_runs(tracking: str) -> tuple[object, dict[str, object]]:
     client = mlflow.MlflowClient(tracking_uri=tracking)
     runs = client.search_runs([client.get_experiment_by_name("calib-pipeline").experiment_id])
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = {r.data.tags["method"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    children = {
+        r.data.tags["method"]: r
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    }
     assert len(children) == len(runs) - 1, "every other run is nested under the parent"
     return parent, children
 
@@ -368,37 +492,62 @@ def test_a_dask_run_scores_exactly_as_the_sequential_run(baseline_runs):
     from tests.test_faults import latest_table
 
     dask = latest_table(baseline_runs["dask"].data, "baseline")
-    pd.testing.assert_frame_equal(dask, latest_table(baseline_runs["sequential"].data, "baseline"), check_exact=True)
+    pd.testing.assert_frame_equal(
+        dask, latest_table(baseline_runs["sequential"].data, "baseline"), check_exact=True
+    )
     assert len(dask) > 0 and set(dask["method"]) == {"ce", "ls_epsilon_0p05", "focal_gamma_3"}
 
 
 @pytest.mark.slow
 def test_every_artifact_of_a_dask_run_is_saved_under_the_runs_one_version(baseline_runs):
     dask = saved_versions(baseline_runs["dask"].data)
-    assert dask.keys() == saved_versions(baseline_runs["sequential"].data).keys(), "the same artifacts"
-    assert any("shift_logits.pt" in folder for folder in dask) and any("checkpoint.pt" in folder for folder in dask)
-    assert len(set().union(*dask.values())) == 1, f"one save version across workers and driver: {dask}"
+    assert dask.keys() == saved_versions(baseline_runs["sequential"].data).keys(), (
+        "the same artifacts"
+    )
+    assert any("shift_logits.pt" in folder for folder in dask) and any(
+        "checkpoint.pt" in folder for folder in dask
+    )
+    assert len(set().union(*dask.values())) == 1, (
+        f"one save version across workers and driver: {dask}"
+    )
 
 
 @pytest.mark.slow
-def test_mlflow_shows_a_dask_run_as_the_sequential_run_with_training_in_worker_processes(baseline_runs):
+def test_mlflow_shows_a_dask_run_as_the_sequential_run_with_training_in_worker_processes(
+    baseline_runs,
+):
     parent, children = nested_runs(baseline_runs["dask"].tracking)
     reference_parent, reference = nested_runs(baseline_runs["sequential"].tracking)
-    assert parent.info.status == "FINISHED" and parent.data.params["kedro.runner"] == "calib_pipeline.runner.DaskRunner"
+    assert (
+        parent.info.status == "FINISHED"
+        and parent.data.params["kedro.runner"] == "calib_pipeline.runner.DaskRunner"
+    )
     assert sorted(children) == sorted(reference) == ["ce", "focal_gamma_3", "ls_epsilon_0p05"]
     for method, child in children.items():
         assert child.info.status == "FINISHED" and child.info.run_name == f"{method} seed 0"
         assert child.data.params == reference[method].data.params
         metrics = {k: v for k, v in child.data.metrics.items() if k not in TIMINGS}
-        assert metrics == {k: v for k, v in reference[method].data.metrics.items() if k not in TIMINGS}
-        assert child.data.tags["calib.pid"] != parent.data.tags["calib.pid"], "trained in a worker process"
+        assert metrics == {
+            k: v for k, v in reference[method].data.metrics.items() if k not in TIMINGS
+        }
+        assert child.data.tags["calib.pid"] != parent.data.tags["calib.pid"], (
+            "trained in a worker process"
+        )
     assert reference[method].data.tags["calib.pid"] == reference_parent.data.tags["calib.pid"]
     run_log = next((baseline_runs["dask"].data / "logs").glob("*.log")).read_text()
     assert "ce seed 0: val acc" in run_log, "worker logs reach the driver (and its run log)"
-    node_lines = [line for line in baseline_runs["dask"].output.splitlines() if re.match(r"\[\s*\d+/\d+\] ", line)]
-    assert any("ce.train_seed_0" in line and "(process " in line for line in node_lines), "a worker's node line"
+    node_lines = [
+        line
+        for line in baseline_runs["dask"].output.splitlines()
+        if re.match(r"\[\s*\d+/\d+\] ", line)
+    ]
+    assert any("ce.train_seed_0" in line and "(process " in line for line in node_lines), (
+        "a worker's node line"
+    )
     names = [re.match(r"\[\s*\d+/\d+\] (\S+)", line).group(1) for line in node_lines]
-    assert len(names) == len(set(names)) == int(node_lines[-1].split("]")[0].split("/")[1]), "one line per node"
+    assert len(names) == len(set(names)) == int(node_lines[-1].split("]")[0].split("/")[1]), (
+        "one line per node"
+    )
 
 
 @pytest.fixture
@@ -412,10 +561,25 @@ def mlflow_server(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/server.db",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     uri, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 180
     while True:
@@ -423,7 +587,9 @@ def mlflow_server(tmp_path):
             urllib.request.urlopen(f"{uri}/health", timeout=2)
             break
         except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "the MLflow server did not start"
+            assert server.poll() is None and time.monotonic() < deadline, (
+                "the MLflow server did not start"
+            )
             time.sleep(0.5)
     yield uri
     os.killpg(server.pid, signal.SIGTERM)
@@ -431,19 +597,31 @@ def mlflow_server(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback(tmp_path, mlflow_server):
+def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback(
+    tmp_path, mlflow_server
+):
     from tests.test_end_to_end import kedro
 
     blocked = tmp_path / "data" / "06_models" / "test" / "resume" / "ce" / "seed_0"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where ce's resume folder must go")  # its training cannot start
-    result = kedro("--pipelines=baseline", *DASK, data_dir=tmp_path / "data", tracking=mlflow_server, check=False)
+    result = kedro(
+        "--pipelines=baseline",
+        *DASK,
+        data_dir=tmp_path / "data",
+        tracking=mlflow_server,
+        check=False,
+    )
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0
     assert result.stderr.startswith("FAILED NotADirectoryError") and "resume/ce/seed_0" in output
-    assert "where: node ce.train_seed_0 on " in output, "the failure report names the node and its worker"
+    assert "where: node ce.train_seed_0 on " in output, (
+        "the failure report names the node and its worker"
+    )
     run_log = next((tmp_path / "data" / "logs").glob("*.log")).read_text()
-    assert "checkpoint.py" in run_log and "in lock" in run_log, "the worker's traceback, down to the failing call"
+    assert "checkpoint.py" in run_log and "in lock" in run_log, (
+        "the worker's traceback, down to the failing call"
+    )
     assert not (tmp_path / "data" / "08_reporting").exists(), "nothing downstream ran"
     # with a tracking server the worker wrote its nested run itself, under the driver's parent run
     parent, children = nested_runs(mlflow_server)
@@ -456,22 +634,40 @@ def test_a_task_dask_reruns_after_its_worker_was_lost_does_not_save_twice(cluste
     its outputs are already saved at the run's version, so the rerun does not run the node
     again (saving again would fail the healthy run). Simulated: the outputs exist at the
     run's version before the task runs."""
+
     def versioned(name: str) -> TorchDataset:
         return TorchDataset(filepath=str(tmp_path / name), version=Version(None, SAVE_VERSION))
 
     versioned("model.pt").save({"weights": 7})  # the first attempt's save
-    catalog = DataCatalog(datasets={"params:value": MemoryDataset(99), "model": versioned("model.pt")})
-    pipeline = Pipeline([
-        node(train_model_file, "params:value", "model", name="train", tags=["training"]),
-        node(read_model_file, "model", "seen", name="read"),
-    ])
+    catalog = DataCatalog(
+        datasets={"params:value": MemoryDataset(99), "model": versioned("model.pt")}
+    )
+    pipeline = Pipeline(
+        [
+            node(train_model_file, "params:value", "model", name="train", tags=["training"]),
+            node(read_model_file, "model", "seen", name="read"),
+        ]
+    )
     assert run(pipeline, catalog, cluster)["seen"].load() == 7, "the first attempt's result, kept"
 
-    partial = DataCatalog(datasets={"params:value": MemoryDataset(1), "a": versioned("a.pt"),
-                                    "b": versioned("b.pt")})
+    partial = DataCatalog(
+        datasets={"params:value": MemoryDataset(1), "a": versioned("a.pt"), "b": versioned("b.pt")}
+    )
     versioned("a.pt").save({"weights": 1})  # died between its two saves
-    both = Pipeline([node(lambda v: (train_model_file(v), train_model_file(v)), "params:value",
-                          ["a", "b"], name="train_ab", tags=["training"])])
-    with pytest.raises(Exception, match=r"node train_ab ran again after its worker was lost, but its "
-                       r"earlier attempt in this run saved only \['a'\]"):
+    both = Pipeline(
+        [
+            node(
+                lambda v: (train_model_file(v), train_model_file(v)),
+                "params:value",
+                ["a", "b"],
+                name="train_ab",
+                tags=["training"],
+            )
+        ]
+    )
+    with pytest.raises(
+        Exception,
+        match=r"node train_ab ran again after its worker was lost, but its "
+        r"earlier attempt in this run saved only \['a'\]",
+    ):
         run(both, partial, cluster)

@@ -25,23 +25,44 @@ def latest(folder):
     ("file_name", "kind", "tracked"),
     [("logits.npz", "logits", True), ("probs.pt", "probs", False), ("probs.csv", "probs", False)],
 )
-def test_scoring_a_file_writes_its_metrics_and_reports(tmp_path, monkeypatch, file_name, kind, tracked):
+def test_scoring_a_file_writes_its_metrics_and_reports(
+    tmp_path, monkeypatch, file_name, kind, tracked
+):
     if not tracked:
         monkeypatch.setenv("CALIB_MLFLOW", "off")
     arrays = synthetic(n=200) if kind == "logits" else as_probs(synthetic(n=200))
     path = write(tmp_path / file_name, arrays)
     data_dir, tracking = tmp_path / "data", f"sqlite:///{tmp_path}/mlflow.db"
-    kedro("--pipelines=score", f"--params=predictions.path={path}", data_dir=data_dir, tracking=tracking)
+    kedro(
+        "--pipelines=score",
+        f"--params=predictions.path={path}",
+        data_dir=data_dir,
+        tracking=tracking,
+    )
     out = data_dir / "08_reporting" / "score" / path.stem
     metrics = pd.read_parquet(latest(out / "metrics.parquet") / "metrics.parquet")
     # conf/base: every configured calibrator, evaluation.n_bins 15
-    assert set(metrics["calibrator"]) == {"none", "ts", "ts_grid_mukhoti", "ts_grid_wang", "ts_sb_ece", "ts_fixed", "hist_binning"}
-    expected = calibration_metrics(arrays[f"test_{kind}"], arrays["test_labels"], n_bins=15, inputs=kind)
-    uncalibrated = metrics.query("split == 'test' and calibrator == 'none'").set_index("metric")["value"]
+    assert set(metrics["calibrator"]) == {
+        "none",
+        "ts",
+        "ts_grid_mukhoti",
+        "ts_grid_wang",
+        "ts_sb_ece",
+        "ts_fixed",
+        "hist_binning",
+    }
+    expected = calibration_metrics(
+        arrays[f"test_{kind}"], arrays["test_labels"], n_bins=15, inputs=kind
+    )
+    uncalibrated = metrics.query("split == 'test' and calibrator == 'none'").set_index("metric")[
+        "value"
+    ]
     assert uncalibrated["ece"] == expected["ece"] and uncalibrated["nll"] == expected["nll"]
     summary = (latest(out / "summary") / "summary" / "summary.md").read_text()
     assert summary.startswith(f"# {path.stem} on {file_name}")
-    assert (latest(out / "reliability") / "reliability" / "reliability_15_bins.png").stat().st_size > 10_000
+    assert (
+        latest(out / "reliability") / "reliability" / "reliability_15_bins.png"
+    ).stat().st_size > 10_000
     assert (latest(out / "calibrators.pt") / "calibrators.pt").is_file()
     assert (latest(out / "reliability_bins.parquet") / "reliability_bins.parquet").is_file()
     if tracked:

@@ -30,9 +30,20 @@ def viz(tmp_path_factory) -> Path:
     shutil.copy(PROJECT / "pyproject.toml", project / "pyproject.toml")
     shutil.copytree(PROJECT / "conf", project / "conf")
     shutil.copytree(PROJECT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    env = {**os.environ, "DO_NOT_TRACK": "1", "KEDRO_DISABLE_TELEMETRY": "true", "KEDRO_ENV": "test"}
+    env = {
+        **os.environ,
+        "DO_NOT_TRACK": "1",
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "KEDRO_ENV": "test",
+    }
     result = subprocess.run(
-        [KEDRO, "viz", "build"], check=False, cwd=project, env=env, capture_output=True, text=True, timeout=600
+        [KEDRO, "viz", "build"],
+        check=False,
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return project / "build" / "api"
@@ -47,7 +58,9 @@ def test_the_build_lists_pipelines_and_namespaces(viz):
 
 
 def graph(viz: Path, pipeline: str) -> dict:
-    return json.loads((viz / ("main" if pipeline == "__default__" else f"pipelines/{pipeline}")).read_text())
+    return json.loads(
+        (viz / ("main" if pipeline == "__default__" else f"pipelines/{pipeline}")).read_text()
+    )
 
 
 def consumers_and_producers(graph_: dict) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
@@ -123,21 +136,36 @@ def test_no_dataset_leaves_a_box_and_comes_back_in(viz, pipeline):
         if name == "__root__":
             continue
         for output in box["outputs"]:
-            back_in = [nodes[t]["full_name"] for t in readers.get(output, ())
-                       if name in (nodes[t]["modular_pipelines"] or [])]
+            back_in = [
+                nodes[t]["full_name"]
+                for t in readers.get(output, ())
+                if name in (nodes[t]["modular_pipelines"] or [])
+            ]
             assert not back_in, f"{nodes[output]['name']} leaves {name} and is read by {back_in}"
 
 
 def test_a_study_reads_one_value_per_method(viz):
     graph_ = graph(viz, "focal_meta")
     nodes = {n["id"]: n for n in graph_["nodes"]}
-    root = [nodes[c["id"]]["name"] for c in graph_["modular_pipelines"]["__root__"]["children"]
-            if c["type"] == "data"]
-    methods = [name for name, box in graph_["modular_pipelines"].items() if name not in ("__root__", "focal_meta")]
+    root = [
+        nodes[c["id"]]["name"]
+        for c in graph_["modular_pipelines"]["__root__"]["children"]
+        if c["type"] == "data"
+    ]
+    methods = [
+        name
+        for name, box in graph_["modular_pipelines"].items()
+        if name not in ("__root__", "focal_meta")
+    ]
     # per method: its runs collected for the study, and each run's resume store
-    assert sorted(name for name in root if ".runs_for_" in name) == sorted(f"{m}.runs_for_focal_meta" for m in methods)
+    assert sorted(name for name in root if ".runs_for_" in name) == sorted(
+        f"{m}.runs_for_focal_meta" for m in methods
+    )
     others = {name for name in root if not (".runs_for_" in name or name.endswith(".resume"))}
     # and the study's reports, its final outputs
     assert {name for name in others if not name.startswith("focal_meta.report_")} <= {
-        "raw_data", "split_standard", "split_meta", "run_info",
+        "raw_data",
+        "split_standard",
+        "split_meta",
+        "run_info",
     }

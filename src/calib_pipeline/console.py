@@ -81,7 +81,9 @@ def _is_failure_report(record: logging.LogRecord) -> bool:
     if record.name == "kedro.pipeline.node":
         return record.levelno >= logging.ERROR
     text = str(record.msg)
-    return record.name.startswith("kedro.runner") and ("have not run" in text or "No nodes ran" in text)
+    return record.name.startswith("kedro.runner") and (
+        "have not run" in text or "No nodes ran" in text
+    )
 
 
 class _EarlyRecords(logging.Handler):
@@ -109,7 +111,8 @@ def _console_handlers() -> list[logging.Handler]:
     """Handlers of the configured loggers that write to a stream other than a file."""
     handlers = {id(h): h for lg in _loggers_with_handlers() for h in lg.handlers}
     return [
-        h for h in handlers.values()
+        h
+        for h in handlers.values()
         if not isinstance(h, (logging.FileHandler, _EarlyRecords, logging.NullHandler))
     ]
 
@@ -180,9 +183,12 @@ class ConsoleHook:
         self._open_log(self._version)
         names = run_params.get("pipeline_names") or ["__default__"]
         CONSOLE.info(
-            "kedro run %s, env %s%s: %d node(s), run %s", ",".join(map(str, names)),
-            run_params.get("env") or self._context.get("env"), self._context.get("describe", ""),
-            self._total, self._version,
+            "kedro run %s, env %s%s: %d node(s), run %s",
+            ",".join(map(str, names)),
+            run_params.get("env") or self._context.get("env"),
+            self._context.get("describe", ""),
+            self._total,
+            self._version,
         )
         CONSOLE.info("log: %s", self.log_path)
 
@@ -246,8 +252,12 @@ class ConsoleHook:
 
     @hook_impl
     def after_dataset_saved(self, dataset_name: str, node) -> None:
-        folder = getattr(self._catalog[dataset_name], "saved_folder", None) if self._catalog else None
-        if isinstance(folder, Path) and len(folder.parents) > 2:  # <study>/<report>/<version>/<report>
+        folder = (
+            getattr(self._catalog[dataset_name], "saved_folder", None) if self._catalog else None
+        )
+        if (
+            isinstance(folder, Path) and len(folder.parents) > 2
+        ):  # <study>/<report>/<version>/<report>
             self._reports.setdefault(folder.parents[2], set()).add(folder.name)
         with self._lock:
             pending = self._unsaved.get(node.name)
@@ -268,8 +278,14 @@ class ConsoleHook:
             self._done += 1
             width = len(str(self._total))
             CONSOLE.info(
-                "[%*d/%d] %s  %.1f s%s%s", width, self._done, self._total, name, seconds,
-                f" on {where}" if where else "", f"  {result}" if result else "",
+                "[%*d/%d] %s  %.1f s%s%s",
+                width,
+                self._done,
+                self._total,
+                name,
+                seconds,
+                f" on {where}" if where else "",
+                f"  {result}" if result else "",
             )
 
     @hook_impl
@@ -300,7 +316,11 @@ class ConsoleHook:
     @hook_impl(trylast=True)
     def after_pipeline_run(self, run_params: dict[str, Any]) -> None:
         seconds = time.perf_counter() - self._started
-        repeats = f"; {self.filter.repeats} repeated warning(s) in the log only" if self.filter.repeats else ""
+        repeats = (
+            f"; {self.filter.repeats} repeated warning(s) in the log only"
+            if self.filter.repeats
+            else ""
+        )
         CONSOLE.info("done: %d node(s) in %.1f s%s", self._done, seconds, repeats)
         for folder, reports in sorted(self._reports.items()):
             CONSOLE.info("reports: %s/{%s}/%s/", folder, ",".join(sorted(reports)), self._version)
@@ -320,7 +340,12 @@ class ConsoleHook:
 
     def _log_traceback(self, error: BaseException) -> None:
         record = logging.LogRecord(
-            __name__, logging.ERROR, __file__, 0, "kedro run failed: %s", (_cause(error),),
+            __name__,
+            logging.ERROR,
+            __file__,
+            0,
+            "kedro run failed: %s",
+            (_cause(error),),
             (type(error), error, error.__traceback__),
         )
         self._file.handle(record)
@@ -346,10 +371,11 @@ class ConsoleHook:
             # Kedro calls on_node_error only around a node's function: an input that fails
             # to load (a corrupt file) ends the run here, after other nodes may have saved
             failure = {"node": ", ".join(self._loading), "where": "", "phase": "loading its inputs"}
-        sys.stderr.write(failure_report(error, failure, self._done, self.filter.resume_from, self.log_path))
+        sys.stderr.write(
+            failure_report(error, failure, self._done, self.filter.resume_from, self.log_path)
+        )
         sys.stderr.flush()
         return None
-
 
     def _interrupted_at_exit(self) -> None:
         """A run still open when its process exits: Ctrl-C (the CLI then prints "Aborted!")
@@ -357,8 +383,10 @@ class ConsoleHook:
         file keeps the same line."""
         if self._file is None:
             return
-        line = (f"INTERRUPTED after {self._done} of {self._total} node(s): the same command continues "
-                "(finished trainings are reused, unfinished ones resume from their last epoch)")
+        line = (
+            f"INTERRUPTED after {self._done} of {self._total} node(s): the same command continues "
+            "(finished trainings are reused, unfinished ones resume from their last epoch)"
+        )
         self._file.handle(logging.LogRecord(__name__, logging.ERROR, __file__, 0, line, None, None))
         self._close_log()
         sys.stderr.write(f"{line}\n  log: {self.log_path}\n")
@@ -383,7 +411,12 @@ class _WorkerNodeTimer:
 
     @hook_impl
     def after_node_run(self, node, outputs: dict[str, Any]) -> None:
-        self._report = {"node": node.name, "result": node_result(outputs), "where": _where(), "failed": False}
+        self._report = {
+            "node": node.name,
+            "result": node_result(outputs),
+            "where": _where(),
+            "failed": False,
+        }
 
     @hook_impl
     def on_node_error(self, error: Exception, node) -> None:
@@ -440,10 +473,16 @@ def _training_result(history: Any, checkpoint: dict[str, Any]) -> str:
     then ``(reused: trained earlier)`` or ``(resumed after epoch k)`` where the training
     found a stored state."""
     selected = checkpoint.get("selected_epoch")
-    rows = history[history["epoch"] == selected] if "epoch" in history and selected is not None else history
+    rows = (
+        history[history["epoch"] == selected]
+        if "epoch" in history and selected is not None
+        else history
+    )
     row = (rows if len(rows) else history).iloc[-1]
     accuracies = ", ".join(
-        f"{split} acc {row[f'{split}_accuracy']:.4f}" for split in ("val", "test") if f"{split}_accuracy" in row
+        f"{split} acc {row[f'{split}_accuracy']:.4f}"
+        for split in ("val", "test")
+        if f"{split}_accuracy" in row
     )
     line = f"epoch {int(row['epoch'])} of {len(history)} selected: {accuracies}"
     # imported here: it loads torch, which only a finished training needs
@@ -482,19 +521,25 @@ def failure_report(
     return "\n".join(lines) + "\n"
 
 
-def _where_and_hint(failure: dict[str, Any] | None, nodes_done: int, resume_from: str | None) -> list[str]:
+def _where_and_hint(
+    failure: dict[str, Any] | None, nodes_done: int, resume_from: str | None
+) -> list[str]:
     if failure is None and nodes_done:
         return [
             f"  where: outside any node, after {nodes_done} node(s) finished",
             "  hint: once fixed, rerun the same command: finished trainings are reused",
         ]
     if failure is None:
-        return ["  where: before any node ran (building or checking the pipelines); nothing was written"]
+        return [
+            "  where: before any node ran (building or checking the pipelines); nothing was written"
+        ]
     where = f" on {failure['where']}" if failure.get("where") else ""
     phase = f" while {failure['phase']}" if failure.get("phase") else ""
     lines = [f"  where: node {failure['node']}{where}{phase}, after {nodes_done} node(s) finished"]
     if resume_from and len(resume_from) <= MAX_RESUME_HINT:
-        lines.append(f'  hint: once fixed, resume with the same command plus --from-nodes "{resume_from}"')
+        lines.append(
+            f'  hint: once fixed, resume with the same command plus --from-nodes "{resume_from}"'
+        )
     else:
         lines.append("  hint: once fixed, rerun the same command: finished trainings are reused")
     return lines

@@ -98,8 +98,14 @@ def versioned_load_path(dataset: AbstractVersionedDataset) -> Path:
     if dataset._version is None or path.exists() or path.parent.exists():  # unversioned: as is
         return path  # a version folder without its file is an interrupted write: the loader says so
     root = Path(str(dataset._filepath))
-    saved = sorted((p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                   reverse=True) if root.is_dir() else []
+    saved = (
+        sorted(
+            (p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+            reverse=True,
+        )
+        if root.is_dir()
+        else []
+    )
     raise DatasetError(
         f"{root} has no version {path.parent.name!r}; saved versions (newest first): "
         f"{', '.join(saved[:5]) or 'none'}{', ...' if len(saved) > 5 else ''}"

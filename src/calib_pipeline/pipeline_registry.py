@@ -56,12 +56,16 @@ def stage_pipelines(
     ``dataset`` and ``protocol``."""
     runs = structure.runs(studies)
     return {
-        "data_split": data_split.create_pipeline(sorted({structure.methods[m].split for m, _ in runs})),
+        "data_split": data_split.create_pipeline(
+            sorted({structure.methods[m].split for m, _ in runs})
+        ),
         "training": training.create_pipeline(structure, runs),
         "logits": logits.create_pipeline(structure, runs),
         "posthoc": posthoc.create_pipeline(structure, runs, shifted_val),
         "shift": shift.create_pipeline(structure.shift_runs(studies, shifted_val)),
-        "reporting": reporting.create_pipeline(structure, studies, dataset, shifted_val, protocol=protocol),
+        "reporting": reporting.create_pipeline(
+            structure, studies, dataset, shifted_val, protocol=protocol
+        ),
     }
 
 

@@ -90,7 +90,7 @@ def check_protocol(
         raise ValueError(
             f"env {env!r} does not declare its own protocol: it would write its artifacts under "
             f"protocol {protocol!r}, into the folders of another environment, and mix with its "
-            f"results (the same \"latest\" checkpoints, logits and tables). Add "
+            f'results (the same "latest" checkpoints, logits and tables). Add '
             f"`{PROTOCOL}: {env}` (or another name of its own) to {where}."
         )
     if readable and PROTOCOL in own:
@@ -106,7 +106,9 @@ def check_protocol(
 
 def _check_unique(env: str, protocol: str, conf_source: str | Path) -> None:
     """Refuse a protocol that another environment folder declares too (a copied folder)."""
-    others = sorted(e for e, p in declared_protocols(conf_source).items() if p == protocol and e != env)
+    others = sorted(
+        e for e, p in declared_protocols(conf_source).items() if p == protocol and e != env
+    )
     if others:
         raise ValueError(
             f"env {env!r} runs protocol {protocol!r}, which conf/{others[0]}/{GLOBALS_FILE} "

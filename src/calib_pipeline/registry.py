@@ -87,7 +87,9 @@ class Registry(Generic[T]):
         self._check_parameters(name, factory, params)
         return factory(**params)
 
-    def _check_parameters(self, name: str, factory: Callable[..., T], params: dict[str, Any]) -> None:
+    def _check_parameters(
+        self, name: str, factory: Callable[..., T], params: dict[str, Any]
+    ) -> None:
         signature = inspect.signature(factory)
         accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         if not accepts_any:
@@ -184,5 +186,5 @@ def check_bool(name: str, value: Any) -> bool:
     """``value`` if it is ``True`` or ``False`` (not ``1``, not ``"yes"``)."""
     if not isinstance(value, bool):
         # ValueError, not TypeError: every bad hyperparameter fails alike at build time.
-        raise ValueError(f"{name} must be true or false, got {value!r}")  # noqa: TRY004
+        raise ValueError(f"{name} must be true or false, got {value!r}")
     return value

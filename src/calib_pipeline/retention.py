@@ -41,7 +41,9 @@ class Plan:
 
     @property
     def paths(self) -> list[Path]:
-        return [folder / version for folder, versions in self.delete.items() for version in versions]
+        return [
+            folder / version for folder, versions in self.delete.items() for version in versions
+        ]
 
 
 def versioned_folders(data_dir: Path) -> list[Path]:
@@ -50,7 +52,9 @@ def versioned_folders(data_dir: Path) -> list[Path]:
     for folder, subfolders, files in os.walk(data_dir):
         path = Path(folder)
         if path == data_dir:
-            subfolders[:] = [d for d in subfolders if d not in NEVER_PRUNED and not d.startswith(".")]
+            subfolders[:] = [
+                d for d in subfolders if d not in NEVER_PRUNED and not d.startswith(".")
+            ]
             continue
         if subfolders and not files and all(VERSION.match(d) for d in subfolders):
             folders.append(path)
@@ -61,8 +65,10 @@ def versioned_folders(data_dir: Path) -> list[Path]:
 # Stage of each per-run artifact (file name under <layer>/<protocol>/<method>/<seed>/): an
 # artifact is made from artifacts of lower stages (catalog: conf/base/catalog.yml).
 RUN_ARTIFACT_STAGES = {
-    "checkpoint.pt": 1, "history.parquet": 1,  # training, from the split
-    "logits.pt": 2, "shift_logits.pt": 2,  # from the checkpoint and the split
+    "checkpoint.pt": 1,
+    "history.parquet": 1,  # training, from the split
+    "logits.pt": 2,
+    "shift_logits.pt": 2,  # from the checkpoint and the split
     "calibrators.pt": 3,  # from the logits
 }
 # Under 08_reporting/<protocol>/<study>/: the study's evaluation tables, from which its
@@ -82,8 +88,11 @@ class Lineage:
 
     def reads(self, other: Lineage) -> bool:
         """Whether an artifact here may have been made from ``other``'s artifact."""
-        return (other.protocol == self.protocol and other.stage < self.stage
-                and (other.run is None or self.run is None or other.run == self.run))
+        return (
+            other.protocol == self.protocol
+            and other.stage < self.stage
+            and (other.run is None or self.run is None or other.run == self.run)
+        )
 
 
 def lineage(folder: Path, data_dir: Path) -> Lineage | None:
@@ -92,7 +101,11 @@ def lineage(folder: Path, data_dir: Path) -> Lineage | None:
     parts = folder.relative_to(data_dir).parts
     if len(parts) == 4 and parts[0] == "02_intermediate" and parts[2] == "splits":
         return Lineage(SPLIT_STAGE, parts[1], None)
-    if len(parts) == 5 and parts[0] in ("06_models", "07_model_output") and parts[4] in RUN_ARTIFACT_STAGES:
+    if (
+        len(parts) == 5
+        and parts[0] in ("06_models", "07_model_output")
+        and parts[4] in RUN_ARTIFACT_STAGES
+    ):
         return Lineage(RUN_ARTIFACT_STAGES[parts[4]], parts[1], (parts[2], parts[3]))
     if len(parts) >= 3 and parts[0] == "08_reporting" and parts[1] != "score":
         evaluation = len(parts) == 4 and parts[3] in EVALUATION_ARTIFACTS
@@ -174,8 +187,11 @@ def stale_resume_states(data_dir: Path, todo: Plan) -> list[Path]:
         protocol, method, seed = run_dir.parts[-4], run_dir.parts[-2], run_dir.parts[-1]
         checkpoints = data_dir / "06_models" / protocol / method / seed / "checkpoint.pt"
         pruned = set(todo.delete.get(checkpoints, []))
-        kept = [v for v in (sorted(p.name for p in checkpoints.iterdir()) if checkpoints.is_dir() else [])
-                if v not in pruned and VERSION.match(v)]
+        kept = [
+            v
+            for v in (sorted(p.name for p in checkpoints.iterdir()) if checkpoints.is_dir() else [])
+            if v not in pruned and VERSION.match(v)
+        ]
         trained_with = {_checkpoint_fingerprint(checkpoints / v / "checkpoint.pt") for v in kept}
         for folder in sorted(p for p in run_dir.iterdir() if p.is_dir()):
             if folder.name not in trained_with and _completed_state(folder) and not _locked(folder):
@@ -240,7 +256,9 @@ def stale_run_records(data_dir: Path, todo: Plan, keep: int, active: set[str]) -
     versions = sorted((v for v in records if VERSION.match(v)), reverse=True)
     newest = set(versions[:keep])
     return [
-        path for version in versions if version not in todo.kept | active | newest
+        path
+        for version in versions
+        if version not in todo.kept | active | newest
         for path in records[version]
     ]
 
@@ -278,8 +296,10 @@ def stale_runs(
         return []
     runs = client.search_runs([found.experiment_id], max_results=50_000)
     parents = {
-        r.info.run_id for r in runs
-        if "mlflow.parentRunId" not in r.data.tags and r.info.status != "RUNNING"
+        r.info.run_id
+        for r in runs
+        if "mlflow.parentRunId" not in r.data.tags
+        and r.info.status != "RUNNING"
         and r.data.tags.get("kedro.run_id") in pruned - kept
     }
     children = {r.info.run_id for r in runs if r.data.tags.get("mlflow.parentRunId") in parents}
@@ -295,8 +315,18 @@ def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:
     client = MlflowClient(tracking_uri=tracking_uri)
     for run_id in run_ids:
         client.delete_run(run_id)
-    command = [sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
-               "--tracking-uri", tracking_uri, "--run-ids", ",".join(run_ids)]
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "gc",
+        "--backend-store-uri",
+        tracking_uri,
+        "--tracking-uri",
+        tracking_uri,
+        "--run-ids",
+        ",".join(run_ids),
+    ]
     result = subprocess.run(command, check=False, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"mlflow gc failed: {result.stderr.strip().splitlines()[-1:]}")
@@ -305,14 +335,32 @@ def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from calib_pipeline.settings import data_root, project_root
 
-    parser = argparse.ArgumentParser(prog="python -m calib_pipeline.retention", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", type=int, default=3, help="versions kept per artifact (default 3)")
-    parser.add_argument("--data", type=Path, default=Path(data_root()), help="data folder (default: CALIB_DATA_DIR or data/)")
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(project_root()) / 'mlflow.db'}")
+    parser = argparse.ArgumentParser(
+        prog="python -m calib_pipeline.retention", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--keep", type=int, default=3, help="versions kept per artifact (default 3)"
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(data_root()),
+        help="data folder (default: CALIB_DATA_DIR or data/)",
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI")
+        or f"sqlite:///{Path(project_root()) / 'mlflow.db'}",
+    )
     parser.add_argument("--no-mlflow", action="store_true", help="leave MLflow runs alone")
-    parser.add_argument("--resume-states", action="store_true",
-                        help="also delete completed resume states of configurations no kept checkpoint was trained with")
-    parser.add_argument("--apply", action="store_true", help="delete (default: only print the plan)")
+    parser.add_argument(
+        "--resume-states",
+        action="store_true",
+        help="also delete completed resume states of configurations no kept checkpoint was trained with",
+    )
+    parser.add_argument(
+        "--apply", action="store_true", help="delete (default: only print the plan)"
+    )
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         parser.error(f"--data {args.data}: no such folder (set CALIB_DATA_DIR or pass --data)")
@@ -331,9 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, pruned, todo.kept)
     if active:
         print(f"left alone: {len(active)} run(s) writing now ({', '.join(sorted(active))})")
-    print(f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), "
-          f"{len(records)} run log(s) and save-version claim(s), {total / 2**20:.1f} MiB; "
-          f"{len(runs)} MLflow run(s) of pruned versions")
+    print(
+        f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), "
+        f"{len(records)} run log(s) and save-version claim(s), {total / 2**20:.1f} MiB; "
+        f"{len(runs)} MLflow run(s) of pruned versions"
+    )
     if not args.apply:
         print("dry run: nothing deleted (add --apply)")
         return 0

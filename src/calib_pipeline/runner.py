@@ -189,8 +189,13 @@ def cluster_client(
         # the dashboard's pages need bokeh (the gpu extra brings it): no dead link otherwise
         has_dashboard = importlib.util.find_spec("bokeh") is not None
         dashboard = f"; dashboard {client.dashboard_link}" if has_dashboard else ""
-        logger.info("Dask: local cluster of %d %s worker(s) started in %.1f s%s",
-                    len(info), kind, perf_counter() - started, dashboard)
+        logger.info(
+            "Dask: local cluster of %d %s worker(s) started in %.1f s%s",
+            len(info),
+            kind,
+            perf_counter() - started,
+            dashboard,
+        )
         yield client
 
 
@@ -262,8 +267,13 @@ def run_node_on_worker(
             hook_manager = create_hook_manager()
             for hook in context.hooks:
                 hook_manager.register(hook)
-            Task(node=node, catalog=catalog, is_async=context.is_async,
-                 hook_manager=hook_manager, run_id=context.run_id).execute()
+            Task(
+                node=node,
+                catalog=catalog,
+                is_async=context.is_async,
+                hook_manager=hook_manager,
+                run_id=context.run_id,
+            ).execute()
             outcome.memory_outputs = {
                 name: catalog.get(name).load() for name in node.outputs if _in_memory(catalog, name)
             }
@@ -294,7 +304,9 @@ def _saved_by_an_earlier_attempt(node: Node, catalog: CatalogProtocol) -> bool:
         )
     logger.warning(
         "node %s: its outputs %s were saved by an earlier attempt in this run (its worker was "
-        "lost before the driver collected the result); not run again", node.name, saved,
+        "lost before the driver collected the result); not run again",
+        node.name,
+        saved,
     )
     return True
 
@@ -378,9 +390,14 @@ class _DistributedRun:
     """One pipeline run on a cluster: submits each remote node once its inputs exist, runs
     the driver's nodes in between, and collects the tasks as they finish."""
 
-    def __init__(  # noqa: PLR0913 -- what AbstractRunner._run receives, plus the client
-        self, client: distributed.Client, pipeline: Pipeline, catalog: CatalogProtocol,
-        hook_manager: Any, run_id: str | None, is_async: bool,
+    def __init__(
+        self,
+        client: distributed.Client,
+        pipeline: Pipeline,
+        catalog: CatalogProtocol,
+        hook_manager: Any,
+        run_id: str | None,
+        is_async: bool,
     ) -> None:
         self.client, self.pipeline, self.catalog = client, pipeline, catalog
         self.hook_manager, self.run_id, self.is_async = hook_manager, run_id, is_async
@@ -403,8 +420,9 @@ class _DistributedRun:
             run_id=run_id,
             is_async=is_async,
             log_topic=f"calib-pipeline-logs-{run_id}-{uuid.uuid4().hex[:8]}",
-            log_levels={name: logging.getLogger(name).getEffectiveLevel()
-                        for name in FORWARDED_LOGGERS},
+            log_levels={
+                name: logging.getLogger(name).getEffectiveLevel() for name in FORWARDED_LOGGERS
+            },
         )
 
     def execute(self) -> None:
@@ -417,8 +435,9 @@ class _DistributedRun:
             while todo or self._in_flight or self._local_ready:
                 for future in [f for f in self._in_flight if f.done()]:
                     self._collect(future)
-                ready = sorted((n for n in todo if dependencies[n] <= self.done),
-                               key=self._position.get)
+                ready = sorted(
+                    (n for n in todo if dependencies[n] <= self.done), key=self._position.get
+                )
                 todo.difference_update(ready)
                 for node in ready:
                     if is_remote(node):
@@ -441,8 +460,14 @@ class _DistributedRun:
         shared = {name: self._shared_input(name) for name in node.inputs if name in self._memory}
         saved_this_run = frozenset(n for n in node.inputs if n in self._saved)
         future = self.client.submit(
-            run_node_on_worker, node, self._context, shared, saved_this_run,
-            key=f"{node.name}-{uuid.uuid4().hex[:8]}", pure=False, resources=self._resources,
+            run_node_on_worker,
+            node,
+            self._context,
+            shared,
+            saved_this_run,
+            key=f"{node.name}-{uuid.uuid4().hex[:8]}",
+            pure=False,
+            resources=self._resources,
             priority=self._position[node],  # later stages first: a run's results arrive early
         )
         self._in_flight[future] = node
@@ -451,8 +476,12 @@ class _DistributedRun:
         """The future holding an in-memory input on the cluster; one a driver node made is
         sent to the cluster once."""
         if name not in self._shared:
-            made_here = NodeOutcome(node="driver", pid=os.getpid(), host=socket.gethostname(),
-                                    memory_outputs={name: self.catalog.get(name).load()})
+            made_here = NodeOutcome(
+                node="driver",
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                memory_outputs={name: self.catalog.get(name).load()},
+            )
             self._shared[name] = self.client.scatter(made_here, hash=False)
         return self._shared[name]
 
@@ -478,8 +507,13 @@ class _DistributedRun:
         self._completed(node)
 
     def _run_on_driver(self, node: Node) -> None:
-        Task(node=node, catalog=self.catalog, is_async=self.is_async,
-             hook_manager=self.hook_manager, run_id=self.run_id).execute()
+        Task(
+            node=node,
+            catalog=self.catalog,
+            is_async=self.is_async,
+            hook_manager=self.hook_manager,
+            run_id=self.run_id,
+        ).execute()
         for name in node.outputs:
             if name not in self._memory:
                 read_own_version(self.catalog, name)  # also without OwnVersionsHook

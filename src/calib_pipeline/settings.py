@@ -80,7 +80,11 @@ TRACKING = MlflowTrackingHook()
 # the session's configuration, read by pipeline_registry.register_pipelines (its docstring)
 SESSION_CONFIG = SessionConfigHook()
 HOOKS = (
-    SESSION_CONFIG, RunInfoHook(), RunPreflightHook(), OwnVersionsHook(), TRACKING,
+    SESSION_CONFIG,
+    RunInfoHook(),
+    RunPreflightHook(),
+    OwnVersionsHook(),
+    TRACKING,
     ConsoleHook(log_folder, tracking=TRACKING),
 )
 

@@ -39,9 +39,7 @@ def save_tensors(data: Any, path: str | Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def load_tensors(
-    path: str | Path, *, what: str = "file", hint: str = "delete it and rerun"
-) -> Any:
+def load_tensors(path: str | Path, *, what: str = "file", hint: str = "delete it and rerun") -> Any:
     """``torch.load(path, weights_only=True)`` on the CPU, with errors that name the file
     (and end with ``hint``, what to do about a corrupt one).
 

@@ -6,9 +6,9 @@ import math
 import pickle
 
 import pytest
-from scipy import stats
 import torch
 import torch.nn.functional as F
+from scipy import stats
 
 from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.losses import (
@@ -104,11 +104,14 @@ def _mmce_pairwise(conf, correct, width, estimator):
     kernel = [[math.exp(-abs(a - b) / width) for b in conf] for a in conf]
     pairs = range(len(conf))
     if estimator == "unweighted":
-        total = sum(
-            (correct[i] - conf[i]) * (correct[j] - conf[j]) * kernel[i][j]
-            for i in pairs
-            for j in pairs
-        ) / len(conf) ** 2
+        total = (
+            sum(
+                (correct[i] - conf[i]) * (correct[j] - conf[j]) * kernel[i][j]
+                for i in pairs
+                for j in pairs
+            )
+            / len(conf) ** 2
+        )
         return math.sqrt(total + 1e-10)
     good = [i for i in pairs if correct[i]]
     bad = [i for i in pairs if not correct[i]]
@@ -351,7 +354,11 @@ def test_focal_loss_rejects_bad_arguments():
     with pytest.raises(ValueError, match="gamma"):
         focal_loss(logits, labels, -1.0)
     # the objective's rule: an infinite gamma made every loss 0, a bool passed as 1
-    for gamma, message in ((float("inf"), "finite"), (float("nan"), "finite"), (True, "must be a number")):
+    for gamma, message in (
+        (float("inf"), "finite"),
+        (float("nan"), "finite"),
+        (True, "must be a number"),
+    ):
         with pytest.raises(ValueError, match=f"gamma .*{message}"):
             focal_loss(logits, labels, gamma)
     with pytest.raises(ValueError, match=r"shape \(4,\)"):
@@ -597,7 +604,11 @@ def test_focal_second_derivative_is_finite_on_saturated_samples():
     loss = focal_loss(logits, targets, gamma)
     (grad_logits,) = torch.autograd.grad(loss, logits, create_graph=True)
     (grad_gamma,) = torch.autograd.grad(grad_logits.square().sum(), gamma)
-    assert torch.isfinite(loss) and torch.isfinite(grad_logits).all() and torch.isfinite(grad_gamma).all()
+    assert (
+        torch.isfinite(loss)
+        and torch.isfinite(grad_logits).all()
+        and torch.isfinite(grad_gamma).all()
+    )
 
 
 @pytest.mark.parametrize(

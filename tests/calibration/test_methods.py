@@ -38,8 +38,14 @@ def test_a_meta_learner_method_builds_the_meta_learner_for_the_backbone():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (MethodSpec(key="x", objective="nope"), "unknown objective 'nope'; valid objective names are: .*cross_entropy"),
-        (MethodSpec(key="x", meta_learner="nope"), "unknown meta learner 'nope'; valid meta learner names are: .*fl_gamma_sece"),
+        (
+            MethodSpec(key="x", objective="nope"),
+            "unknown objective 'nope'; valid objective names are: .*cross_entropy",
+        ),
+        (
+            MethodSpec(key="x", meta_learner="nope"),
+            "unknown meta learner 'nope'; valid meta learner names are: .*fl_gamma_sece",
+        ),
         (MethodSpec(key="x", objective="focal", params={"gamma": -1.0}), "gamma"),
     ],
 )
@@ -52,7 +58,9 @@ def test_unknown_names_and_bad_hyperparameters_fail_with_the_valid_choices(spec,
 
 def test_a_method_has_exactly_one_of_objective_or_meta_learner():
     for kinds in ({}, {"objective": "cross_entropy", "meta_learner": "fl_gamma_sece"}):
-        with pytest.raises(ValueError, match="method 'x' needs exactly one of 'objective' or 'meta_learner'"):
+        with pytest.raises(
+            ValueError, match="method 'x' needs exactly one of 'objective' or 'meta_learner'"
+        ):
             MethodSpec(key="x", **kinds)
     spec = MethodSpec(key="ce", objective="cross_entropy")
     assert (spec.label, spec.group) == ("ce", "ce")
@@ -85,7 +93,9 @@ def _hand_written_step(model, optimizer, objective, inputs, targets, generator, 
 )
 def test_the_objective_learner_step_is_the_plain_training_step(name, params, grad_clip):
     torch.manual_seed(0)
-    model = build_model("small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8
+    )
     twin = copy.deepcopy(model)
     inputs, targets = torch.randn(16, 1, 8, 8), torch.arange(16) % 4
     objective = build_objective(name, **params)
@@ -94,7 +104,9 @@ def test_the_objective_learner_step_is_the_plain_training_step(name, params, gra
     expected = _hand_written_step(
         model, optimizer, objective, inputs, targets, torch.Generator().manual_seed(7), grad_clip
     )
-    learner = ObjectiveLearner(objective, generator=torch.Generator().manual_seed(7), grad_clip=grad_clip)
+    learner = ObjectiveLearner(
+        objective, generator=torch.Generator().manual_seed(7), grad_clip=grad_clip
+    )
     twin_optimizer = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     stats = learner.step(twin, twin_optimizer, inputs, targets, None, None)
 
@@ -129,7 +141,9 @@ def test_an_objective_receives_the_model_the_epoch_and_on_request_the_features(u
     """DESIGN §2: the call may carry batch context. ``epoch`` comes from the engine, the
     features are the penultimate ones whose head gives the logits it is scored on."""
     torch.manual_seed(0)
-    model = build_model("small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8
+    )
     inputs, targets = torch.randn(16, 1, 8, 8), torch.arange(16) % 4
     objective = _ContextRecorder(uses_features)
     learner = ObjectiveLearner(objective)

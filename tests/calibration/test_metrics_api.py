@@ -125,7 +125,10 @@ def test_options_are_forwarded_to_the_metrics_that_accept_them():
             r"temperature must be in \(0.0, inf\), got 0",
         ),
         (lambda x, y: M.dece(x, y, tau_a=float("nan")), "tau_a must be a finite number, got nan"),
-        (lambda x, y: M.sece(x, y, bandwidth=math.inf), "bandwidth must be a finite number, got inf"),
+        (
+            lambda x, y: M.sece(x, y, bandwidth=math.inf),
+            "bandwidth must be a finite number, got inf",
+        ),
         (lambda x, y: M.smooth_ece(x, y, bandwidth="auto"), "bandwidth must be a number"),
         (lambda x, y: M.sb_ece(x, y, label_binned=1), "label_binned must be true or false"),
         (lambda x, y: M.bootstrap_ci(x, y, "nope"), "unknown metric 'nope'"),
@@ -363,18 +366,24 @@ def test_every_available_device_gives_the_cpu_values():
 def test_a_single_metric_name_as_a_string_and_float_labels_out_of_range_are_clear():
     logits, labels = _data(50)
     as_string = M.calibration_metrics(logits, labels, keys="ece")
-    assert as_string == M.calibration_metrics(logits, labels, keys=["ece"]) and list(as_string) == ["ece"]
+    assert as_string == M.calibration_metrics(logits, labels, keys=["ece"]) and list(as_string) == [
+        "ece"
+    ]
     for bad, shown in ((1e30, "1e+30"), (-1e30, "-1e+30"), (10.0, "10")):
         float_labels = labels.double().clone()
         float_labels[3] = bad
-        with pytest.raises(ValueError, match=rf"labels out of range: found {re.escape(shown)}, valid"):
+        with pytest.raises(
+            ValueError, match=rf"labels out of range: found {re.escape(shown)}, valid"
+        ):
             M.ece(logits, float_labels)
 
 
 def test_batched_metrics_are_float64_whatever_the_input():
     logits, labels = _data(50)
     values = M.calibration_metrics_batched(logits.float()[None], labels)
-    assert all(v.dtype == np.float64 for v in values.values()), {k: v.dtype for k, v in values.items()}
+    assert all(v.dtype == np.float64 for v in values.values()), {
+        k: v.dtype for k, v in values.items()
+    }
 
 
 def test_the_sb_ece_temperature_follows_the_number_of_bins():

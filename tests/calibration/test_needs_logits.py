@@ -30,7 +30,9 @@ def test_needs_logits_says_whether_a_row_constant_matters(name):
     if CALIBRATORS.factory(name).needs_logits:
         assert difference > 1e-2, f"{name} claims to need logits but ignores row constants"
     else:
-        assert difference < 1e-9, f"{name} claims to read only softmax(logits) but moved by {difference}"
+        assert difference < 1e-9, (
+            f"{name} claims to read only softmax(logits) but moved by {difference}"
+        )
 
 
 def test_only_the_logit_affine_maps_need_logits():

@@ -106,7 +106,11 @@ def test_unknown_name_lists_valid_names():
             "either preset or start/stop/step",
         ),
         ("temperature_grid_ece", {"start": 0.1, "stop": 2.0}, "needs start, stop and step"),
-        ("temperature_grid_ece", {"start": 0.1, "stop": 2.0, "step": -1}, r"step must be in \(1.8999"),
+        (
+            "temperature_grid_ece",
+            {"start": 0.1, "stop": 2.0, "step": -1},
+            r"step must be in \(1.8999",
+        ),
         (
             "temperature_grid_ece",
             {"start": 0.1, "stop": 10.1, "step": 1e-6},
@@ -303,7 +307,9 @@ def test_separable_validation_set_keeps_identity_temperature_by_default(caplog):
 
 
 def test_nll_temperature_rejects_an_unknown_separable_policy():
-    with pytest.raises(ValueError, match=r"on_separable must be one of 'identity', 'bound', got 'skip'"):
+    with pytest.raises(
+        ValueError, match=r"on_separable must be one of 'identity', 'bound', got 'skip'"
+    ):
         build_calibrator("temperature_nll", on_separable="skip")
 
 
@@ -617,8 +623,9 @@ def test_a_new_posthoc_module_is_registered_without_an_import_line(tmp_path):
     import calib_pipeline
 
     package = tmp_path / "calib_pipeline"
-    shutil.copytree(Path(calib_pipeline.__file__).parent, package,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(calib_pipeline.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__")
+    )
     (package / "calibration" / "_posthoc_probe.py").write_text(
         "from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register\n\n\n"
         "@register\nclass Probe(LogitCalibrator):\n    name = 'probe'\n"
@@ -627,6 +634,11 @@ def test_a_new_posthoc_module_is_registered_without_an_import_line(tmp_path):
         "from calib_pipeline.calibration.posthoc import CALIBRATORS\n"
         "assert 'probe' in CALIBRATORS.names(), CALIBRATORS.names()\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(tmp_path)},
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr

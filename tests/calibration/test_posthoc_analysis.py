@@ -38,8 +38,12 @@ def test_stratified_subsample_keeps_class_proportions():
     assert index.numel() == 25 and torch.unique(index).numel() == 25
     # quotas 12.5, 7.5, 5: the leftover row goes to class 0 or 1 (fraction 0.5 each), never 2
     assert torch.bincount(labels[index], minlength=3).tolist() in ([13, 7, 5], [12, 8, 5])
-    drawn = {tuple(torch.bincount(labels[stratified_subsample(labels, 25, seed=s)], minlength=3).tolist())
-             for s in range(20)}
+    drawn = {
+        tuple(
+            torch.bincount(labels[stratified_subsample(labels, 25, seed=s)], minlength=3).tolist()
+        )
+        for s in range(20)
+    }
     assert drawn == {(13, 7, 5), (12, 8, 5)}
     assert torch.equal(index, stratified_subsample(labels, 25, seed=3))
     assert not torch.equal(index, stratified_subsample(labels, 25, seed=4))
@@ -170,7 +174,9 @@ def test_oracle_temperature_defaults_to_wang_grid_and_validates(split):
 
 def test_a_subsample_smaller_than_the_number_of_classes_draws_its_classes_at_random():
     labels = torch.arange(100).repeat_interleave(50)  # 100 balanced classes, as CIFAR-100's val
-    classes = [frozenset(labels[stratified_subsample(labels, 20, seed=s)].tolist()) for s in range(5)]
+    classes = [
+        frozenset(labels[stratified_subsample(labels, 20, seed=s)].tolist()) for s in range(5)
+    ]
     assert all(len(c) == 20 for c in classes), "one row per class drawn"
     assert len(set(classes)) == 5, "each seed draws other classes"
     assert classes[0] != frozenset(range(20)), "not the lowest-numbered classes"

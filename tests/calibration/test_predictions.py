@@ -34,8 +34,12 @@ def test_float32_scores_stay_float32_and_binary_scores_get_two_columns(tmp_path)
     arrays = {k: v.astype(np.float32) if "logits" in k else v for k, v in synthetic().items()}
     float32 = load_predictions(write(tmp_path / "f32.npz", arrays))
     assert float32.scores["val"].dtype == torch.float32
-    binary = {"val_probs": np.array([0.2, 0.9]), "val_labels": np.array([0, 1]),
-              "test_probs": np.array([0.6]), "test_labels": np.array([1])}
+    binary = {
+        "val_probs": np.array([0.2, 0.9]),
+        "val_labels": np.array([0, 1]),
+        "test_probs": np.array([0.6]),
+        "test_labels": np.array([1]),
+    }
     predictions = load_predictions(write(tmp_path / "binary.npz", binary))
     assert predictions.scores["test"].tolist() == [[pytest.approx(0.4), 0.6]]
 

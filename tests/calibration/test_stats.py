@@ -11,10 +11,10 @@ from calib_pipeline.calibration.stats import (
     mean_interval,
     pooled_std,
     seeds_needed,
-    t_test_power,
     significance_direction,
     summarize,
     t_test,
+    t_test_power,
 )
 
 A = [1.0, 2.0, 4.0]
@@ -171,10 +171,14 @@ def test_seeds_needed_for_80_percent_power(effect, std, alternative, expected):
 
 def test_seeds_needed_is_the_first_n_with_enough_power():
     n = seeds_needed(0.8, 1.0, alpha=0.05, power=0.9)
+
     def power(k):
         critical = scipy_stats.t.ppf(0.975, k - 1)
         shift = 0.8 * math.sqrt(k)
-        return scipy_stats.nct.sf(critical, k - 1, shift) + scipy_stats.nct.sf(critical, k - 1, -shift)
+        return scipy_stats.nct.sf(critical, k - 1, shift) + scipy_stats.nct.sf(
+            critical, k - 1, -shift
+        )
+
     assert power(n) >= 0.9 > power(n - 1)
     assert seeds_needed(1e-4, 1.0, most=1000) is None
 
@@ -205,7 +209,9 @@ def direct_power(d: float, n: int, alpha: float = 0.05) -> float:
 
     def integrand(v):
         s = math.sqrt(v / df)
-        rejected = scipy_stats.norm.cdf(-critical * s - shift) + scipy_stats.norm.sf(critical * s - shift)
+        rejected = scipy_stats.norm.cdf(-critical * s - shift) + scipy_stats.norm.sf(
+            critical * s - shift
+        )
         return rejected * scipy_stats.chi2.pdf(v, df)
 
     value, _ = integrate.quad(integrand, 0, np.inf, limit=200)

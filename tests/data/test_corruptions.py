@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 
 import numpy as np
 import pytest
@@ -30,8 +31,14 @@ from calib_pipeline.data.corruptions import (
 
 # Corruptions whose output does not depend on the seed.
 DETERMINISTIC = {
-    "defocus_blur", "zoom_blur", "brightness", "contrast", "pixelate",
-    "jpeg_compression", "gaussian_blur", "saturate",
+    "defocus_blur",
+    "zoom_blur",
+    "brightness",
+    "contrast",
+    "pixelate",
+    "jpeg_compression",
+    "gaussian_blur",
+    "saturate",
 }
 NEEDS_ASSET = {"frost"}
 
@@ -39,8 +46,13 @@ NEEDS_ASSET = {"frost"}
 @functools.cache
 def natural_images(n: int, side: int, grey: bool) -> torch.Tensor:
     """``n`` crops of scikit-image's bundled photographs, resized to ``side`` (antialiased)."""
-    photos = [skimage.data.astronaut(), skimage.data.coffee(), skimage.data.chelsea(),
-              skimage.data.rocket(), skimage.data.immunohistochemistry()]
+    photos = [
+        skimage.data.astronaut(),
+        skimage.data.coffee(),
+        skimage.data.chelsea(),
+        skimage.data.rocket(),
+        skimage.data.immunohistochemistry(),
+    ]
     rng = np.random.default_rng(7)
     crops = []
     for i in range(n):
@@ -48,7 +60,7 @@ def natural_images(n: int, side: int, grey: bool) -> torch.Tensor:
         size = int(rng.integers(96, min(photo.shape[:2])))
         top = rng.integers(0, photo.shape[0] - size + 1)
         left = rng.integers(0, photo.shape[1] - size + 1)
-        crop = torch.from_numpy(photo[top:top + size, left:left + size].copy())
+        crop = torch.from_numpy(photo[top : top + size, left : left + size].copy())
         crop = crop.permute(2, 0, 1)[None].float() / 255
         crops.append(F.interpolate(crop, size=(side, side), mode="bilinear", antialias=True))
     images = torch.cat(crops).clamp(0, 1)
@@ -220,7 +232,7 @@ def test_elastic_local_deformation_grows_with_severity():
         fit = torch.linalg.lstsq(design, source).solution
         residuals.append(float((design @ fit - source).pow(2).mean().sqrt()))
     assert residuals[0] < 1e-4  # severity 1 is a pure affine warp
-    assert all(a < b for a, b in zip(residuals, residuals[1:])), residuals
+    assert all(a < b for a, b in itertools.pairwise(residuals)), residuals
 
 
 def test_severity_scaled_noise_matches_published_std():

@@ -18,7 +18,9 @@ from calib_pipeline.data.splits import split_dataset, stratified_subset
 
 
 def test_registry_lists_the_datasets():
-    assert {"digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn"} <= set(dataset_names())
+    assert {"digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn"} <= set(
+        dataset_names()
+    )
 
 
 def test_digits_is_bundled_and_has_a_fixed_test_part():
@@ -26,7 +28,7 @@ def test_digits_is_bundled_and_has_a_fixed_test_part():
     b = load_dataset("digits")
     assert a.train_images.shape == (1437, 1, 8, 8) and a.test_images.shape == (360, 1, 8, 8)
     assert torch.equal(a.test_labels, b.test_labels)
-    assert 0.0 <= float(a.train_images.min()) and float(a.train_images.max()) <= 1.0
+    assert float(a.train_images.min()) >= 0.0 and float(a.train_images.max()) <= 1.0
     assert a.num_classes == 10 and a.in_channels == 1 and a.image_size == 8
 
 
@@ -79,7 +81,9 @@ def test_fashion_mnist_reads_gz_files_of_torchvisions_download_layout(tmp_path, 
     data = load_dataset("fashion_mnist", root=tmp_path, download=False)
     assert data.train_labels.tolist() == [0, 9, 4] and data.test_images.shape == (3, 1, 28, 28)
     assert float(to_float(data.test_images).min()) == 1.0
-    assert not list((tmp_path / "FashionMNIST" / "raw").glob(".*partial")), "no partial file is left"
+    assert not list((tmp_path / "FashionMNIST" / "raw").glob(".*partial")), (
+        "no partial file is left"
+    )
 
 
 def test_missing_fashion_mnist_names_the_apt_package_and_the_download(tmp_path, monkeypatch):
@@ -99,7 +103,9 @@ def test_a_truncated_fashion_mnist_file_fails_clearly(tmp_path, monkeypatch):
     _write_mnist_files(tmp_path / "FashionMNIST" / "raw", images, labels)
     truncated = tmp_path / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte"
     truncated.write_bytes(truncated.read_bytes()[:6])
-    with pytest.raises(ValueError, match=r"dataset 'fashion_mnist': the files under .* could not be read"):
+    with pytest.raises(
+        ValueError, match=r"dataset 'fashion_mnist': the files under .* could not be read"
+    ):
         load_dataset("fashion_mnist", root=tmp_path, download=False)
 
 
@@ -115,7 +121,10 @@ def test_a_corrupt_raw_file_fails_naming_the_folder_and_files(tmp_path):
     _write_mnist_files(tmp_path / "MNIST" / "raw", images, np.array([3, 7], dtype=np.uint8))
     truncated = tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"
     truncated.write_bytes(truncated.read_bytes()[:50])
-    with pytest.raises(ValueError, match=rf"dataset 'mnist': the files under {tmp_path} could not be read .*truncated or corrupt"):
+    with pytest.raises(
+        ValueError,
+        match=rf"dataset 'mnist': the files under {tmp_path} could not be read .*truncated or corrupt",
+    ):
         load_dataset("mnist", root=tmp_path, download=False)
 
 
@@ -142,8 +151,16 @@ def test_split_is_stratified_disjoint_and_seeded():
 
 def test_a_subset_split_uses_a_stratified_seeded_sample_of_the_training_part():
     labels = torch.as_tensor(np.repeat(np.arange(10), 600))  # 6,000 training images
-    data = ImageData("toy", torch.zeros(6000, 1, 2, 2), labels, torch.zeros(5, 1, 2, 2),
-                     torch.zeros(5, dtype=torch.int64), 10, (0.0,), (1.0,))
+    data = ImageData(
+        "toy",
+        torch.zeros(6000, 1, 2, 2),
+        labels,
+        torch.zeros(5, 1, 2, 2),
+        torch.zeros(5, dtype=torch.int64),
+        10,
+        (0.0,),
+        (1.0,),
+    )
     definition = {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}, "subset": 1000}
     a, b = split_dataset(data, definition), split_dataset(data, definition)
     assert a == b and (len(a["train"]), len(a["val"])) == (800, 200)
@@ -152,12 +169,15 @@ def test_a_subset_split_uses_a_stratified_seeded_sample_of_the_training_part():
     other = split_dataset(data, {**definition, "seed": 1})
     assert set(other["train"]) != set(a["train"])
     whole = split_dataset(data, {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}})
-    assert whole == split_dataset(data, {**definition, "subset": None}), "no subset: the whole part, as before"
+    assert whole == split_dataset(data, {**definition, "subset": None}), (
+        "no subset: the whole part, as before"
+    )
     assert len(whole["train"]) == 4800
 
 
 @pytest.mark.parametrize(
-    ("subset", "message"), [(0, "integer >= 10, got 0"), (True, "got True"), (7000, "exceeds the 6000")]
+    ("subset", "message"),
+    [(0, "integer >= 10, got 0"), (True, "got True"), (7000, "exceeds the 6000")],
 )
 def test_a_bad_subset_is_refused(subset, message):
     with pytest.raises(ValueError, match=message):
@@ -196,8 +216,12 @@ def test_tiny_imagenet_reads_the_distributed_layout(tmp_path):
         folder = base / "train" / wnid / "images"
         folder.mkdir(parents=True)
         for i in range(2):
-            Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(folder / f"{wnid}_{i}.JPEG")
-    Image.fromarray(np.zeros((64, 64, 3), dtype=np.uint8)).save(base / "val" / "images" / "val_0.JPEG")
+            Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
+                folder / f"{wnid}_{i}.JPEG"
+            )
+    Image.fromarray(np.zeros((64, 64, 3), dtype=np.uint8)).save(
+        base / "val" / "images" / "val_0.JPEG"
+    )
     (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn02\t0\t0\t62\t62\n")
     data = load_dataset("tiny_imagenet", root=tmp_path)
     assert data.train_images.shape == (4, 3, 64, 64) and data.train_labels.tolist() == [0, 0, 1, 1]

@@ -80,7 +80,10 @@ def bad_npz(tmp_path, change) -> Path:
         (lambda a: a.update(val_probs=a["val_logits"]), "both logits and probabilities"),
         (lambda a: a.pop("test_labels"), r"missing \['test_labels'\]"),
         (lambda a: a.update(val_weights=a["val_labels"]), r"unknown \['val_weights'\]"),
-        (lambda a: [a.pop(k) for k in ("val_logits", "test_logits")], "neither logits nor probabilities .keys"),
+        (
+            lambda a: [a.pop(k) for k in ("val_logits", "test_logits")],
+            "neither logits nor probabilities .keys",
+        ),
     ],
 )
 def test_an_npz_of_another_layout_is_refused_naming_the_file(tmp_path, change, message):
@@ -111,16 +114,22 @@ def test_pt_files_hold_a_dict_of_tensors_and_run_no_code(tmp_path):
     with pytest.raises(ValueError, match=f"{listed}: holds a list; a dict of tensors"):
         read_predictions(listed)
     numbers = tmp_path / "numbers.pt"
-    torch.save({**{k: torch.as_tensor(v) for k, v in synthetic().items()}, "val_labels": [0, 1]}, numbers)
+    torch.save(
+        {**{k: torch.as_tensor(v) for k, v in synthetic().items()}, "val_labels": [0, 1]}, numbers
+    )
     with pytest.raises(ValueError, match="entry 'val_labels' is a list, not a tensor"):
         read_predictions(numbers)
     code = tmp_path / "code.pt"
     torch.save({"val_logits": Path("x")}, code)  # an arbitrary object: unpickling it runs code
-    with pytest.raises(ValueError, match=f"^predictions file {code} holds objects that could run code"):
+    with pytest.raises(
+        ValueError, match=f"^predictions file {code} holds objects that could run code"
+    ):
         read_predictions(code)
     corrupt = write(tmp_path / "corrupt.pt", synthetic())
     corrupt.write_bytes(corrupt.read_bytes()[:300])
-    with pytest.raises(ValueError, match=f"^predictions file {corrupt} is truncated or corrupt .*write it again"):
+    with pytest.raises(
+        ValueError, match=f"^predictions file {corrupt} is truncated or corrupt .*write it again"
+    ):
         read_predictions(corrupt)
 
 
@@ -134,12 +143,21 @@ def csv_text(tmp_path, text: str) -> Path:
     ("text", "message"),
     [
         ("label,logit_0,logit_1\n0,1,2\n", "has no 'split' column"),
-        ("split,label,logit_0,logit_1\nval,0,1,2\ntrain,1,0,1\n", r"column 'split' holds \['train'\]"),
-        ("split,label,logit_0,logit_1,prob_0,prob_1\nval,0,1,2,0.5,0.5\n", "both logits and probabilities .columns"),
+        (
+            "split,label,logit_0,logit_1\nval,0,1,2\ntrain,1,0,1\n",
+            r"column 'split' holds \['train'\]",
+        ),
+        (
+            "split,label,logit_0,logit_1,prob_0,prob_1\nval,0,1,2,0.5,0.5\n",
+            "both logits and probabilities .columns",
+        ),
         ("split,label,score_0,score_1\nval,0,1,2\n", "neither logits nor probabilities .columns"),
         ("split,label,prob_0,prob_2\nval,0,0.5,0.5\n", r"without gaps; missing \['prob_1'\]"),
         ("split,label,logit_0,logit_1,id\nval,0,1,2,7\n", r"unknown column\(s\) \['id'\]"),
-        ("split,label,logit_0,logit_1\nval,0,1,high\ntest,0,1,2\n", r"column\(s\) \['logit_1'\] hold text"),
+        (
+            "split,label,logit_0,logit_1\nval,0,1,high\ntest,0,1,2\n",
+            r"column\(s\) \['logit_1'\] hold text",
+        ),
         ("split,label,logit_0,logit_1\nval,0,1,2\n", "no rows of split 'test'"),
         ("", "is not a readable CSV file"),
     ],

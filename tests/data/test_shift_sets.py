@@ -67,7 +67,7 @@ def test_cifar10_c_slices_one_severity(tmp_path):
 
 def test_cifar100_c_through_the_registry(tmp_path):
     write_cifar_c(tmp_path, "CIFAR-100-C", "saturate")
-    images, labels = load_shift_set("cifar100_c", tmp_path, corruption="saturate", severity=5)
+    images, _labels = load_shift_set("cifar100_c", tmp_path, corruption="saturate", severity=5)
     assert images.shape == (4, 3, 32, 32)
     assert images[0, 0, 0, 0] == pytest.approx(160 / 255)
 
@@ -271,17 +271,26 @@ def test_the_shift_plan_labels_tiny_imagenet_c_in_the_datasets_own_order(tmp_pat
     write_tiny_imagenet_c(tmp_path, "fog", 1, wnids)
     images = torch.zeros(8, 3, 64, 64, dtype=torch.uint8)
     labels = torch.tensor([0, 1] * 4)
-    data = ImageData("tiny_imagenet", images, labels, images[:4], labels[:4], 2,
-                     (0.5,) * 3, (0.25,) * 3, wnids)
+    data = ImageData(
+        "tiny_imagenet", images, labels, images[:4], labels[:4], 2, (0.5,) * 3, (0.25,) * 3, wnids
+    )
     splits = {"standard": {"seed": 0, "fractions": {"train": 0.5, "val": 0.5}}}
-    shift = {"corruption_source": "tiny_imagenet_c", "corruptions": ["fog"], "severities": [1],
-             "root": str(tmp_path)}
+    shift = {
+        "corruption_source": "tiny_imagenet_c",
+        "corruptions": ["fog"],
+        "severities": [1],
+        "root": str(tmp_path),
+    }
     plan = plan_shift_sets(data, splits, shift)
     _, shifted_labels = plan.images(plan.test_sets[0], "standard")
     # n01443537 (folder read first; 2 files + the grey one) is class 1, n02085620 class 0
     assert shifted_labels.tolist() == [1, 1, 1, 0, 0]
     wrong = {**shift, "corruption_options": {"class_order": sorted(wnids)}}
-    with pytest.raises(ValueError, match="class_order differs from the label order of 'tiny_imagenet'"):
+    with pytest.raises(
+        ValueError, match="class_order differs from the label order of 'tiny_imagenet'"
+    ):
         plan_shift_sets(data, splits, wrong)
     same = {**shift, "corruption_options": {"class_order": wnids}}
-    assert plan_shift_sets(data, splits, same).images(plan.test_sets[0], "standard")[1].tolist() == [1, 1, 1, 0, 0]
+    assert plan_shift_sets(data, splits, same).images(plan.test_sets[0], "standard")[
+        1
+    ].tolist() == [1, 1, 1, 0, 0]

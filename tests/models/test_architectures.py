@@ -45,8 +45,10 @@ COUNTS = [
     # the focal-loss code's resnet110: torchvision resnet101 (44,549,160) with 26 instead of
     # 23 stage-3 bottlenecks -> 45,864,522; no published count
     pytest.param(
-        "resnet110_bottleneck", {},
-        44_549_160 + 3 * STAGE3_BOTTLENECK + CIFAR_STEM + BOTTLENECK_HEAD, 0,
+        "resnet110_bottleneck",
+        {},
+        44_549_160 + 3 * STAGE3_BOTTLENECK + CIFAR_STEM + BOTTLENECK_HEAD,
+        0,
         id="resnet110_bottleneck",
     ),
     # Zagoruyko & Komodakis 2016, Tables 2 and 4: WRN-28-10 36.5M. WRN-26-10 has no
@@ -184,7 +186,11 @@ def test_checkpoint_round_trip_with_architecture_options():
     model = build_model("wrn", in_channels=1, num_classes=4, image_size=8, **params).eval()
     checkpoint = {
         "architecture": {
-            "name": "wrn", "params": params, "in_channels": 1, "num_classes": 4, "image_size": 8
+            "name": "wrn",
+            "params": params,
+            "in_channels": 1,
+            "num_classes": 4,
+            "image_size": 8,
         },
         "state_dict": model.state_dict(),
     }

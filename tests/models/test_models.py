@@ -9,7 +9,13 @@ from calib_pipeline.models.layers import GridPool
 
 @pytest.mark.parametrize(
     ("name", "channels", "size"),
-    [("small_cnn", 1, 8), ("small_cnn", 1, 28), ("small_cnn", 3, 32), ("resnet20", 3, 32), ("resnet18", 3, 32)],
+    [
+        ("small_cnn", 1, 8),
+        ("small_cnn", 1, 28),
+        ("small_cnn", 3, 32),
+        ("resnet20", 3, 32),
+        ("resnet18", 3, 32),
+    ],
 )
 def test_models_share_the_feature_head_interface(name, channels, size):
     model = build_model(name, in_channels=channels, num_classes=7, image_size=size).eval()
@@ -23,7 +29,9 @@ def test_models_share_the_feature_head_interface(name, channels, size):
 @pytest.mark.parametrize(("size", "grid"), [(8, 8), (8, 4), (28, 7)])
 def test_small_cnn_pool_grid_widens_the_hidden_layer_only(size, grid):
     default = build_model("small_cnn", in_channels=1, num_classes=10, image_size=size)
-    wider = build_model("small_cnn", in_channels=1, num_classes=10, image_size=size, pool_grid=grid).eval()
+    wider = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=size, pool_grid=grid
+    ).eval()
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     # the hidden layer reads 2*width*grid^2 pooled values instead of 2*width*2^2
     assert count(wider) - count(default) == 64 * (grid * grid - 4) * 128
@@ -41,7 +49,9 @@ def test_small_cnn_dense_is_small_cnn_reading_the_whole_conv_map(size):
     assert torch.equal(dense.eval()(x), same.eval()(x))
 
 
-@pytest.mark.parametrize("params", [{"pool_grid": 0}, {"pool_grid": 2.5}, {"width": 0}, {"feature_dim": -1}])
+@pytest.mark.parametrize(
+    "params", [{"pool_grid": 0}, {"pool_grid": 2.5}, {"width": 0}, {"feature_dim": -1}]
+)
 def test_small_cnn_refuses_bad_options_before_building(params):
     from calib_pipeline.models import MODELS
 
@@ -73,7 +83,13 @@ def test_unknown_model_and_bad_arguments():
 def test_checkpoint_round_trip():
     model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8).eval()
     checkpoint = {
-        "architecture": {"name": "small_cnn", "params": {"width": 8}, "in_channels": 1, "num_classes": 10, "image_size": 8},
+        "architecture": {
+            "name": "small_cnn",
+            "params": {"width": 8},
+            "in_channels": 1,
+            "num_classes": 10,
+            "image_size": 8,
+        },
         "state_dict": model.state_dict(),
     }
     restored = model_from_checkpoint(checkpoint)
@@ -86,7 +102,9 @@ def test_grid_pool_passes_a_map_of_its_size_through_and_pools_any_other(channels
     reference = torch.nn.AdaptiveAvgPool2d(4)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     same = torch.randn(3, 5, 4, 4, generator=torch.Generator().manual_seed(0)).to(memory_format=fmt)
-    larger = torch.randn(3, 5, 9, 7, generator=torch.Generator().manual_seed(1)).to(memory_format=fmt)
+    larger = torch.randn(3, 5, 9, 7, generator=torch.Generator().manual_seed(1)).to(
+        memory_format=fmt
+    )
     pool = GridPool(4)
     assert pool(same) is same  # skipped, not recomputed
     assert torch.equal(pool(same), reference(same))

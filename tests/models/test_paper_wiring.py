@@ -45,7 +45,10 @@ def test_each_papers_architecture_runs_in_its_env(env, dotlist):
     channels, size, classes = IMAGES[env]
     with torch.device("meta"):
         net = build_model(
-            model["name"], in_channels=channels, num_classes=classes, image_size=size,
+            model["name"],
+            in_channels=channels,
+            num_classes=classes,
+            image_size=size,
             **model["params"],
         )
         logits = net(torch.empty(2, channels, size, size))
@@ -54,7 +57,9 @@ def test_each_papers_architecture_runs_in_its_env(env, dotlist):
 
 def test_a_misspelt_override_fails_before_anything_runs():
     parameters = parameters_with("cifar10", "model.name=wrn_26_10,model.params.depth=28")
-    with pytest.raises(ValueError, match=r"model 'wrn_26_10' got unknown parameter\(s\) \['depth'\]"):
+    with pytest.raises(
+        ValueError, match=r"model 'wrn_26_10' got unknown parameter\(s\) \['depth'\]"
+    ):
         check_parameters(parameters)
 
 

@@ -24,8 +24,14 @@ from calib_pipeline.settings import config_loader, project_root
 
 CONF = Path(project_root()) / "conf"
 # a value for each placeholder of the table's patterns
-FIELDS = {"method": "focal_gamma_3", "seed": "seed_2", "study": "focal_meta", "split": "meta",
-          "report": "reliability", "name": "my_preds"}
+FIELDS = {
+    "method": "focal_gamma_3",
+    "seed": "seed_2",
+    "study": "focal_meta",
+    "split": "meta",
+    "report": "reliability",
+    "name": "my_preds",
+}
 
 
 def catalog_entries() -> dict[str, dict]:
@@ -120,8 +126,17 @@ def test_every_dataset_the_pipelines_name_is_a_kind_of_the_table(dataset_names):
     unnamed = [name for name in dataset_names if kind_of(name) is None and name != RUN_INFO]
     assert unnamed == []
     kinds = {kind_of(name) for name in dataset_names}
-    assert {"split", "checkpoint", "history", "logits", "shift_logits", "calibrators",
-            "collected_runs", "report", "score_report"} <= kinds
+    assert {
+        "split",
+        "checkpoint",
+        "history",
+        "logits",
+        "shift_logits",
+        "calibrators",
+        "collected_runs",
+        "report",
+        "score_report",
+    } <= kinds
 
 
 def test_a_studys_claims_report_is_the_replication_reports_prerequisite():
@@ -138,6 +153,13 @@ def test_make_replicate_runs_the_studies_with_claims_in_the_parameters_order():
 
     studies = claims_studies("test")
     assert studies[0] == "focal_meta" and "baseline" in studies
-    assert set(studies) == {"focal_meta", "focal", "soft_calibration", "calibratability", "dark_side", "baseline"}
+    assert set(studies) == {
+        "focal_meta",
+        "focal",
+        "soft_calibration",
+        "calibratability",
+        "dark_side",
+        "baseline",
+    }
     makefile = (Path(project_root()) / "Makefile").read_text()
     assert "claims_studies(sys.argv[1])" in makefile and "--pipelines=replication" in makefile

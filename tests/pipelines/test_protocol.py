@@ -17,9 +17,9 @@ from calib_pipeline.data import dataset_names, load_dataset
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
 from calib_pipeline.hooks import SessionConfigHook
 from calib_pipeline.pipelines.logits.nodes import compute_logits
-from calib_pipeline.protocols import check_protocol, declared_protocols
 from calib_pipeline.pipelines.provenance import ProvenanceError, check_run
 from calib_pipeline.pipelines.run_info import run_info
+from calib_pipeline.protocols import check_protocol, declared_protocols
 from calib_pipeline.settings import config_loader, project_root
 from calib_pipeline.training.provenance import run_configuration, training_provenance
 
@@ -49,8 +49,13 @@ def protocol_of(conf: Path, env: str) -> str:
 def test_every_shipped_environment_declares_a_protocol_of_its_own():
     protocols = declared_protocols(PROJECT / "conf")
     assert protocols == {
-        "base": "digits", "test": "test", "cifar10": "cifar10", "cifar100": "cifar100",
-        "fashion_mnist": "fashion_mnist", "svhn": "svhn", "tiny_imagenet": "tiny_imagenet",
+        "base": "digits",
+        "test": "test",
+        "cifar10": "cifar10",
+        "cifar100": "cifar100",
+        "fashion_mnist": "fashion_mnist",
+        "svhn": "svhn",
+        "tiny_imagenet": "tiny_imagenet",
     }
     for env in [*protocols, "local"]:
         assert protocol_of(PROJECT / "conf", env) == (protocols.get(env) or "digits")
@@ -64,7 +69,7 @@ def test_a_new_environment_without_its_own_protocol_is_refused(conf):
     assert message(error) == (
         "env 'cifar10_wrn' does not declare its own protocol: it would write its artifacts under "
         "protocol 'digits', into the folders of another environment, and mix with its results "
-        "(the same \"latest\" checkpoints, logits and tables). Add `protocol: cifar10_wrn` (or "
+        '(the same "latest" checkpoints, logits and tables). Add `protocol: cifar10_wrn` (or '
         "another name of its own) to conf/cifar10_wrn/globals.yml."
     )
 
@@ -94,7 +99,9 @@ def test_local_inherits_base_protocol_only_while_it_keeps_base_dataset(conf):
 def test_a_protocol_named_after_another_dataset_or_not_a_folder_name_is_refused(conf):
     shutil.rmtree(conf / "svhn")  # no environment declares it
     (conf / "test" / "globals.yml").write_text("protocol: svhn\n")
-    with pytest.raises(ValueError, match="protocol 'svhn' of env 'test' is the name of another dataset"):
+    with pytest.raises(
+        ValueError, match="protocol 'svhn' of env 'test' is the name of another dataset"
+    ):
         protocol_of(conf, "test")
     (conf / "test" / "globals.yml").write_text("protocol: ../digits\n")
     with pytest.raises(ValueError, match=r"protocol '\.\./digits' .* must start with a letter"):
@@ -109,7 +116,9 @@ def test_the_pipelines_are_not_built_for_a_copied_environment(conf, monkeypatch)
     loader = config_loader("test_copy", conf.parent)
     session.after_context_created(SimpleNamespace(config_loader=loader, env="test_copy"))
     monkeypatch.setattr(pipeline_registry, "SESSION_CONFIG", session)
-    with pytest.raises(ValueError, match="env 'test_copy' runs protocol 'test', which conf/test/globals.yml"):
+    with pytest.raises(
+        ValueError, match="env 'test_copy' runs protocol 'test', which conf/test/globals.yml"
+    ):
         pipeline_registry.register_pipelines()
 
 
@@ -124,8 +133,12 @@ def catalog_of(env: str, data_dir: Path, monkeypatch) -> DataCatalog:
 def checkpoint(env: str, protocol: str, epochs: int, split_hash: str) -> dict:
     """A run's checkpoint as the training node records it (only what the checks read)."""
     config = run_configuration(
-        CE, seed=0, dataset="digits", split_definition={"seed": 0, "fractions": {"train": 0.75, "val": 0.25}},
-        model_params={"name": "small_cnn"}, training_params={"epochs": epochs},
+        CE,
+        seed=0,
+        dataset="digits",
+        split_definition={"seed": 0, "fractions": {"train": 0.75, "val": 0.25}},
+        model_params={"name": "small_cnn"},
+        training_params={"epochs": epochs},
     )
     config = {**config, "split_hash": split_hash, "code": "c0de"}
     record = training_provenance(config, run_id=f"run-of-{env}", env=env, protocol=protocol)
@@ -133,7 +146,10 @@ def checkpoint(env: str, protocol: str, epochs: int, split_hash: str) -> dict:
 
 
 def test_two_environments_on_one_dataset_keep_their_own_latest(tmp_path, monkeypatch):
-    base, test = catalog_of("local", tmp_path, monkeypatch), catalog_of("test", tmp_path, monkeypatch)
+    base, test = (
+        catalog_of("local", tmp_path, monkeypatch),
+        catalog_of("test", tmp_path, monkeypatch),
+    )
     base.save("ce.seed_0.checkpoint", checkpoint("local", "digits", 20, "abc"))
     test.save("ce.seed_0.checkpoint", checkpoint("test", "test", 2, "abc"))  # saved later
     assert base.load("ce.seed_0.checkpoint")["epochs"] == 20
@@ -164,12 +180,20 @@ def test_a_checkpoint_copied_from_another_protocols_folder_is_refused(tmp_path, 
 
 def test_cached_artifacts_of_another_protocol_are_refused_by_posthoc_and_evaluation():
     record = checkpoint("cifar10_wrn", "cifar10_wrn", 2, "abc")["provenance"]
-    artifacts = {"ce.seed_0.logits": {"provenance": record}, "ce.seed_0.calibrators": {"provenance": record}}
+    artifacts = {
+        "ce.seed_0.logits": {"provenance": record},
+        "ce.seed_0.calibrators": {"provenance": record},
+    }
     session = {
-        "dataset": {"name": "digits"}, "model": {"name": "small_cnn"}, "training": {"epochs": 2},
+        "dataset": {"name": "digits"},
+        "model": {"name": "small_cnn"},
+        "training": {"epochs": 2},
         "splits": {"standard": {"seed": 0, "fractions": {"train": 0.75, "val": 0.25}}},
     }
-    assert check_run(CE, 0, artifacts, **session, run_info=run_info("r", "cifar10_wrn", "cifar10_wrn")) == record
+    assert (
+        check_run(CE, 0, artifacts, **session, run_info=run_info("r", "cifar10_wrn", "cifar10_wrn"))
+        == record
+    )
     with pytest.raises(ProvenanceError) as error:
         check_run(CE, 0, artifacts, **session, run_info=run_info("r", "cifar10", "cifar10"))
     assert message(error).startswith(
@@ -183,10 +207,15 @@ def test_a_record_written_before_protocols_were_recorded_is_compared_by_environm
     record = checkpoint("test", "test", 2, "abc")["provenance"]
     del record["protocol"]
     session = {
-        "dataset": {"name": "digits"}, "model": {"name": "small_cnn"}, "training": {"epochs": 2},
+        "dataset": {"name": "digits"},
+        "model": {"name": "small_cnn"},
+        "training": {"epochs": 2},
         "splits": {"standard": {"seed": 0, "fractions": {"train": 0.75, "val": 0.25}}},
     }
     artifacts = {"ce.seed_0.logits": {"provenance": record}}
     assert check_run(CE, 0, artifacts, **session, run_info=run_info("r", "test", "test")) == record
-    with pytest.raises(ProvenanceError, match=r"made under env 'test' \(written before protocols were recorded\), not under"):
+    with pytest.raises(
+        ProvenanceError,
+        match=r"made under env 'test' \(written before protocols were recorded\), not under",
+    ):
         check_run(CE, 0, artifacts, **session, run_info=run_info("r", "local", "digits"))

@@ -74,10 +74,18 @@ def test_a_notebook_check_of_one_runs_artifacts_refuses_a_mix():
     """``check_same_training`` (what notebooks/analysis.ipynb calls before applying a fitted
     calibrator to logits) passes one training's artifacts and refuses two trainings'."""
     record = provenance()
-    same = {"ce.seed_0.logits": {"provenance": record}, "ce.seed_0.calibrators": {"provenance": record}}
+    same = {
+        "ce.seed_0.logits": {"provenance": record},
+        "ce.seed_0.calibrators": {"provenance": record},
+    }
     assert check_same_training("ce seed 0", same) == record
-    mixed = {**same, "ce.seed_0.calibrators": {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z")}}
-    with pytest.raises(ProvenanceError, match="ce seed 0: its artifacts come from different trainings"):
+    mixed = {
+        **same,
+        "ce.seed_0.calibrators": {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z")},
+    }
+    with pytest.raises(
+        ProvenanceError, match="ce seed 0: its artifacts come from different trainings"
+    ):
         check_same_training("ce seed 0", mixed)
     with pytest.raises(ProvenanceError, match="has no provenance record"):
         check_same_training("ce seed 0", {**same, "ce.seed_0.logits": {"test": {}}})
@@ -286,7 +294,12 @@ def test_the_evaluation_refuses_a_run_the_session_does_not_describe():
 def test_posthoc_refuses_shift_logits_of_another_training_and_records_the_logits_provenance():
     run = cached_run(provenance())
     fitted = fit_calibrators(
-        run["logits"], {"ts": {"name": "temperature_nll"}}, **SESSION, method=CE, seed=0, keys=["ts"]
+        run["logits"],
+        {"ts": {"name": "temperature_nll"}},
+        **SESSION,
+        method=CE,
+        seed=0,
+        keys=["ts"],
     )
     assert fitted["provenance"] == provenance() and set(fitted["fitted"]) == {"ts"}
     other = {"provenance": provenance(run_id="2026-02-02T00.00.00.000Z"), "sets": {}}
@@ -315,10 +328,12 @@ def test_the_hook_gives_nodes_the_session_run_id_env_and_protocol():
     hook.before_pipeline_run(
         {"run_id": TRAINED_BY, "env": "cifar10_wrn"}, pipeline=None, catalog=catalog
     )
-    assert catalog.load(RUN_INFO) == {"run_id": TRAINED_BY, "env": "cifar10_wrn", "protocol": "cifar10_wrn"}
-    hook.before_pipeline_run(
-        {"run_id": TRAINED_BY, "env": None}, pipeline=None, catalog=catalog
-    )
+    assert catalog.load(RUN_INFO) == {
+        "run_id": TRAINED_BY,
+        "env": "cifar10_wrn",
+        "protocol": "cifar10_wrn",
+    }
+    hook.before_pipeline_run({"run_id": TRAINED_BY, "env": None}, pipeline=None, catalog=catalog)
     assert catalog.load(RUN_INFO)["env"] == "local", "kedro run without --env runs the default env"
 
 
@@ -332,21 +347,50 @@ def test_the_evaluation_refuses_a_history_of_another_training_than_the_logits():
     from calib_pipeline.pipelines.reporting.nodes import run_report
 
     record = provenance()
-    history = pd.DataFrame({"method": "ce", "seed": 0, "run_id": "2026-03-03T00.00.00.000Z",
-                            "fingerprint": record["fingerprint"], "epoch": [1, 2],
-                            "test_gamma_mean": [1.0, 1.1], "test_gamma_std": [0.1, 0.2],
-                            "test_ece": [0.1, 0.05], "test_accuracy": [0.8, 0.9], "test_nll": [0.6, 0.5]})
+    history = pd.DataFrame(
+        {
+            "method": "ce",
+            "seed": 0,
+            "run_id": "2026-03-03T00.00.00.000Z",
+            "fingerprint": record["fingerprint"],
+            "epoch": [1, 2],
+            "test_gamma_mean": [1.0, 1.1],
+            "test_gamma_std": [0.1, 0.2],
+            "test_ece": [0.1, 0.05],
+            "test_accuracy": [0.8, 0.9],
+            "test_nll": [0.6, 0.5],
+        }
+    )
     run = {**cached_run(record), "histories": history}
     table, bins = evaluate(run)  # reused by a later session: its run id, the same fingerprint
-    study = {"study": "mini", "dataset": "digits", "methods": ["ce"], "seeds": [0],
-             "labels": {"ce": "CE"}, "groups": {"ce": "ce"}}
-    curves = run_report(table, bins, report="meta_curves", options={}, study=study,
-                        run_keys={"r0": ("ce", 0)}, runs_ce={"r0_histories": history})["curves"]
-    assert not {"run_id", "fingerprint"} & set(curves.columns) and list(curves["test_ece"]) == [0.1, 0.05]
+    study = {
+        "study": "mini",
+        "dataset": "digits",
+        "methods": ["ce"],
+        "seeds": [0],
+        "labels": {"ce": "CE"},
+        "groups": {"ce": "ce"},
+    }
+    curves = run_report(
+        table,
+        bins,
+        report="meta_curves",
+        options={},
+        study=study,
+        run_keys={"r0": ("ce", 0)},
+        runs_ce={"r0_histories": history},
+    )["curves"]
+    assert not {"run_id", "fingerprint"} & set(curves.columns) and list(curves["test_ece"]) == [
+        0.1,
+        0.05,
+    ]
     other = history.assign(fingerprint="0123456789abcdef")
-    with pytest.raises(ProvenanceError, match=r"ce seed 0: its history comes from a training of "
-                       rf"configuration \['0123456789abcdef'\], its logits from configuration "
-                       rf"{record['fingerprint']} \(run {TRAINED_BY}\)"):
+    with pytest.raises(
+        ProvenanceError,
+        match=r"ce seed 0: its history comes from a training of "
+        rf"configuration \['0123456789abcdef'\], its logits from configuration "
+        rf"{record['fingerprint']} \(run {TRAINED_BY}\)",
+    ):
         evaluate({**run, "histories": other})
     with pytest.raises(ProvenanceError, match=r"ce\.seed_0\.history has no fingerprint column"):
         evaluate({**run, "histories": history.drop(columns="fingerprint")})
@@ -362,12 +406,20 @@ def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
     outputs = {}
     for method in (CE, recording):
         outputs[method.record_epoch_logits] = train_method(
-            digits, split, SESSION["splits"]["standard"], CheckpointStore(tmp_path),
-            SESSION["model"], {"epochs": 1, "batch_size": 256, "device": "cpu"},
-            SESSION["run_info"], method=method, seed=0,
+            digits,
+            split,
+            SESSION["splits"]["standard"],
+            CheckpointStore(tmp_path),
+            SESSION["model"],
+            {"epochs": 1, "batch_size": 256, "device": "cpu"},
+            SESSION["run_info"],
+            method=method,
+            seed=0,
         )
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2, "two configurations"
-    assert not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
+    assert (
+        not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
+    )
     assert set(outputs[True][1]["run_id"]) == {SESSION["run_info"]["run_id"]}, "history says who"
     assert set(outputs[True][1]["fingerprint"]) == {outputs[True][0]["provenance"]["fingerprint"]}
     # the folder is the provenance's fingerprint (retention keeps a state by it)
@@ -393,7 +445,10 @@ def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
     from calib_pipeline.data.shift_suites import corruption_names
 
     everything = {"severities": [5, 1], "corruptions": "all"}
-    run["shift"] = {**run["shift"], "settings": defining_settings({**everything, "severities": [1, 5]})}
+    run["shift"] = {
+        **run["shift"],
+        "settings": defining_settings({**everything, "severities": [1, 5]}),
+    }
     evaluate(run, shift={**everything, "corruptions": list(corruption_names())})
     with pytest.raises(ProvenanceError, match="shift.frost_dir: None when the sets were made"):
         evaluate(run, shift={**everything, "frost_dir": "/data/frost"})
@@ -402,7 +457,9 @@ def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
         evaluate(unrecorded, shift=made)
 
 
-def test_the_checkpoint_says_whether_it_was_trained_or_reused_and_its_effective_hyperparameters(digits, tmp_path):
+def test_the_checkpoint_says_whether_it_was_trained_or_reused_and_its_effective_hyperparameters(
+    digits, tmp_path
+):
     """MLflow reads both: a reused training is tagged so, and a default (``detach_pt``)
     appears beside the configured ``gamma``."""
     import dataclasses
@@ -410,9 +467,17 @@ def test_the_checkpoint_says_whether_it_was_trained_or_reused_and_its_effective_
     focal = dataclasses.replace(CE, key="focal_g3", objective="focal", params={"gamma": 3.0})
     split = split_dataset(digits, SESSION["splits"]["standard"])
     runs = [
-        train_method(digits, split, SESSION["splits"]["standard"], CheckpointStore(tmp_path),
-                     SESSION["model"], {"epochs": 1, "batch_size": 256, "device": "cpu"},
-                     SESSION["run_info"], method=focal, seed=0)[0]
+        train_method(
+            digits,
+            split,
+            SESSION["splits"]["standard"],
+            CheckpointStore(tmp_path),
+            SESSION["model"],
+            {"epochs": 1, "batch_size": 256, "device": "cpu"},
+            SESSION["run_info"],
+            method=focal,
+            seed=0,
+        )[0]
         for _ in range(2)
     ]
     assert [run["resumed_after_epoch"] for run in runs] == [0, 1], "trained, then reused"

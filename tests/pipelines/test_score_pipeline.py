@@ -31,38 +31,62 @@ def catalog(tmp_path, path, name):
         "score.predictions": PredictionsDataset(filepath=str(path)),
         "params:calibrators": MemoryDataset(CALIBRATORS),
         **{f"params:evaluation.{key}": MemoryDataset(value) for key, value in EVALUATION.items()},
-        f"score.{name}.calibrators": CalibratorsDataset(filepath=str(tmp_path / "out" / "calibrators.pt")),
+        f"score.{name}.calibrators": CalibratorsDataset(
+            filepath=str(tmp_path / "out" / "calibrators.pt")
+        ),
         f"score.{name}.metrics": ParquetDataset(filepath=str(tmp_path / "out" / "metrics.parquet")),
-        f"score.{name}.reliability_bins": ParquetDataset(filepath=str(tmp_path / "out" / "bins.parquet")),
+        f"score.{name}.reliability_bins": ParquetDataset(
+            filepath=str(tmp_path / "out" / "bins.parquet")
+        ),
     }
     for report in ("summary", "reliability"):
-        datasets[f"score.{name}.report_{report}"] = ReportDataset(filepath=str(tmp_path / "out" / report))
+        datasets[f"score.{name}.report_{report}"] = ReportDataset(
+            filepath=str(tmp_path / "out" / report)
+        )
     return DataCatalog(datasets=datasets)
 
 
 def test_the_pipeline_scores_a_file_and_writes_its_reports(tmp_path):
     arrays = as_probs(synthetic(n=150))
     path = write(tmp_path / "my model.csv", arrays)
-    parameters = {"calibrators": CALIBRATORS, "predictions": {"path": str(path), "calibrators": ["ts"]}}
+    parameters = {
+        "calibrators": CALIBRATORS,
+        "predictions": {"path": str(path), "calibrators": ["ts"]},
+    }
     pipeline = score.create_pipeline(parameters)
     assert {n.name for n in pipeline.nodes} == {
-        "score.fit_calibrators", "score.evaluate", "score.report_summary", "score.report_reliability"
+        "score.fit_calibrators",
+        "score.evaluate",
+        "score.report_summary",
+        "score.report_reliability",
     }
     data = catalog(tmp_path, path, "my_model")
     SequentialRunner().run(pipeline, data)
     metrics = data.load("score.my_model.metrics")
     assert set(metrics["calibrator"]) == {"none", "ts"}
     ece = metrics.query("split == 'test' and calibrator == 'none' and metric == 'ece'")["value"]
-    assert ece.tolist() == [calibration_metrics(arrays["test_probs"], arrays["test_labels"], n_bins=10, inputs="probs")["ece"]]
+    assert ece.tolist() == [
+        calibration_metrics(arrays["test_probs"], arrays["test_labels"], n_bins=10, inputs="probs")[
+            "ece"
+        ]
+    ]
     stored = data.load("score.my_model.calibrators")
     assert list(stored["fitted"]) == ["ts"] and stored["provenance"]["inputs"] == "probs"
-    assert data.load("score.my_model.report_summary")["summary"].startswith("# my_model on my model.csv")
-    assert set(data.load("score.my_model.report_reliability")) == {"reliability_5_bins", "reliability_10_bins"}
+    assert data.load("score.my_model.report_summary")["summary"].startswith(
+        "# my_model on my model.csv"
+    )
+    assert set(data.load("score.my_model.report_reliability")) == {
+        "reliability_5_bins",
+        "reliability_10_bins",
+    }
 
 
 def test_calibrators_that_need_logits_fail_the_run_on_probabilities(tmp_path):
     path = write(tmp_path / "p.npz", as_probs(synthetic()))
-    parameters = {"calibrators": {"vs": {"name": "vector_scaling"}}, "predictions": {"path": str(path)}}
+    parameters = {
+        "calibrators": {"vs": {"name": "vector_scaling"}},
+        "predictions": {"path": str(path)},
+    }
     data = catalog(tmp_path, path, "p")
     data["params:calibrators"] = MemoryDataset(parameters["calibrators"])
     with pytest.raises(ValueError, match="'vs' \\(vector_scaling\\) maps logits"):
@@ -76,7 +100,10 @@ def test_the_predictions_dataset_reads_the_file_or_says_how_to_give_one(tmp_path
     assert PredictionsDataset(filepath=str(path)).exists()
     unset = PredictionsDataset(filepath=None)
     assert not unset.exists()
-    with pytest.raises(DatasetError, match="no predictions file given: kedro run --pipelines=score --params=predictions.path="):
+    with pytest.raises(
+        DatasetError,
+        match="no predictions file given: kedro run --pipelines=score --params=predictions.path=",
+    ):
         unset.load()
     with pytest.raises(DatasetError, match="read-only"):
         unset.save({})
@@ -105,7 +132,9 @@ def test_score_is_registered_by_name_and_never_runs_by_default(monkeypatch, tmp_
 
 
 def test_bad_predictions_parameters_fail_when_the_pipelines_are_built(monkeypatch):
-    with pytest.raises(ValueError, match=r"predictions.calibrators \['platt'\] must name distinct keys"):
+    with pytest.raises(
+        ValueError, match=r"predictions.calibrators \['platt'\] must name distinct keys"
+    ):
         registered(monkeypatch, predictions={"calibrators": ["platt"]})
     with pytest.raises(ValueError, match="predictions.path: no file at missing.npz"):
         registered(monkeypatch, predictions={"path": "missing.npz"})

@@ -11,16 +11,8 @@ import torch
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from calib_pipeline.data import ImageData, load_dataset
+from calib_pipeline.data import ImageData, load_dataset, shift_suites
 from calib_pipeline.data.shift_sets import LAYOUTS, ShiftSetMissing
-from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.models import build_model
-from calib_pipeline.pipelines import shift
-from calib_pipeline.pipelines.provenance import ProvenanceError
-from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
-from calib_pipeline.settings import load_parameters
-from calib_pipeline.reports.evaluation import evaluate_runs
-from calib_pipeline.data import shift_suites
 from calib_pipeline.data.shift_suites import (
     generate_corrupted,
     parse_shift,
@@ -28,7 +20,14 @@ from calib_pipeline.data.shift_suites import (
     resolve_suites,
     shift_label,
 )
+from calib_pipeline.data.splits import split_dataset, split_fingerprint
+from calib_pipeline.models import build_model
+from calib_pipeline.pipelines import shift
+from calib_pipeline.pipelines.provenance import ProvenanceError
+from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.pipelines.shift.nodes import make_shift_sets
+from calib_pipeline.reports.evaluation import evaluate_runs
+from calib_pipeline.settings import load_parameters
 
 PROJECT = Path(__file__).resolve().parents[2]
 SPLITS = {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}}
@@ -172,19 +171,30 @@ def test_a_checkpoint_trained_on_another_split_is_refused(digits):
         run_shift(digits, {"corruptions": ["contrast"], "severities": [1]}, splits=resplit)
 
 
-def test_skipped_corruptions_are_warned_once_in_one_line_when_sets_are_planned(digits, caplog, monkeypatch):
+def test_skipped_corruptions_are_warned_once_in_one_line_when_sets_are_planned(
+    digits, caplog, monkeypatch
+):
     monkeypatch.setattr(shift_suites, "_WARNED_SKIPS", set())
     params = {"corruptions": ["contrast", "frost", "saturate"], "severities": [1], "cache_mb": 0}
     with caplog.at_level("DEBUG", logger="calib_pipeline"):
-        resolve_suites(params, "digits", channels=1)  # checking parameters (registry, viz) warns nothing
+        resolve_suites(
+            params, "digits", channels=1
+        )  # checking parameters (registry, viz) warns nothing
         assert not caplog.records
         for _ in range(2):  # e.g. two runs in one process
             plan_shift_sets(digits, SPLITS, params)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "\n" not in warnings[0] and len(warnings[0]) < 200, warnings
     assert warnings[0].startswith("shift: skipped 2 generated corruption(s): frost (")
-    assert "shift.frost_dir" in warnings[0] and "saturate (not defined for greyscale images)" in warnings[0]
-    full = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG" and "frost skipped" in r.getMessage()]
+    assert (
+        "shift.frost_dir" in warnings[0]
+        and "saturate (not defined for greyscale images)" in warnings[0]
+    )
+    full = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "DEBUG" and "frost skipped" in r.getMessage()
+    ]
     assert full and "frost1.png" in full[0], "the full reason stays in the log file"
 
 

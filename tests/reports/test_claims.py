@@ -308,7 +308,9 @@ def test_seeds_whose_effects_cancel_point_nowhere():
     # e.g. |T - 1| of focal minus CE's on a 0.1 temperature grid: +0.1, 0, -0.1
     cancelled = judge([0.1, 0.0, -0.1], expect="lower")
     assert cancelled["verdict"] == INCONCLUSIVE and cancelled["p_value"] == pytest.approx(1.0)
-    assert cancelled["note"] == "the mean effect is exactly zero" and cancelled["seeds_needed"] is None
+    assert (
+        cancelled["note"] == "the mean effect is exactly zero" and cancelled["seeds_needed"] is None
+    )
     against = judge([0.1, 0.05, -0.1], expect="lower")
     assert against["note"] == "the observed effect points against the claim"
 

@@ -14,8 +14,8 @@ from calib_pipeline.pipelines.config import expand_methods, parse_structure
 from calib_pipeline.reports.claim_specs import load_paper, paper_names
 from calib_pipeline.reports.published import load_published, published_papers
 from calib_pipeline.reports.registry import StudyOutline, check_report
-from tests.reports import synthetic
 from calib_pipeline.settings import load_parameters
+from tests.reports import synthetic
 
 PROJECT = Path(__file__).resolve().parents[2]
 SEEDS_DIR = Path(os.environ.get("CALIB_SEEDS_DIR", PROJECT.parent / "shared" / "seeds"))
@@ -183,18 +183,40 @@ def test_the_claims_report_names_the_papers_networks_beside_the_runs():
 
     from calib_pipeline.reports.claims import protocol_notes
 
-    claims = [SimpleNamespace(paper="mukhoti"), SimpleNamespace(paper="mukhoti"),
-              SimpleNamespace(paper="my_study")]  # a study's own claims have no protocol
-    off = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet18", "focal": "resnet18"}), claims)
+    claims = [
+        SimpleNamespace(paper="mukhoti"),
+        SimpleNamespace(paper="mukhoti"),
+        SimpleNamespace(paper="my_study"),
+    ]  # a study's own claims have no protocol
+    off = protocol_notes(
+        SimpleNamespace(
+            dataset="cifar10", schedules={}, models={"ce": "resnet18", "focal": "resnet18"}
+        ),
+        claims,
+    )
     assert off.count("Protocol of") == 1 and "`resnet110_bottleneck`" in off
-    assert "These runs trained `resnet18`." in off and "None of them is a network of the paper" in off
-    on = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet50"}), claims)
+    assert (
+        "These runs trained `resnet18`." in off and "None of them is a network of the paper" in off
+    )
+    on = protocol_notes(
+        SimpleNamespace(
+            dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet50"}
+        ),
+        claims,
+    )
     assert "These runs trained `resnet50`." in on and "**" not in on and "paper_runs/" not in on
     assert "`paper_runs/`" in off, "where the paper's own protocol is"
-    mixed = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet18"}), claims)
+    mixed = protocol_notes(
+        SimpleNamespace(
+            dataset="cifar10", schedules={}, models={"ce": "resnet50", "focal": "resnet18"}
+        ),
+        claims,
+    )
     assert "These runs trained `resnet18`, `resnet50`." in mixed and "None of them" not in mixed
     assert "**`resnet18` is not a network of the paper on `cifar10`**" in mixed
-    unknown = protocol_notes(SimpleNamespace(dataset="cifar10", schedules={}, models={}), claims)  # results assembled by hand
+    unknown = protocol_notes(
+        SimpleNamespace(dataset="cifar10", schedules={}, models={}), claims
+    )  # results assembled by hand
     assert "Protocol of `mukhoti`" in unknown and "These runs" not in unknown
 
 
@@ -206,8 +228,10 @@ def _schedule_results(dataset: str, **per_method: dict):
     base = {"epochs": 300, "lr": 0.1, "milestones": [150, 225], "lr_decay": 0.1}
     return SimpleNamespace(
         dataset=dataset,
-        models={m: "resnet50" for m in per_method},
-        schedules={m: TrainConfig.from_params({**base, **own}).as_dict() for m, own in per_method.items()},
+        models=dict.fromkeys(per_method, "resnet50"),
+        schedules={
+            m: TrainConfig.from_params({**base, **own}).as_dict() for m, own in per_method.items()
+        },
     )
 
 
@@ -219,21 +243,35 @@ def test_the_claims_report_says_whether_the_runs_trained_on_the_papers_schedule(
     from calib_pipeline.reports.claims import protocol_notes
 
     claims = [SimpleNamespace(paper="singh")]
-    paper_like = _schedule_results("cifar10", ce={"lr_decay": 0.2}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={})
+    paper_like = _schedule_results(
+        "cifar10", ce={"lr_decay": 0.2}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={}
+    )
     note = protocol_notes(paper_like, claims)
-    assert ("These runs trained with every setting the paper states for `cifar10` "
-            "(compared: epochs, lr, milestones, lr_decay).") in note
+    assert (
+        "These runs trained with every setting the paper states for `cifar10` "
+        "(compared: epochs, lr, milestones, lr_decay)."
+    ) in note
     assert "paper_runs/" not in note
-    env_default = _schedule_results("cifar10", ce={}, erl={"lr_decay": 0.2}, ls_epsilon_0p05={"epochs": 350, "milestones": [150, 250]})
+    env_default = _schedule_results(
+        "cifar10",
+        ce={},
+        erl={"lr_decay": 0.2},
+        ls_epsilon_0p05={"epochs": 350, "milestones": [150, 250]},
+    )
     note = protocol_notes(env_default, claims)
     assert "**The runs' schedule differs from the paper's for `cifar10`**" in note
     assert "lr_decay 0.1 (ce), the paper's 0.2" in note
     assert "epochs 350 (ls_epsilon_0p05), the paper's 300" in note
     assert "milestones [150, 250] (ls_epsilon_0p05), the paper's [150, 225]" in note
     assert "`paper_runs/`" in note, "where the paper's protocol is"
-    everyone = _schedule_results("cifar100", ce={"epochs": 2, "milestones": [1], "lr_decay": 0.2},
-                                 erl={"epochs": 2, "milestones": [1], "lr_decay": 0.2})
-    assert "epochs 2, the paper's 300" in protocol_notes(everyone, claims), "no method list when all differ"
+    everyone = _schedule_results(
+        "cifar100",
+        ce={"epochs": 2, "milestones": [1], "lr_decay": 0.2},
+        erl={"epochs": 2, "milestones": [1], "lr_decay": 0.2},
+    )
+    assert "epochs 2, the paper's 300" in protocol_notes(everyone, claims), (
+        "no method list when all differ"
+    )
     # the claims' `rename` (the paper's names -> the study's): a study calling CE `baseline`
     renamed = _schedule_results("cifar10", baseline={"lr_decay": 0.2}, ls_epsilon_0p05={})
     assert "every setting" in protocol_notes(renamed, claims, rename={"ce": "baseline"})
@@ -255,9 +293,13 @@ def test_the_papers_networks_are_checked_per_dataset():
 
     mukhoti = [SimpleNamespace(paper="mukhoti")]
     settings = {"epochs": 100, "milestones": [40, 60]}
-    tiny = SimpleNamespace(**{**vars(_schedule_results("tiny_imagenet", ce=settings)), "models": {"ce": "resnet50"}})
+    tiny = SimpleNamespace(
+        **{**vars(_schedule_results("tiny_imagenet", ce=settings)), "models": {"ce": "resnet50"}}
+    )
     assert protocol_gaps(tiny, mukhoti)[0] == ["network"]
-    assert "**None of them is a network of the paper on `tiny_imagenet`**" in protocol_notes(tiny, mukhoti)
+    assert "**None of them is a network of the paper on `tiny_imagenet`**" in protocol_notes(
+        tiny, mukhoti
+    )
     tiny.models = {"ce": "resnet50[pool_grid=2]"}
     assert protocol_gaps(tiny, mukhoti) == ([], True)
     cifar = SimpleNamespace(**{**vars(tiny), "dataset": "cifar10"})
@@ -272,17 +314,26 @@ def test_the_papers_networks_are_checked_per_dataset():
         ({"cifar10": {"nesterov": True}}, r"unknown key\(s\) \['nesterov'\]"),
         ({"cifar10": {"methods": {"ce": {"lr_decay": "fast"}}}}, "lr_decay"),
         ({"cifar10": {"augment": ""}}, "augment must be a non-empty string"),
-        ({"cifar10": {"architectures": ["resnet50"]}}, r"architectures must be a non-empty subset of \['resnet18'\]"),
+        (
+            {"cifar10": {"architectures": ["resnet50"]}},
+            r"architectures must be a non-empty subset of \['resnet18'\]",
+        ),
         (["cifar10"], "datasets must map a dataset"),
     ],
 )
 def test_a_malformed_protocol_dataset_entry_is_refused(tmp_path, monkeypatch, datasets, message):
     from calib_pipeline.reports import claim_specs
 
-    (tmp_path / "mine.yml").write_text(yaml.safe_dump({
-        "paper": "mine", "title": "t", "claims": [],
-        "protocol": {"architectures": ["resnet18"], "training": "x", "datasets": datasets},
-    }))
+    (tmp_path / "mine.yml").write_text(
+        yaml.safe_dump(
+            {
+                "paper": "mine",
+                "title": "t",
+                "claims": [],
+                "protocol": {"architectures": ["resnet18"], "training": "x", "datasets": datasets},
+            }
+        )
+    )
     monkeypatch.setattr(claim_specs, "CLAIMS_DIR", tmp_path)
     claim_specs.paper_protocol.cache_clear()
     try:
@@ -304,17 +355,31 @@ def test_the_claims_line_says_whether_the_runs_followed_the_papers_protocol():
     assert protocol_gaps(paper_like, singh) == ([], True)
     assert protocol_suffix(([], True), "cifar10") == "; the paper's network and stated settings"
     assert protocol_gaps(_schedule_results("cifar10", ce={}), singh)[0] == ["schedule"], "CE ÷10"
-    small = SimpleNamespace(**{**vars(paper_like), "models": {"ce": "small_cnn", "ls_epsilon_0p05": "resnet50"}})
+    small = SimpleNamespace(
+        **{**vars(paper_like), "models": {"ce": "small_cnn", "ls_epsilon_0p05": "resnet50"}}
+    )
     assert protocol_gaps(small, singh)[0] == ["network"]
     digits = SimpleNamespace(**{**vars(small), "dataset": "digits"})
     assert protocol_gaps(digits, singh)[0] == ["network", "dataset"]
-    assert protocol_suffix(protocol_gaps(digits, singh), "digits") == "; not the paper's protocol (network, dataset)"
+    assert (
+        protocol_suffix(protocol_gaps(digits, singh), "digits")
+        == "; not the paper's protocol (network, dataset)"
+    )
     wang = [SimpleNamespace(paper="wang")]  # ResNet-32 everywhere, ResNet-110 on CIFAR only
-    resnet32 = SimpleNamespace(**{**vars(paper_like), "models": {"ce": "resnet32[shortcut=zero_pad]"}})
+    resnet32 = SimpleNamespace(
+        **{**vars(paper_like), "models": {"ce": "resnet32[shortcut=zero_pad]"}}
+    )
     assert protocol_gaps(resnet32, wang) == ([], False), "the paper states no settings for CIFAR-10"
-    assert protocol_suffix(([], False), "cifar10") == "; the paper's network (it states no training settings for cifar10)"
-    assert protocol_gaps(SimpleNamespace(**{**vars(resnet32), "dataset": "digits"}), wang)[0] == ["dataset"]
-    svhn_110 = SimpleNamespace(**{**vars(resnet32), "dataset": "svhn", "models": {"ce": "resnet110_bottleneck"}})
+    assert (
+        protocol_suffix(([], False), "cifar10")
+        == "; the paper's network (it states no training settings for cifar10)"
+    )
+    assert protocol_gaps(SimpleNamespace(**{**vars(resnet32), "dataset": "digits"}), wang)[0] == [
+        "dataset"
+    ]
+    svhn_110 = SimpleNamespace(
+        **{**vars(resnet32), "dataset": "svhn", "models": {"ce": "resnet110_bottleneck"}}
+    )
     assert protocol_gaps(svhn_110, wang)[0] == ["network"]
     assert protocol_gaps(paper_like, [SimpleNamespace(paper="my_study")]) is None, "no protocol"
     assert protocol_gaps(SimpleNamespace(**{**vars(paper_like), "schedules": {}}), singh) is None

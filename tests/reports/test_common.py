@@ -5,7 +5,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-
 from calib_pipeline.reports.common import (
     MARKDOWN_MAX_ROWS,
     as_cells,
@@ -43,7 +42,12 @@ def test_long_tables_are_written_as_csv_only(tmp_path):
     short = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS)})
     long = pd.DataFrame({"value": range(MARKDOWN_MAX_ROWS + 1)})
     write_artifacts(tmp_path, {"short": short, "long": long})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.csv", "short.csv", "short.md", "short.tex"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "long.csv",
+        "short.csv",
+        "short.md",
+        "short.tex",
+    ]
     assert len(pd.read_csv(tmp_path / "long.csv")) == MARKDOWN_MAX_ROWS + 1
 
 
@@ -127,13 +131,34 @@ def test_titles_name_the_dataset_and_its_protocol(focal_results):
     assert summary.startswith("# study on toy (protocol toy_long)")
 
 
-def test_a_table_of_cells_carries_its_numbers_in_csv_and_only_its_layout_in_markdown_and_latex(tmp_path):
-    stats = pd.DataFrame({"metric": ["ece", "brier", "nll"], "mean": [2.08, 12.5, 0.61],
-                          "std": [0.59, 1.0, float("nan")], "n": [3, 3, 1]})
+def test_a_table_of_cells_carries_its_numbers_in_csv_and_only_its_layout_in_markdown_and_latex(
+    tmp_path,
+):
+    stats = pd.DataFrame(
+        {
+            "metric": ["ece", "brier", "nll"],
+            "mean": [2.08, 12.5, 0.61],
+            "std": [0.59, 1.0, float("nan")],
+            "n": [3, 3, 1],
+        }
+    )
     ece, brier, nll = stat_cells(stats, digits=2)
-    frame = with_numbers(pd.DataFrame({"Method": ["CE"], "ECE": [ece], "Brier": [brier], "NLL": [nll + " *"]}))
-    assert list(frame.columns) == ["Method", "ECE", "Brier", "NLL", "ece_pct_mean", "ece_pct_std",
-                                   "brier_x100_mean", "brier_x100_std", "nll_mean", "nll_std", "n_seeds"]
+    frame = with_numbers(
+        pd.DataFrame({"Method": ["CE"], "ECE": [ece], "Brier": [brier], "NLL": [nll + " *"]})
+    )
+    assert list(frame.columns) == [
+        "Method",
+        "ECE",
+        "Brier",
+        "NLL",
+        "ece_pct_mean",
+        "ece_pct_std",
+        "brier_x100_mean",
+        "brier_x100_std",
+        "nll_mean",
+        "nll_std",
+        "n_seeds",
+    ]
     assert frame.loc[0, "ECE"] == "2.08 ± 0.59" and frame.loc[0, "NLL"] == "0.61 *"
     assert (frame.loc[0, "ece_pct_mean"], frame.loc[0, "n_seeds"]) == (2.08, 3)
     write_artifacts(tmp_path, {"table": frame})
@@ -147,13 +172,18 @@ def test_a_table_of_cells_carries_its_numbers_in_csv_and_only_its_layout_in_mark
 
 
 def test_every_metric_has_one_unit_in_every_report(focal_results):
-    assert [metric_unit(m) for m in ("accuracy", "ece", "auroc", "brier", "nll", "mean_entropy")] == [
-        "%", "%", "%", "×100", "", ""
-    ]
+    assert [
+        metric_unit(m) for m in ("accuracy", "ece", "auroc", "brier", "nll", "mean_entropy")
+    ] == ["%", "%", "%", "×100", "", ""]
     summary = build_report("summary", focal_results, metrics=["accuracy", "brier", "auroc", "nll"])
     assert "Units: accuracy, auroc in %; brier ×100; nll as computed." in summary["summary"]
     table = summary["table"]
     brier = focal_results.metrics
-    brier = brier[(brier["metric"] == "brier") & (brier["split"] == "test") & (brier["shift"] == "none")
-                  & (brier["method"] == "ce") & (brier["calibrator"] == "none")]["value"]
+    brier = brier[
+        (brier["metric"] == "brier")
+        & (brier["split"] == "test")
+        & (brier["shift"] == "none")
+        & (brier["method"] == "ce")
+        & (brier["calibrator"] == "none")
+    ]["value"]
     assert table.loc[0, "brier_x100_mean"] == pytest.approx(100 * brier.mean())

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 import torch
 
-from calib_pipeline.reports.common import paper_view
 from calib_pipeline.calibration.posthoc import build_calibrator
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_names
 
@@ -78,7 +78,15 @@ def test_table1_has_the_paper_columns_and_a_ce_ts_row(results):
         ablation=["fm_fl_gamma", "fm_fl_gamma_sece"],
     )
     table1 = out["table1"]
-    assert list(paper_view(table1).columns) == ["Methods", "Error", "NLL", "ECE", "MCE", "ACE", "Classwise ECE"]
+    assert list(paper_view(table1).columns) == [
+        "Methods",
+        "Error",
+        "NLL",
+        "ECE",
+        "MCE",
+        "ACE",
+        "Classwise ECE",
+    ]
     assert list(table1["Methods"]) == ["CE", "CE (TS)", "FLγ", "FLγ-SECE"]
     test = results.metrics
     ece = test[

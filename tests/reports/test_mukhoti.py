@@ -29,7 +29,9 @@ def test_mukhoti_table_cells_and_temperatures(focal_results):
     ce = table.iloc[0]
     assert ce["Error"] == "25.00 ± 5.00"
     assert ce["ECE Pre T"] == "12.00 ± 2.00"
-    assert (ce["error_pct_mean"], ce["error_pct_std"], ce["ece_pre_t_pct_mean"]) == pytest.approx((25.0, 5.0, 12.0))
+    assert (ce["error_pct_mean"], ce["error_pct_std"], ce["ece_pre_t_pct_mean"]) == pytest.approx(
+        (25.0, 5.0, 12.0)
+    )
     assert ce["temperature_mean"] > 0 and ce["n_seeds"] == len(focal_results.seeds)
     t = np.mean(
         [
@@ -159,7 +161,11 @@ def test_mukhoti_table_refuses_a_calibrator_without_a_temperature(focal_results)
     from calib_pipeline.calibration.posthoc import build_calibrator
 
     binned = {
-        run: {"ts_grid": build_calibrator("histogram_binning").fit(torch.randn(40, 4), torch.arange(40) % 4)}
+        run: {
+            "ts_grid": build_calibrator("histogram_binning").fit(
+                torch.randn(40, 4), torch.arange(40) % 4
+            )
+        }
         for run in focal_results.calibrators
     }
     with pytest.raises(ValueError, match="calibrator 'ts_grid' fitted no temperature"):

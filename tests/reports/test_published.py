@@ -7,7 +7,12 @@ import pandas as pd
 import pytest
 
 from calib_pipeline.models import architecture_tag
-from calib_pipeline.reports.published import load_published, our_values, published_papers, side_by_side
+from calib_pipeline.reports.published import (
+    load_published,
+    our_values,
+    published_papers,
+    side_by_side,
+)
 from calib_pipeline.reports.registry import StudyResults, build_report
 from tests.reports import synthetic
 
@@ -17,7 +22,7 @@ def _as(results: StudyResults, dataset: str, architecture: str) -> StudyResults:
         **{
             **results.__dict__,
             "dataset": dataset,
-            "models": {m: architecture for m in results.methods},
+            "models": dict.fromkeys(results.methods, architecture),
         }
     )
 
@@ -78,7 +83,9 @@ def test_side_by_side_matches_dataset_and_architecture_and_measures_in_our_std()
     assert table["Paper"].tolist() == ["4.35"] and table["Distance (our std)"].tolist() == ["+2.1"]
     # He et al.'s 1.7M resnet110 is not the paper's (bottleneck) ResNet-110
     for dataset, model in (
-        ("cifar10", "resnet18"), ("digits", "resnet110_bottleneck"), ("cifar10", "resnet110")
+        ("cifar10", "resnet18"),
+        ("digits", "resnet110_bottleneck"),
+        ("cifar10", "resnet110"),
     ):
         assert side_by_side(published, ours, dataset=dataset, models={"ce": model}, **kwargs).empty
     one_seed = side_by_side(
@@ -121,7 +128,9 @@ def test_mukhoti_table_shows_the_papers_numbers_only_for_its_protocol(focal_resu
     assert temperature["Calibrator"].tolist() == ["ts (ts_grid)"] and temperature[
         "Paper"
     ].tolist() == ["2.80"]
-    assert "## Published values (mukhoti, cifar10, resnet110_bottleneck)" in matched["mukhoti_table"]
+    assert (
+        "## Published values (mukhoti, cifar10, resnet110_bottleneck)" in matched["mukhoti_table"]
+    )
 
 
 def test_meta_tables_show_table_1_for_resnet18_on_cifar():
@@ -158,7 +167,9 @@ def test_the_architecture_tag_names_the_options_that_change_the_network():
     assert architecture_tag("resnet32") == "resnet32"
     assert architecture_tag("resnet32", {"shortcut": "projection"}) == "resnet32"  # the default
     assert architecture_tag("resnet32", {"shortcut": "zero_pad"}) == "resnet32[shortcut=zero_pad]"
-    assert architecture_tag("wrn", {"widen_factor": 8, "depth": 16}) == "wrn[depth=16,widen_factor=8]"
+    assert (
+        architecture_tag("wrn", {"widen_factor": 8, "depth": 16}) == "wrn[depth=16,widen_factor=8]"
+    )
     with pytest.raises(ValueError, match="come from the dataset"):
         architecture_tag("resnet32", {"num_classes": 10})
     with pytest.raises(ValueError, match="unknown model"):

@@ -16,23 +16,25 @@ from calib_pipeline.reports.replication import (
 
 def claims_table(paper: str, verdicts: list[str]) -> pd.DataFrame:
     n = len(verdicts)
-    return pd.DataFrame({
-        "paper": [paper] * n,
-        "id": [f"claim_{i}" for i in range(n)],
-        "source": ["Table 1"] * n,
-        "claim": [f"claim {i} of {paper}" for i in range(n)],
-        "effect_is": ["A − B"] * n,
-        "n_seeds": [3] * n,
-        "effect": [0.01 * (i + 1) for i in range(n)],
-        "effect_std": [0.01] * n,
-        "ci_low": [0.0] * n,
-        "ci_high": [0.02] * n,
-        "p_value": [0.04] * n,
-        "p_holm": [min(1.0, 0.04 * n)] * n,
-        "verdict": verdicts,
-        "seeds_needed": [None if v != "inconclusive" else 7 for v in verdicts],
-        "note": [""] * n,
-    })
+    return pd.DataFrame(
+        {
+            "paper": [paper] * n,
+            "id": [f"claim_{i}" for i in range(n)],
+            "source": ["Table 1"] * n,
+            "claim": [f"claim {i} of {paper}" for i in range(n)],
+            "effect_is": ["A − B"] * n,
+            "n_seeds": [3] * n,
+            "effect": [0.01 * (i + 1) for i in range(n)],
+            "effect_std": [0.01] * n,
+            "ci_low": [0.0] * n,
+            "ci_high": [0.02] * n,
+            "p_value": [0.04] * n,
+            "p_holm": [min(1.0, 0.04 * n)] * n,
+            "verdict": verdicts,
+            "seeds_needed": [None if v != "inconclusive" else 7 for v in verdicts],
+            "note": [""] * n,
+        }
+    )
 
 
 STUDIES = {
@@ -105,11 +107,15 @@ def test_a_claim_two_studies_judge_keeps_a_row_per_study_and_the_report_says_so(
     assert list(summary["study"]) == ["focal", "focal_variant", "all"]
     assert summary.iloc[-1]["holds"] == 2  # counted once per study
     report = replication_report(both, "test")
-    assert "2 claim(s) judged by more than one study are counted once per study: " \
+    assert (
+        "2 claim(s) judged by more than one study are counted once per study: "
         "mukhoti:claim_0, mukhoti:claim_1." in report["summary"]
+    )
 
 
 def test_a_studys_own_claims_are_named_as_such():
     own = {"baseline": claims_table("baseline", ["holds", "inconclusive"])}
     report = replication_report(own, "test")
-    assert "- study baseline's own claims on test: 1 of 2 applicable claims hold" in report["summary"]
+    assert (
+        "- study baseline's own claims on test: 1 of 2 applicable claims hold" in report["summary"]
+    )

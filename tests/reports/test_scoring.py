@@ -26,7 +26,11 @@ CALIBRATORS = {
 
 
 def value(table, split, calibrator, metric):
-    row = table[(table["split"] == split) & (table["calibrator"] == calibrator) & (table["metric"] == metric)]
+    row = table[
+        (table["split"] == split)
+        & (table["calibrator"] == calibrator)
+        & (table["metric"] == metric)
+    ]
     assert len(row) == 1
     return float(row["value"].iloc[0])
 
@@ -39,13 +43,22 @@ def test_uncalibrated_rows_equal_the_metrics_of_the_file(tmp_path, kind):
     assert list(fitted["fitted"]) == ["ts", "hist"] and fitted["provenance"]["inputs"] == kind
     metrics, bins = score_predictions(predictions, fitted, 10, [20], name="model")
     assert list(metrics.columns) == TIDY_COLUMNS
-    assert set(metrics["calibrator"]) == {"none", "ts", "hist"} and set(metrics["split"]) == {"val", "test"}
+    assert set(metrics["calibrator"]) == {"none", "ts", "hist"} and set(metrics["split"]) == {
+        "val",
+        "test",
+    }
     assert set(metrics["dataset"]) == {"model.npz"} and set(metrics["method"]) == {"model"}
     for split in ("val", "test"):
-        expected = calibration_metrics(arrays[f"{split}_{kind}"], arrays[f"{split}_labels"], n_bins=10, inputs=kind)
+        expected = calibration_metrics(
+            arrays[f"{split}_{kind}"], arrays[f"{split}_labels"], n_bins=10, inputs=kind
+        )
         for metric in ("ece", "nll", "accuracy", "brier"):
             assert value(metrics, split, "none", metric) == expected[metric]
-    assert sorted(bins["n_bins"].unique()) == [10, 20] and set(bins["calibrator"]) == {"none", "ts", "hist"}
+    assert sorted(bins["n_bins"].unique()) == [10, 20] and set(bins["calibrator"]) == {
+        "none",
+        "ts",
+        "hist",
+    }
 
 
 def test_probabilities_calibrate_exactly_as_their_logits(tmp_path):
@@ -54,19 +67,28 @@ def test_probabilities_calibrate_exactly_as_their_logits(tmp_path):
     probs = load_predictions(write(tmp_path / "p.npz", as_probs(synthetic(n=200))))
     on_logits = fit_calibrators(logits, CALIBRATORS)
     on_probs = fit_calibrators(probs, CALIBRATORS)
-    assert on_probs["fitted"]["ts"].temperature == pytest.approx(on_logits["fitted"]["ts"].temperature, rel=1e-9)
+    assert on_probs["fitted"]["ts"].temperature == pytest.approx(
+        on_logits["fitted"]["ts"].temperature, rel=1e-9
+    )
     a, _ = score_predictions(logits, on_logits, name="m")
     b, _ = score_predictions(probs, on_probs, name="m")
     for calibrator in ("ts", "hist"):
-        assert value(b, "test", calibrator, "ece") == pytest.approx(value(a, "test", calibrator, "ece"), abs=1e-9)
+        assert value(b, "test", calibrator, "ece") == pytest.approx(
+            value(a, "test", calibrator, "ece"), abs=1e-9
+        )
 
 
 def test_calibrators_that_need_logits_are_refused_on_probabilities(tmp_path):
     probs = load_predictions(write(tmp_path / "p.npz", as_probs(synthetic())))
-    with pytest.raises(ValueError, match=r"'vs' \(vector_scaling\) maps logits, and .*p.npz holds probabilities.*dirichlet"):
+    with pytest.raises(
+        ValueError,
+        match=r"'vs' \(vector_scaling\) maps logits, and .*p.npz holds probabilities.*dirichlet",
+    ):
         fit_calibrators(probs, {"vs": {"name": "vector_scaling"}})
     logits = load_predictions(write(tmp_path / "z.npz", synthetic()))
-    assert fit_calibrators(logits, {"vs": {"name": "vector_scaling"}})["fitted"]["vs"].n_classes == 3
+    assert (
+        fit_calibrators(logits, {"vs": {"name": "vector_scaling"}})["fitted"]["vs"].n_classes == 3
+    )
 
 
 def test_a_bad_calibrator_or_a_failing_fit_names_the_calibrator(tmp_path):
@@ -87,7 +109,9 @@ def test_the_standard_reports_run_on_the_results(tmp_path):
     assert summary["summary"].startswith("# model on model.csv")
     assert list(summary["table"]["calibrator"]) == ["hist", "none", "ts"]
     assert list(standard.reliability(results, n_bins=15)) == ["reliability_15_bins"]
-    assert predictions_report(metrics, bins, fitted, report="summary")["summary"] == summary["summary"]
+    assert (
+        predictions_report(metrics, bins, fitted, report="summary")["summary"] == summary["summary"]
+    )
     figures = predictions_report(metrics, bins, fitted, [5, 15], report="reliability")
     assert list(figures) == ["reliability_5_bins", "reliability_15_bins"]
 
@@ -105,7 +129,9 @@ def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
     options = ScoreOptions.from_params({"path": path}, CALIBRATORS)
     assert options == ScoreOptions(path, "resnet_110", ("ts", "hist"))
     assert ScoreOptions.from_params(None, CALIBRATORS).path is None
-    named = ScoreOptions.from_params({"path": path, "name": "r110", "calibrators": ["hist"]}, CALIBRATORS)
+    named = ScoreOptions.from_params(
+        {"path": path, "name": "r110", "calibrators": ["hist"]}, CALIBRATORS
+    )
     assert (named.name, named.calibrators) == ("r110", ("hist",))
     assert ScoreOptions.from_params({"calibrators": []}, CALIBRATORS).calibrators == ()
 
@@ -113,11 +139,17 @@ def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"paht": "x.npz"}, r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators'\]"),
+        (
+            {"paht": "x.npz"},
+            r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators'\]",
+        ),
         ({"path": "x.h5"}, "formats are .npz, .pt, .csv"),
         ({"path": "missing.npz"}, "no file at missing.npz"),
         ({"name": "a/b"}, "predictions.name must start"),
-        ({"calibrators": ["ts", "platt"]}, r"must name distinct keys of the calibrators parameters \(ts, hist\)"),
+        (
+            {"calibrators": ["ts", "platt"]},
+            r"must name distinct keys of the calibrators parameters \(ts, hist\)",
+        ),
         ({"calibrators": ["ts", "ts"]}, "must name distinct keys"),
         ({"calibrators": "ts"}, "must be a list of calibrator keys"),
         ("x.npz", "predictions must be a mapping"),
@@ -129,8 +161,12 @@ def test_bad_options_are_refused(entry, message):
 
 
 def test_scores_of_a_float32_file_are_scored_as_given(tmp_path):
-    arrays = {k: v.astype(np.float32) if k.endswith("logits") else v for k, v in synthetic().items()}
+    arrays = {
+        k: v.astype(np.float32) if k.endswith("logits") else v for k, v in synthetic().items()
+    }
     predictions = load_predictions(write(tmp_path / "f.pt", arrays))
     metrics, _ = score_predictions(predictions, fit_calibrators(predictions, {}), name="f")
-    expected = calibration_metrics(torch.as_tensor(arrays["test_logits"]), arrays["test_labels"])["ece"]
+    expected = calibration_metrics(torch.as_tensor(arrays["test_logits"]), arrays["test_labels"])[
+        "ece"
+    ]
     assert value(metrics, "test", "none", "ece") == expected

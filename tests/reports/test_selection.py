@@ -85,8 +85,16 @@ def _accuracy_ece_table(members: dict[str, tuple[float, float]]):
     from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
 
     rows = [
-        {"method": name, "label": name, "seed": 0, "calibrator": UNCALIBRATED, "split": "val",
-         "shift": UNSHIFTED, "metric": metric, "value": value}
+        {
+            "method": name,
+            "label": name,
+            "seed": 0,
+            "calibrator": UNCALIBRATED,
+            "split": "val",
+            "shift": UNSHIFTED,
+            "metric": metric,
+            "value": value,
+        }
         for name, (accuracy, ece) in members.items()
         for metric, value in (("accuracy", accuracy), ("ece_l2", ece))
     ]
@@ -99,6 +107,11 @@ def test_karandikar_rule_wants_less_than_one_point_given_up():
     table = _accuracy_ece_table({"ls_a": (0.90, 0.05), "ls_b": (0.89, 0.01), "ls_c": (0.895, 0.03)})
     groups = {"ls_a": "ls", "ls_b": "ls", "ls_c": "ls"}
     assert select_sweep_members(table, groups, "karandikar")[1]["method"][0] == "ls_c"
-    assert select_sweep_members(table, groups, "karandikar", tolerance=0.0101)[1]["method"][0] == "ls_b"
+    assert (
+        select_sweep_members(table, groups, "karandikar", tolerance=0.0101)[1]["method"][0]
+        == "ls_b"
+    )
     # a zero window keeps the most accurate member(s) only
-    assert select_sweep_members(table, groups, "karandikar", tolerance=0.0)[1]["method"][0] == "ls_a"
+    assert (
+        select_sweep_members(table, groups, "karandikar", tolerance=0.0)[1]["method"][0] == "ls_a"
+    )

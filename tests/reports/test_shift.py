@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calib_pipeline.reports.common import paper_view
-from calib_pipeline.reports.common import write_artifacts
+from calib_pipeline.reports.common import paper_view, write_artifacts
 from calib_pipeline.reports.evaluation import TIDY_COLUMNS
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 from calib_pipeline.reports.shift import corruption_sem

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from calib_pipeline.reports.common import paper_view
 from calib_pipeline.calibration.posthoc import build_calibrator
+from calib_pipeline.reports.common import paper_view
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report
 from tests.reports.synthetic import DARK, cell, study
@@ -13,8 +13,22 @@ from tests.reports.synthetic import DARK, cell, study
 def test_singh_table_layout_values_and_marks(dark_results):
     out = build_report("singh_table", dark_results)
     table = out["table"]
-    assert list(paper_view(table).columns) == ["Method", "Brier", "ECE", "AUROC", "α", "β", "γ", "α − β − γ"]
-    assert {"brier_x100_mean", "auroc_pct_mean", "alpha_minus_beta_minus_gamma_pct_std", "n_seeds"} <= set(table.columns)
+    assert list(paper_view(table).columns) == [
+        "Method",
+        "Brier",
+        "ECE",
+        "AUROC",
+        "α",
+        "β",
+        "γ",
+        "α − β − γ",
+    ]
+    assert {
+        "brier_x100_mean",
+        "auroc_pct_mean",
+        "alpha_minus_beta_minus_gamma_pct_std",
+        "n_seeds",
+    } <= set(table.columns)
     assert table["Method"].tolist() == [
         "CE",
         "CE + ts_fixed",
@@ -24,7 +38,9 @@ def test_singh_table_layout_values_and_marks(dark_results):
         "Focal (gamma=3) + ts_fixed",
     ]
     assert table.loc[0, "AUROC"] == "91.00 ± 1.00"
-    assert (table.loc[0, "auroc_pct_mean"], table.loc[0, "auroc_pct_std"]) == pytest.approx((91.0, 1.0))
+    assert (table.loc[0, "auroc_pct_mean"], table.loc[0, "auroc_pct_std"]) == pytest.approx(
+        (91.0, 1.0)
+    )
     assert table.loc[0, "α − β − γ"] == cell([0.3, 0.2, 0.1])  # alpha - beta - gamma per seed
     comparisons = out["comparisons"].set_index(["method", "metric"])
     assert bool(comparisons.loc[("LS (epsilon=0.05)", "auroc"), "worse"])
@@ -123,7 +139,9 @@ def test_a_seed_without_errors_leaves_its_nan_auroc_out_of_the_comparison(dark_r
     """A run that makes no test error has AUROC NaN: the table and its t-test skip that
     seed instead of failing the whole report."""
     tidy = dark_results.metrics.copy()
-    first = tidy[(tidy["metric"] == "auroc") & (tidy["split"] == "test") & (tidy["calibrator"] == "none")]
+    first = tidy[
+        (tidy["metric"] == "auroc") & (tidy["split"] == "test") & (tidy["calibrator"] == "none")
+    ]
     ls_rows = first[first["method"].str.startswith("ls")]
     assert len(ls_rows) >= 3
     tidy.loc[ls_rows.index[0], "value"] = float("nan")

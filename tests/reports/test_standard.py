@@ -28,9 +28,14 @@ def results():
 
 def expected_ece(bins):
     """ECE of the bins pooled over the given rows, straight from the table."""
-    pooled = bins.assign(
-        a=bins["accuracy"].fillna(0) * bins["count"], c=bins["confidence"].fillna(0) * bins["count"]
-    ).groupby("lower")[["count", "a", "c"]].sum()
+    pooled = (
+        bins.assign(
+            a=bins["accuracy"].fillna(0) * bins["count"],
+            c=bins["confidence"].fillna(0) * bins["count"],
+        )
+        .groupby("lower")[["count", "a", "c"]]
+        .sum()
+    )
     return float((pooled["a"] - pooled["c"]).abs().sum() / pooled["count"].sum())
 
 
@@ -108,7 +113,9 @@ def test_bars_are_the_bins_and_empty_bins_draw_none(results):
     bars run between accuracy and confidence, and a bin without samples draws no bar."""
     fig = build_report("reliability", results, n_bins=15)["reliability_15_bins"]
     ax = next(a for a in fig.axes if a.get_title() == "Method 3 · ts")
-    cell = results.bins[(results.bins["label"] == "Method 3") & (results.bins["calibrator"] == "ts")]
+    cell = results.bins[
+        (results.bins["label"] == "Method 3") & (results.bins["calibrator"] == "ts")
+    ]
     pooled = pooled_bins(cell).sort_values("lower")
     filled = pooled[pooled["count"] > 0]
     assert 0 < len(filled) < 15, "the synthetic bins should leave some bins empty"
@@ -119,9 +126,12 @@ def test_bars_are_the_bins_and_empty_bins_draw_none(results):
         assert corners[:, 0].min() == pytest.approx(row["lower"])
         assert corners[:, 0].max() == pytest.approx(row["upper"])
         assert corners[:, 1].min() == 0 and corners[:, 1].max() == pytest.approx(row["accuracy"])
-    gaps = sorted((p.vertices[:4] for p in by_label["gap to confidence"].get_paths()),
-                  key=lambda v: v[0, 0])
+    gaps = sorted(
+        (p.vertices[:4] for p in by_label["gap to confidence"].get_paths()), key=lambda v: v[0, 0]
+    )
     for corners, (_, row) in zip(gaps, filled.iterrows()):
         low, high = sorted([row["accuracy"], row["confidence"]])
-        assert corners[:, 1].min() == pytest.approx(low) and corners[:, 1].max() == pytest.approx(high)
+        assert corners[:, 1].min() == pytest.approx(low) and corners[:, 1].max() == pytest.approx(
+            high
+        )
     plt.close(fig)

@@ -7,10 +7,9 @@ import pytest
 import torch
 from scipy.stats import ttest_ind
 
-from calib_pipeline.reports.common import paper_view
 from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration.posthoc import build_calibrator, oracle_temperature
-from calib_pipeline.reports.common import write_artifacts
+from calib_pipeline.reports.common import paper_view, write_artifacts
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 from calib_pipeline.reports.wang import compare_to_baseline
@@ -261,7 +260,15 @@ def test_validation_size_sweep(study, tmp_path):
         calibrators={"ts_grid_wang": TS, "hist_binning": HB},
     )
     table = out["validation_size"]
-    assert list(paper_view(table).columns) == ["group", "method", "label", "calibrator", "10", "40", "all"]
+    assert list(paper_view(table).columns) == [
+        "group",
+        "method",
+        "label",
+        "calibrator",
+        "10",
+        "40",
+        "all",
+    ]
     assert {"10_pct_mean", "all_pct_std", "n_fits"} <= set(table.columns)
     assert table[["method", "calibrator"]].values.tolist() == [
         [m, c] for m in METHODS for c in ("ts_grid_wang", "hist_binning")
@@ -378,7 +385,10 @@ def test_max_logit_histograms_leave_out_runs_without_learned_epochs(study):
         )
     assert "ce" not in set(out["max_logit_by_learned_epoch"]["method"])
     assert set(out["max_logit_by_learned_epoch"]["method"]) == set(METHODS) - {"ce"}
-    nothing = {key: {**run, "learned_epoch": torch.full((N_TRAIN,), -1)} for key, run in study.logits.items()}
+    nothing = {
+        key: {**run, "learned_epoch": torch.full((N_TRAIN,), -1)}
+        for key, run in study.logits.items()
+    }
     with pytest.warns(UserWarning), pytest.raises(ValueError, match="no run of study .* tracked"):
         build_report("max_logit_histograms", StudyResults(**{**study.__dict__, "logits": nothing}))
 
@@ -388,7 +398,9 @@ def test_excluded_members_outside_the_study_are_refused_before_any_training():
     must fail when the pipelines are built, not after every run has trained."""
     from calib_pipeline.reports.registry import StudyOutline, check_report
 
-    outline = StudyOutline("calibratability", ("ce", "ls_epsilon_0p05"), {}, ("ts_grid_wang", "hist_binning"))
+    outline = StudyOutline(
+        "calibratability", ("ce", "ls_epsilon_0p05"), {}, ("ts_grid_wang", "hist_binning")
+    )
     with pytest.raises(ValueError, match=r"exclude: \['l1_norm_alpha_0p05'\] are not methods"):
         check_report("calibratability_table", {"exclude": ["l1_norm_alpha_0p05"]}, study=outline)
     with pytest.raises(ValueError, match=r"baseline: \['cross_entropy'\] are not methods"):

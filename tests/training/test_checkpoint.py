@@ -19,7 +19,9 @@ def test_a_crafted_resume_state_is_refused_and_runs_no_code(tmp_path):
     store.directory.mkdir()
     marker = tmp_path / "pwned"
     torch.save({"epoch": 1, "payload": MarkerPayload(str(marker))}, store.path)
-    with pytest.raises(ValueError, match=r"resume state .*latest.pt holds objects that could run code"):
+    with pytest.raises(
+        ValueError, match=r"resume state .*latest.pt holds objects that could run code"
+    ):
         store.load()
     assert not marker.exists(), "loading must not have executed the payload"
 
@@ -34,10 +36,16 @@ def test_a_truncated_state_names_the_file(tmp_path):
 
 def test_saved_state_round_trips_and_leaves_no_temporary_file(tmp_path):
     store = CheckpointStore(tmp_path / "run")
-    state = {"epoch": 2, "history": [{"epoch": 1, "loss": 0.5}], "best": (0.1, 1, {"w": torch.ones(2)})}
+    state = {
+        "epoch": 2,
+        "history": [{"epoch": 1, "loss": 0.5}],
+        "best": (0.1, 1, {"w": torch.ones(2)}),
+    }
     store.save(state)
     loaded = store.load()
-    assert loaded["history"] == state["history"] and torch.equal(loaded["best"][2]["w"], torch.ones(2))
+    assert loaded["history"] == state["history"] and torch.equal(
+        loaded["best"][2]["w"], torch.ones(2)
+    )
     assert sorted(p.name for p in store.directory.iterdir()) == ["latest.pt"]
     assert load_tensors(store.path)["epoch"] == 2
 

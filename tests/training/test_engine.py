@@ -33,7 +33,9 @@ def digits():
 def _train(digits, config, store=None, stop_after_epoch=None, objective="cross_entropy"):
     data, train, val, test = digits
     torch.manual_seed(1)
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+    )
     return train_model(
         model,
         ObjectiveLearner(build_objective(objective)),
@@ -56,14 +58,23 @@ def test_training_learns_and_records_history(digits):
     assert [row["epoch"] for row in result.history] == [1, 2, 3, 4]
     assert result.history[-1]["val_accuracy"] > 0.7
     assert result.history[-1]["lr"] == pytest.approx(0.01)
-    for key in ("train_loss", "val_nll", "val_ece", "test_nll_correct", "test_entropy_incorrect", "head_weight_norm"):
+    for key in (
+        "train_loss",
+        "val_nll",
+        "val_ece",
+        "test_nll_correct",
+        "test_entropy_incorrect",
+        "head_weight_norm",
+    ):
         assert key in result.history[-1]
     assert result.learned_epoch.shape == (600,)
     assert int(result.learned_epoch.min()) >= 0 and int(result.learned_epoch.max()) <= 4
 
 
 # mixup also draws from the run's generator; crop_flip draws flips and offsets per epoch
-@pytest.mark.parametrize(("objective", "augment"), [("cross_entropy", "crop_flip"), ("mixup", "flip")])
+@pytest.mark.parametrize(
+    ("objective", "augment"), [("cross_entropy", "crop_flip"), ("mixup", "flip")]
+)
 def test_resume_equals_uninterrupted_run(digits, tmp_path, objective, augment):
     config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cpu", augment=augment)
     full = _train(digits, config, objective=objective)
@@ -83,10 +94,13 @@ def test_resume_equals_uninterrupted_run(digits, tmp_path, objective, augment):
         assert all(0.0 < row["train_accuracy"] <= 1.0 for row in full.history)
         assert int(full.learned_epoch.min()) >= 0
     completed = store.load()
-    assert completed["complete"] and "optimizer" not in completed, "a completed state keeps only the result"
+    assert completed["complete"] and "optimizer" not in completed, (
+        "a completed state keeps only the result"
+    )
     again = _train(digits, config, store=store, objective=objective, stop_after_epoch=0)
     assert again.history == resumed.history or all(  # equal, NaN included (mixup's accuracy)
-        a.keys() == b.keys() and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+        a.keys() == b.keys()
+        and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
         for a, b in zip(again.history, resumed.history, strict=True)
     ), "a completed run is reused, not trained again"
     for key, value in full.state_dict.items():
@@ -109,9 +123,20 @@ def _library_run(digits, config, *, store=None, objective="cross_entropy", init_
     """``train_model`` as a notebook calls it: no fingerprint."""
     data, train, val, _ = digits
     torch.manual_seed(init_seed)
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
-    return train_model(model, ObjectiveLearner(build_objective(objective)), train, val, config,
-                       normalization=(data.mean, data.std), seed=5, store=store, **kwargs)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+    )
+    return train_model(
+        model,
+        ObjectiveLearner(build_objective(objective)),
+        train,
+        val,
+        config,
+        normalization=(data.mean, data.std),
+        seed=5,
+        store=store,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("change", ["lr", "objective", "epochs", "init"])
@@ -135,14 +160,18 @@ def test_a_state_of_other_settings_is_never_resumed_even_without_a_fingerprint(
     with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.engine"):
         resumed = _library_run(digits, store=store, **changed)
     assert "discarding checkpoint" in caplog.text
-    untimed = [[{k: v for k, v in row.items() if k != "seconds"} for row in run.history]
-               for run in (fresh, resumed)]
+    untimed = [
+        [{k: v for k, v in row.items() if k != "seconds"} for row in run.history]
+        for run in (fresh, resumed)
+    ]
     assert untimed[0] == untimed[1]
     for key, value in fresh.state_dict.items():
         assert torch.equal(value, resumed.state_dict[key]), key
 
 
-def test_a_runs_thread_count_is_its_own_and_a_resume_under_another_says_so(digits, tmp_path, caplog):
+def test_a_runs_thread_count_is_its_own_and_a_resume_under_another_says_so(
+    digits, tmp_path, caplog
+):
     """torch's thread count is process-wide: a run's ``num_threads`` is restored after it
     (a later run with ``num_threads: null`` must not inherit it), and resuming a CPU state
     under another count -- which changes the last bits of CPU sums -- is logged."""
@@ -153,18 +182,26 @@ def test_a_runs_thread_count_is_its_own_and_a_resume_under_another_says_so(digit
     assert torch.get_num_threads() == before
     assert store.load()["threads"] == before + 1
     with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.engine"):
-        _library_run(digits, dataclasses.replace(pinned, num_threads=before + 2), store=store.for_configuration("x"))
+        _library_run(
+            digits,
+            dataclasses.replace(pinned, num_threads=before + 2),
+            store=store.for_configuration("x"),
+        )
         assert "threads" not in caplog.text  # a fresh state: nothing to mix
         state = store.load()
         state["threads"] = before + 2  # as if written by a machine with another default count
         store.save(state)
         _library_run(digits, pinned, store=store)
-    assert f"resuming with {before + 1} CPU threads a state trained with {before + 2}" in caplog.text
+    assert (
+        f"resuming with {before + 1} CPU threads a state trained with {before + 2}" in caplog.text
+    )
     assert torch.get_num_threads() == before
 
 
 def test_a_run_of_another_configuration_keeps_an_interrupted_one_resumable(digits, tmp_path):
-    run_folder = CheckpointStore(tmp_path / "ce" / "seed_0")  # what the catalog gives a (method, seed)
+    run_folder = CheckpointStore(
+        tmp_path / "ce" / "seed_0"
+    )  # what the catalog gives a (method, seed)
     interrupted = run_folder.for_configuration("config-a")
     config = TrainConfig(epochs=3, batch_size=64, device="cpu")
     _train(digits, config, store=interrupted, stop_after_epoch=1)
@@ -257,7 +294,9 @@ class _InputRecorder(ObjectiveLearner):
 
     seen: list = field(default_factory=list)
 
-    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1):
+    def step(
+        self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1
+    ):
         self.seen.append(inputs.clone())
         return {"loss": torch.zeros((), dtype=torch.float64)}
 
@@ -270,10 +309,21 @@ def test_the_engine_augments_raw_pixels_then_normalises():
     labels = torch.zeros(64, dtype=torch.long)
     learner = _InputRecorder(build_objective("cross_entropy"))
     torch.manual_seed(0)
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
-    config = TrainConfig(epochs=1, batch_size=64, device="cpu", augment="crop_flip", track_test=False)
-    train_model(model, learner, Split(images, labels), Split(images[:8], labels[:8]), config,
-                normalization=((0.5,), (0.25,)), seed=3)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+    )
+    config = TrainConfig(
+        epochs=1, batch_size=64, device="cpu", augment="crop_flip", track_test=False
+    )
+    train_model(
+        model,
+        learner,
+        Split(images, labels),
+        Split(images[:8], labels[:8]),
+        config,
+        normalization=((0.5,), (0.25,)),
+        seed=3,
+    )
     seen = learner.seen[0]
     black, bright = (0.0 - 0.5) / 0.25, (200 / 255 - 0.5) / 0.25
     values = sorted(seen.unique().tolist())
@@ -281,7 +331,9 @@ def test_the_engine_augments_raw_pixels_then_normalises():
 
 
 def test_batch_stream_covers_every_sample_once_per_epoch():
-    stream = BatchStream(torch.arange(10).view(10, 1), torch.arange(10), 4, torch.Generator().manual_seed(0))
+    stream = BatchStream(
+        torch.arange(10).view(10, 1), torch.arange(10), 4, torch.Generator().manual_seed(0)
+    )
     seen = torch.cat([index for index, _, _ in stream])
     assert sorted(seen.tolist()) == list(range(10)) and len(stream) == 3
     with pytest.raises(ValueError, match="empty split"):
@@ -293,16 +345,29 @@ def test_meta_learning_run_resumes_exactly(digits, tmp_path, meta_size):
     from calib_pipeline.calibration.meta import build_meta_learner
 
     data, train, val, test = digits
-    meta_val = Split(data.train_images[800 : 800 + meta_size], data.train_labels[800 : 800 + meta_size])
+    meta_val = Split(
+        data.train_images[800 : 800 + meta_size], data.train_labels[800 : 800 + meta_size]
+    )
     config = TrainConfig(epochs=2, batch_size=100, lr=0.05, device="cpu", milestones=(1,))
 
     def run(store=None, stop_after_epoch=None):
         torch.manual_seed(3)
-        model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
+        model = build_model(
+            "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16
+        )
         learner = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16)
         return train_model(
-            model, learner, train, val, config, normalization=(data.mean, data.std), seed=2, test=test,
-            meta_val=meta_val, store=store, fingerprint="meta",
+            model,
+            learner,
+            train,
+            val,
+            config,
+            normalization=(data.mean, data.std),
+            seed=2,
+            test=test,
+            meta_val=meta_val,
+            store=store,
+            fingerprint="meta",
             stop_after_epoch=stop_after_epoch,
         )
 
@@ -323,10 +388,19 @@ def test_meta_learner_requires_a_meta_val_split(digits):
     from calib_pipeline.calibration.meta import build_meta_learner
 
     data, train, val, _ = digits
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16
+    )
     with pytest.raises(ValueError, match="needs a meta_val split"):
-        train_model(model, build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16), train, val,
-                    TrainConfig(epochs=1, device="cpu"), normalization=(data.mean, data.std), seed=0)
+        train_model(
+            model,
+            build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16),
+            train,
+            val,
+            TrainConfig(epochs=1, device="cpu"),
+            normalization=(data.mean, data.std),
+            seed=0,
+        )
 
 
 def test_divergence_fails_with_a_clear_message(digits):
@@ -335,10 +409,20 @@ def test_divergence_fails_with_a_clear_message(digits):
             return (logits * float("inf")).sum()
 
     data, train, val, _ = digits
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=16
+    )
     with pytest.raises(FloatingPointError, match="probe diverged in epoch 1"):
-        train_model(model, ObjectiveLearner(Exploding()), train, val, TrainConfig(epochs=1, device="cpu"),
-                    normalization=(data.mean, data.std), seed=0, description="probe")
+        train_model(
+            model,
+            ObjectiveLearner(Exploding()),
+            train,
+            val,
+            TrainConfig(epochs=1, device="cpu"),
+            normalization=(data.mean, data.std),
+            seed=0,
+            description="probe",
+        )
 
 
 def test_epoch_logits_are_written_once_per_epoch_and_survive_a_resume(digits, tmp_path):
@@ -347,18 +431,32 @@ def test_epoch_logits_are_written_once_per_epoch_and_survive_a_resume(digits, tm
 
     def run(store=None, stop_after_epoch=None):
         torch.manual_seed(1)
-        model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+        model = build_model(
+            "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+        )
         return train_model(
-            model, ObjectiveLearner(build_objective("cross_entropy")), train, val, config,
-            normalization=(data.mean, data.std), seed=5, test=test, store=store, fingerprint="fp",
-            record_epoch_logits=True, stop_after_epoch=stop_after_epoch,
+            model,
+            ObjectiveLearner(build_objective("cross_entropy")),
+            train,
+            val,
+            config,
+            normalization=(data.mean, data.std),
+            seed=5,
+            test=test,
+            store=store,
+            fingerprint="fp",
+            record_epoch_logits=True,
+            stop_after_epoch=stop_after_epoch,
         )
 
     full = run()
     store = CheckpointStore(tmp_path / "run")
     run(store=store, stop_after_epoch=2)
     assert "epoch_logits" not in store.load(), "the resume state does not grow with the epochs"
-    assert sorted(p.name for p in (store.directory / "epoch_logits").iterdir()) == ["00001.pt", "00002.pt"]
+    assert sorted(p.name for p in (store.directory / "epoch_logits").iterdir()) == [
+        "00001.pt",
+        "00002.pt",
+    ]
     resumed = run(store=store)
     for split in ("val", "test"):
         assert len(resumed.epoch_logits[split]) == 3
@@ -376,7 +474,9 @@ class _ScriptedLearner(ObjectiveLearner):
     report_logits: bool = True
     calls: list = field(default_factory=list)
 
-    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1):
+    def step(
+        self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1
+    ):
         self.calls.append(epoch)  # the epoch the engine passes
         ids = torch.round((inputs[:, 0, 0, 0] * 0.25 + 0.5) * 255).long()
         wrong = (ids + epoch) % 3 == 0
@@ -393,13 +493,23 @@ def test_train_statistics_and_learned_epochs_are_exact(report_logits):
     ids = torch.arange(100)
     images = ids.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 1, 8, 8).contiguous()
     labels = torch.randint(0, 10, (100,), generator=torch.Generator().manual_seed(0))
-    learner = _ScriptedLearner(build_objective("cross_entropy"), steps_per_epoch=4,
-                               report_logits=report_logits)
+    learner = _ScriptedLearner(
+        build_objective("cross_entropy"), steps_per_epoch=4, report_logits=report_logits
+    )
     torch.manual_seed(0)
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+    )
     config = TrainConfig(epochs=3, batch_size=32, device="cpu")
-    result = train_model(model, learner, Split(images, labels), Split(images[:20], labels[:20]),
-                         config, normalization=((0.5,), (0.25,)), seed=3)
+    result = train_model(
+        model,
+        learner,
+        Split(images, labels),
+        Split(images[:20], labels[:20]),
+        config,
+        normalization=((0.5,), (0.25,)),
+        seed=3,
+    )
     assert learner.calls == [1] * 4 + [2] * 4 + [3] * 4
     for epoch, row in enumerate(result.history, start=1):
         assert row["train_loss"] == pytest.approx(49.5, abs=1e-12)  # mean id, not of batch means
@@ -421,7 +531,9 @@ class _VectorLossLearner(_ScriptedLearner):
 
     vector: str = "loss"
 
-    def step(self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1):
+    def step(
+        self, model, optimizer, inputs, targets, meta_inputs=None, meta_targets=None, *, epoch=1
+    ):
         stats = super().step(model, optimizer, inputs, targets, epoch=epoch)
         stats[self.vector] = torch.ones(len(targets))
         return stats
@@ -433,23 +545,40 @@ def test_a_learner_that_reports_non_scalar_statistics_is_refused(vector):
     images = torch.zeros(32, 1, 8, 8, dtype=torch.uint8)
     labels = torch.zeros(32, dtype=torch.long)
     torch.manual_seed(0)
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+    )
     learner = _VectorLossLearner(build_objective("cross_entropy"), vector=vector)
-    with pytest.raises(ValueError, match=rf"_VectorLossLearner.step must return 0-d tensors.*'{vector}': \(32,\)"):
-        train_model(model, learner, Split(images, labels), Split(images[:8], labels[:8]),
-                    TrainConfig(epochs=1, batch_size=32, device="cpu"),
-                    normalization=((0.5,), (0.25,)), seed=0)
+    with pytest.raises(
+        ValueError, match=rf"_VectorLossLearner.step must return 0-d tensors.*'{vector}': \(32,\)"
+    ):
+        train_model(
+            model,
+            learner,
+            Split(images, labels),
+            Split(images[:8], labels[:8]),
+            TrainConfig(epochs=1, batch_size=32, device="cpu"),
+            normalization=((0.5,), (0.25,)),
+            seed=0,
+        )
 
 
 def _squared_error(logits, targets, **context):
-    return (logits.softmax(1) - F.one_hot(targets, logits.shape[1]).to(logits.dtype)).square().sum(1).mean()
+    return (
+        (logits.softmax(1) - F.one_hot(targets, logits.shape[1]).to(logits.dtype))
+        .square()
+        .sum(1)
+        .mean()
+    )
 
 
 def _plain_cross_entropy(logits, targets, **context):
     return F.cross_entropy(logits, targets)
 
 
-def test_the_state_fingerprint_tells_methods_apart_without_a_caller_fingerprint(digits, tmp_path, caplog):
+def test_the_state_fingerprint_tells_methods_apart_without_a_caller_fingerprint(
+    digits, tmp_path, caplog
+):
     """Plain functions as objectives, and meta-learners (whose internal objective has no
     name), must not resume each other's state."""
     from calib_pipeline.calibration.methods import MethodSpec, build_method
@@ -461,17 +590,36 @@ def test_the_state_fingerprint_tells_methods_apart_without_a_caller_fingerprint(
 
     def run(objective, **kwargs):
         torch.manual_seed(1)
-        model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32)
-        return train_model(model, ObjectiveLearner(objective), train, val, config,
-                           normalization=(data.mean, data.std), seed=5, store=store, **kwargs)
+        model = build_model(
+            "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=32
+        )
+        return train_model(
+            model,
+            ObjectiveLearner(objective),
+            train,
+            val,
+            config,
+            normalization=(data.mean, data.std),
+            seed=5,
+            store=store,
+            **kwargs,
+        )
 
     run(_squared_error, stop_after_epoch=1)
     with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.engine"):
         run(_plain_cross_entropy)
     assert "discarding checkpoint" in caplog.text
     identities = [
-        learner_identity(build_method(MethodSpec(key=k, meta_learner=m, params=p), num_classes=10, feature_dim=32))
-        for k, m, p in (("a", "ce_sece", {}), ("b", "ce_dece", {}), ("c", "ce_sece", {"meta_lr": 0.01}))
+        learner_identity(
+            build_method(
+                MethodSpec(key=k, meta_learner=m, params=p), num_classes=10, feature_dim=32
+            )
+        )
+        for k, m, p in (
+            ("a", "ce_sece", {}),
+            ("b", "ce_dece", {}),
+            ("c", "ce_sece", {"meta_lr": 0.01}),
+        )
     ]
     assert len({repr(i) for i in identities}) == 3
     assert identities[2][2]["meta_lr"] == 0.01, "a meta-learner's own hyperparameters"

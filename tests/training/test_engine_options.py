@@ -26,9 +26,21 @@ from calib_pipeline.models import build_model
 from calib_pipeline.training import Split, TrainConfig, accelerate, engine, train_model
 
 _SYNCING = {
-    Tensor.item, Tensor.__bool__, Tensor.tolist, Tensor.__int__, Tensor.__float__,
-    Tensor.__index__, Tensor.numpy, Tensor.cpu, torch.nonzero, Tensor.nonzero,
-    torch.masked_select, Tensor.masked_select, torch.unique, Tensor.unique, torch.argwhere,
+    Tensor.item,
+    Tensor.__bool__,
+    Tensor.tolist,
+    Tensor.__int__,
+    Tensor.__float__,
+    Tensor.__index__,
+    Tensor.numpy,
+    Tensor.cpu,
+    torch.nonzero,
+    Tensor.nonzero,
+    torch.masked_select,
+    Tensor.masked_select,
+    torch.unique,
+    Tensor.unique,
+    torch.argwhere,
     Tensor.argwhere,
 }
 
@@ -66,8 +78,9 @@ def digits():
 
 def _model(seed: int = 1, feature_dim: int = 16):
     torch.manual_seed(seed)
-    return build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=8,
-                       feature_dim=feature_dim)
+    return build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=8, feature_dim=feature_dim
+    )
 
 
 def _learner(method: str):
@@ -79,23 +92,42 @@ def _learner(method: str):
 def _run(digits, config, method="cross_entropy", **kwargs):
     data, train, val, meta_val = digits
     return train_model(
-        _model(), _learner(method), train, val, config, normalization=(data.mean, data.std),
-        seed=4, meta_val=meta_val, description=method, **kwargs,
+        _model(),
+        _learner(method),
+        train,
+        val,
+        config,
+        normalization=(data.mean, data.std),
+        seed=4,
+        meta_val=meta_val,
+        description=method,
+        **kwargs,
     )
 
 
 @pytest.mark.parametrize(
     ("method", "augment"),
-    [("cross_entropy", "crop_flip"), ("mixup", "flip"), ("focal", "crop_flip"),
-     ("fl_gamma_sece", "crop_flip"), ("ce_dece", "none")],
+    [
+        ("cross_entropy", "crop_flip"),
+        ("mixup", "flip"),
+        ("focal", "crop_flip"),
+        ("fl_gamma_sece", "crop_flip"),
+        ("ce_dece", "none"),
+    ],
 )
 def test_a_training_epoch_never_reads_device_values_back(digits, method, augment):
     data, train, val, meta_val = digits
     config = TrainConfig(epochs=1, batch_size=50, device="cpu", augment=augment, grad_clip=5.0)
     splits = {"train": train, "val": val, "test": None, "meta_val": meta_val}
     run = engine._setup(
-        _model(), _learner(method), config, splits, normalization=(data.mean, data.std), seed=0,
-        record_epoch_logits=False, description="t",
+        _model(),
+        _learner(method),
+        config,
+        splits,
+        normalization=(data.mean, data.std),
+        seed=0,
+        record_epoch_logits=False,
+        description="t",
     )
     reads = HostReads()
     with reads:
@@ -129,9 +161,19 @@ def test_precision_applies_to_plain_objectives_and_meta_learners(digits, method,
     data, train, val, meta_val = digits
     model = _model()
     seen = _autocast_seen(model.head)
-    config = TrainConfig(epochs=1, batch_size=64, device="cpu", precision=precision, track_test=False)
-    result = train_model(model, _learner(method), train, val, config,
-                         normalization=(data.mean, data.std), seed=4, meta_val=meta_val)
+    config = TrainConfig(
+        epochs=1, batch_size=64, device="cpu", precision=precision, track_test=False
+    )
+    result = train_model(
+        model,
+        _learner(method),
+        train,
+        val,
+        config,
+        normalization=(data.mean, data.std),
+        seed=4,
+        meta_val=meta_val,
+    )
     # train steps run the head under autocast with bf16; evaluation never does
     assert any(seen) == (precision == "bf16")
     assert not seen[-1], "the epoch's evaluation runs in fp32"
@@ -139,11 +181,13 @@ def test_precision_applies_to_plain_objectives_and_meta_learners(digits, method,
 
 
 def test_bf16_runs_give_close_but_not_identical_results(digits):
-    config = dict(epochs=2, batch_size=64, device="cpu", track_test=False)
+    config = {"epochs": 2, "batch_size": 64, "device": "cpu", "track_test": False}
     fp32 = _run(digits, TrainConfig(**config))
     bf16 = _run(digits, TrainConfig(**config, precision="bf16"))
     assert fp32.history[-1]["val_nll"] != bf16.history[-1]["val_nll"]
-    assert bf16.history[-1]["val_accuracy"] == pytest.approx(fp32.history[-1]["val_accuracy"], abs=0.08)
+    assert bf16.history[-1]["val_accuracy"] == pytest.approx(
+        fp32.history[-1]["val_accuracy"], abs=0.08
+    )
 
 
 def test_bf16_on_a_gpu_without_bf16_fails_clearly(monkeypatch):
@@ -170,11 +214,17 @@ def test_bad_speed_options_fail(params, message):
 
 def test_channels_last_stores_weights_nhwc_and_trains_like_nchw(digits):
     data, train, val, _ = digits
-    config = dict(epochs=2, batch_size=64, device="cpu", track_test=False)
+    config = {"epochs": 2, "batch_size": 64, "device": "cpu", "track_test": False}
     model = _model()
-    nhwc = train_model(model, _learner("cross_entropy"), train, val,
-                       TrainConfig(**config, channels_last=True),
-                       normalization=(data.mean, data.std), seed=4)
+    nhwc = train_model(
+        model,
+        _learner("cross_entropy"),
+        train,
+        val,
+        TrainConfig(**config, channels_last=True),
+        normalization=(data.mean, data.std),
+        seed=4,
+    )
     conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1)
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert not conv.weight.is_contiguous()
@@ -203,7 +253,13 @@ def aot_eager(monkeypatch):
 
 def test_compile_trains_a_plain_objective_like_eager_mode(digits, aot_eager, caplog):
     # 256 samples in batches of 100: the last batch (56) gets its own graph, none is dropped
-    config = dict(epochs=2, batch_size=100, device="cpu", track_test=False, augment="crop_flip")
+    config = {
+        "epochs": 2,
+        "batch_size": 100,
+        "device": "cpu",
+        "track_test": False,
+        "augment": "crop_flip",
+    }
     eager = _run(digits, TrainConfig(**config))
     with caplog.at_level(logging.INFO, logger="calib_pipeline.training.accelerate"):
         compiled = _run(digits, TrainConfig(**config, compile=True))
@@ -219,28 +275,40 @@ def test_compile_trains_a_plain_objective_like_eager_mode(digits, aot_eager, cap
 def test_compile_with_a_last_layer_meta_learner_compiles_its_backbone_and_trains_alike(
     digits, aot_eager, caplog, method
 ):
-    config = dict(epochs=1, batch_size=100, device="cpu", track_test=False)
+    config = {"epochs": 1, "batch_size": 100, "device": "cpu", "track_test": False}
     eager = _run(digits, TrainConfig(**config), method=method)
     with caplog.at_level(logging.INFO, logger="calib_pipeline.training.accelerate"):
         compiled = _run(digits, TrainConfig(**config, compile=True), method=method)
     assert aot_eager == [{"backend": "aot_eager", "mode": None, "dynamic": False}]
     assert "a meta step keeps the backbone's activations across two calls" in caplog.text
     for key, value in eager.state_dict.items():
-        assert torch.allclose(value.float(), compiled.state_dict[key].float(), rtol=1e-4, atol=1e-6), key
+        assert torch.allclose(
+            value.float(), compiled.state_dict[key].float(), rtol=1e-4, atol=1e-6
+        ), key
     for a, b in zip(eager.history, compiled.history):
         assert b["val_nll"] == pytest.approx(a["val_nll"], rel=1e-4)
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
 
 
-def test_compile_with_a_fully_unrolled_meta_learner_trains_eagerly_and_says_why(digits, aot_eager, caplog):
-    config = dict(epochs=1, batch_size=100, device="cpu", track_test=False)
+def test_compile_with_a_fully_unrolled_meta_learner_trains_eagerly_and_says_why(
+    digits, aot_eager, caplog
+):
+    config = {"epochs": 1, "batch_size": 100, "device": "cpu", "track_test": False}
     data, train, val, meta_val = digits
 
     def run(train_config):
         model = _model()  # before the learner, as in _run: γ-Net's initialisation draws next
         learner = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16, unroll="full")
-        return train_model(model, learner, train, val, train_config,
-                           normalization=(data.mean, data.std), seed=4, meta_val=meta_val)
+        return train_model(
+            model,
+            learner,
+            train,
+            val,
+            train_config,
+            normalization=(data.mean, data.std),
+            seed=4,
+            meta_val=meta_val,
+        )
 
     eager = run(TrainConfig(**config))
     with caplog.at_level(logging.WARNING, logger="calib_pipeline.training.accelerate"):
@@ -258,11 +326,15 @@ def test_the_compiled_meta_step_equals_the_eager_step(aot_eager):
     import copy
 
     torch.manual_seed(0)
-    model = build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, width=4, feature_dim=16)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=10, image_size=8, width=4, feature_dim=16
+    )
     learner = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16)
     twin_model, twin = copy.deepcopy(model), copy.deepcopy(learner)
     twin.compiled_features = accelerate.compiled_forward(twin_model, twin, torch.device("cpu"))
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin_model)]
+    optimizers = [
+        torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin_model)
+    ]
     for step in range(3):
         batch = torch.randn(32, 1, 8, 8), torch.arange(32) % 10
         meta = torch.randn(32, 1, 8, 8), torch.arange(32) % 10
@@ -270,30 +342,45 @@ def test_the_compiled_meta_step_equals_the_eager_step(aot_eager):
         b = twin.step(twin_model, optimizers[1], *batch, *meta)
         for key in a:
             assert float(b[key]) == pytest.approx(float(a[key]), rel=1e-5, abs=1e-7), (step, key)
-    for p, q in zip([*model.parameters(), *learner.parameters()], [*twin_model.parameters(), *twin.parameters()]):
+    for p, q in zip(
+        [*model.parameters(), *learner.parameters()], [*twin_model.parameters(), *twin.parameters()]
+    ):
         assert torch.allclose(p, q, rtol=1e-5, atol=1e-7)
-    for p, q in zip(model.buffers(), twin_model.buffers()):  # BN statistics: meta-val never leaks in
+    for p, q in zip(
+        model.buffers(), twin_model.buffers()
+    ):  # BN statistics: meta-val never leaks in
         assert torch.allclose(p.float(), q.float(), rtol=1e-5, atol=1e-7)
 
 
 def test_grad_clip_applies_to_meta_learners(digits):
-    config = dict(epochs=1, batch_size=100, device="cpu", track_test=False)
+    config = {"epochs": 1, "batch_size": 100, "device": "cpu", "track_test": False}
     free = _run(digits, TrainConfig(**config), method="fl_gamma_sece")
     clipped = _run(digits, TrainConfig(**config, grad_clip=1e-3), method="fl_gamma_sece")
     assert clipped.history[-1]["head_weight_norm"] != free.history[-1]["head_weight_norm"]
     data, train, val, meta_val = digits
     model = _model()  # before the learner, as in _run: γ-Net's initialisation draws next
     own = build_meta_learner("fl_gamma_sece", num_classes=10, feature_dim=16, max_grad_norm=1e-3)
-    by_learner = train_model(model, own, train, val, TrainConfig(**config),
-                             normalization=(data.mean, data.std), seed=4, meta_val=meta_val)
+    by_learner = train_model(
+        model,
+        own,
+        train,
+        val,
+        TrainConfig(**config),
+        normalization=(data.mean, data.std),
+        seed=4,
+        meta_val=meta_val,
+    )
     for key, value in clipped.state_dict.items():
         assert torch.equal(value, by_learner.state_dict[key]), "grad_clip == max_grad_norm"
 
 
 def test_contradicting_clips_fail_before_training():
     spec = MethodSpec(key="fm", meta_learner="fl_gamma_sece", params={"max_grad_norm": 2.0})
-    with pytest.raises(ValueError, match=r"method 'fm': training.grad_clip \(5.0\) and meta learner "
-                                         r"'fl_gamma_sece''s max_grad_norm \(2.0\) both clip"):
+    with pytest.raises(
+        ValueError,
+        match=r"method 'fm': training.grad_clip \(5.0\) and meta learner "
+        r"'fl_gamma_sece''s max_grad_norm \(2.0\) both clip",
+    ):
         check_method(spec, TrainConfig(grad_clip=5.0))
     check_method(spec, TrainConfig(grad_clip=2.0))
     check_method(spec, TrainConfig())
@@ -302,12 +389,20 @@ def test_contradicting_clips_fail_before_training():
 def test_compile_without_a_cpp_compiler_is_refused_before_training(monkeypatch):
     """Inductor needs a C++ compiler: without one torch failed inside the first step with
     its own error; the run refuses before training and names the way out."""
-    model = build_model("small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8)
+    model = build_model(
+        "small_cnn", in_channels=1, num_classes=4, image_size=8, width=4, feature_dim=8
+    )
     learner = ObjectiveLearner(build_objective("cross_entropy"))
     monkeypatch.setattr(accelerate, "COMPILE_BACKEND", "inductor")
     monkeypatch.setenv("CXX", "/nonexistent/g++")
     monkeypatch.setattr(accelerate.shutil, "which", lambda name: None)
-    with pytest.raises(ValueError, match=r"training.compile needs a C\+\+ compiler .* training.compile: false"):
+    with pytest.raises(
+        ValueError, match=r"training.compile needs a C\+\+ compiler .* training.compile: false"
+    ):
         accelerate.compiled_forward(model, learner, torch.device("cpu"))
-    monkeypatch.setattr(accelerate.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
-    assert accelerate.compiled_forward(model, learner, torch.device("cpu")) is not None  # compiles lazily
+    monkeypatch.setattr(
+        accelerate.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None
+    )
+    assert (
+        accelerate.compiled_forward(model, learner, torch.device("cpu")) is not None
+    )  # compiles lazily

@@ -150,6 +150,9 @@ def test_a_calibrator_mismatch_gives_the_key_and_both_definitions():
     mismatch = calibrator_mismatch("ce seed 0", fitted, other, "@shifted")
     (((key,), was, now),) = mismatch.differences
     assert (mismatch.check, key, was[0], now[0]) == (
-        Check.CALIBRATOR, "ts@shifted", "temperature_nll", "histogram_binning"
+        Check.CALIBRATOR,
+        "ts@shifted",
+        "temperature_nll",
+        "histogram_binning",
     )
     assert calibrator_mismatch("ce seed 0", fitted, {}, "@shifted") is None

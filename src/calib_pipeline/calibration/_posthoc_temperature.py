@@ -332,7 +332,9 @@ def grid_ece(logits: Tensor, labels: Tensor, grid: Tensor, n_bins: int) -> np.nd
     for start in range(0, len(grid), chunk):
         temperatures = grid[start : start + chunk].view(-1, 1, 1)
         scaled = logits.unsqueeze(0) / temperatures
-        scores.append(calibration_metrics_batched(scaled, labels, n_bins=n_bins, keys=["ece"])["ece"])
+        scores.append(
+            calibration_metrics_batched(scaled, labels, n_bins=n_bins, keys=["ece"])["ece"]
+        )
     return np.concatenate(scores)
 
 

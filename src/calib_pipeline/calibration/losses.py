@@ -80,7 +80,11 @@ def _fused_mean_options(primary: PerSampleLoss) -> dict[str, float] | None:
     """
     if primary is elementwise.cross_entropy:
         return {}
-    if isinstance(primary, partial) and primary.func is elementwise.label_smoothing and not primary.args:
+    if (
+        isinstance(primary, partial)
+        and primary.func is elementwise.label_smoothing
+        and not primary.args
+    ):
         return {"label_smoothing": primary.keywords["epsilon"]}
     return None
 
@@ -196,7 +200,9 @@ class MixupObjective(Objective):
             soft = F.one_hot(targets, width).to(
                 inputs.dtype if inputs.is_floating_point() else torch.get_default_dtype()
             )
-        lam_inputs = lam.to(inputs.device, inputs.dtype if inputs.is_floating_point() else soft.dtype)
+        lam_inputs = lam.to(
+            inputs.device, inputs.dtype if inputs.is_floating_point() else soft.dtype
+        )
         lam_soft = lam.to(inputs.device, soft.dtype)
         return (
             lam_inputs * inputs + (1.0 - lam_inputs) * inputs[perm],

@@ -411,7 +411,10 @@ class MetaLearner:
     ) -> dict[str, Tensor]:
         """(b) of :meth:`step`: one Adam step of the learner on the meta loss at the
         look-ahead parameters; returns the meta loss and its terms."""
-        with batch_statistics_without_update(model), autocast(meta_inputs.device.type, self.precision):
+        with (
+            batch_statistics_without_update(model),
+            autocast(meta_inputs.device.type, self.precision),
+        ):
             if self.unroll == "full":
                 meta_logits = functional_call(model, lookahead, (meta_inputs,))
             else:

@@ -231,7 +231,8 @@ def check_method(spec: MethodSpec, training: Any = None) -> None:
         learner = build_method(spec, num_classes=_CHECK_NUM_CLASSES, feature_dim=_CHECK_FEATURE_DIM)
         if training is not None:
             learner.with_training_options(
-                grad_clip=training.grad_clip, precision=training.precision,
+                grad_clip=training.grad_clip,
+                precision=training.precision,
                 generator=torch.Generator(),
             )
     except ValueError as error:

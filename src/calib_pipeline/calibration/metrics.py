@@ -140,7 +140,9 @@ METRIC_UNITS: dict[str, str] = {}
 _UNITS = ("%", "×100", "")
 
 
-def _register(key: str, compute: Callable[..., torch.Tensor], *, unit: str) -> Callable[..., torch.Tensor]:
+def _register(
+    key: str, compute: Callable[..., torch.Tensor], *, unit: str
+) -> Callable[..., torch.Tensor]:
     """Register ``compute(pred: Predictions, **options) -> R-vector`` as metric ``key``,
     shown in reports in ``unit`` (see :data:`METRIC_UNITS`).
 
@@ -401,10 +403,7 @@ def bootstrap_ci(
     with torch.no_grad():
         point = float(scorer.runs(pred)[0])
         values = torch.cat(
-            [
-                scorer.runs(pred.resample(index[s : s + block]))
-                for s in range(0, n_resamples, block)
-            ]
+            [scorer.runs(pred.resample(index[s : s + block])) for s in range(0, n_resamples, block)]
         )
     low, high = np.nanquantile(values.cpu().numpy(), [(1 - level) / 2, (1 + level) / 2])
     return {

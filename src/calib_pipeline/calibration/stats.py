@@ -275,7 +275,12 @@ def mean_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, f
 
 
 def t_test_power(
-    effect: float, std: float, n: np.ndarray | int, *, alpha: float = 0.05, alternative: str = "two-sided"
+    effect: float,
+    std: float,
+    n: np.ndarray | int,
+    *,
+    alpha: float = 0.05,
+    alternative: str = "two-sided",
 ) -> np.ndarray:
     """Power of a one-sample (or paired) t-test of ``n`` seeds at level ``alpha``, if the
     true mean effect were ``effect`` with per-seed standard deviation ``std > 0``.

@@ -138,7 +138,9 @@ def _as_labels(
         low, high = (float(v) for v in torch.aminmax(labels))
         if low < 0 or high >= n_classes:
             bad = low if low < 0 else high
-            raise ValueError(f"labels out of range: found {bad:g}, valid classes are 0..{n_classes - 1}")
+            raise ValueError(
+                f"labels out of range: found {bad:g}, valid classes are 0..{n_classes - 1}"
+            )
     labels = labels.to(device=device, dtype=torch.long)
     low, high = torch.aminmax(labels)
     if int(low) < 0 or int(high) >= n_classes:

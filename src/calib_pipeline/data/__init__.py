@@ -13,9 +13,9 @@ from calib_pipeline.data.splits import SPLIT_NAMES, check_fractions, stratified_
 
 __all__ = [
     "DATASETS",
+    "SPLIT_NAMES",
     "DatasetMissing",
     "ImageData",
-    "SPLIT_NAMES",
     "check_fractions",
     "dataset_available",
     "dataset_names",

@@ -281,7 +281,7 @@ def distance_to_edges(edges: torch.Tensor, cap: float) -> torch.Tensor:
     always found in the pixel's own image; images without edges get ``cap`` everywhere.
     """
     stack = edges.numpy()
-    n, h, w = stack.shape
+    _n, h, w = stack.shape
     if not stack.any():
         return torch.full(edges.shape, float(cap))
     distance = ndimage.distance_transform_edt(~stack, sampling=(h + w, 1, 1))

@@ -131,7 +131,11 @@ SEVERITY_PARAMETERS: dict[str, tuple] = {
 # hendrycks/robustness, also bundled by the imagecorruptions package); their code draws one
 # of the first five (np.random.randint(5)), so frost6.jpg is never used.
 FROST_FILES: tuple[str, ...] = (
-    "frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"
+    "frost1.png",
+    "frost2.png",
+    "frost3.png",
+    "frost4.jpg",
+    "frost5.jpg",
 )
 FROST_RESIZE = 0.2  # H&D shrink the photographs by 0.2 before cropping 32x32 patches
 

@@ -96,7 +96,9 @@ def _missing_message(name: str, root: Path, spec: DatasetSpec) -> str:
     )
 
 
-def load_dataset(name: str, *, root: str | Path = "data/01_raw", download: bool = False) -> ImageData:
+def load_dataset(
+    name: str, *, root: str | Path = "data/01_raw", download: bool = False
+) -> ImageData:
     """Load ``name``'s official train and test parts.
 
     Args:
@@ -129,7 +131,10 @@ def load_dataset(name: str, *, root: str | Path = "data/01_raw", download: bool 
 
 def _check_loaded(data: ImageData, root: Path) -> None:
     """Labels in range and one label per image: a wrong file must not train silently."""
-    for part, images, labels in (("train", data.train_images, data.train_labels), ("test", data.test_images, data.test_labels)):
+    for part, images, labels in (
+        ("train", data.train_images, data.train_labels),
+        ("test", data.test_images, data.test_labels),
+    ):
         if images.ndim != 4 or len(images) != len(labels) or len(labels) == 0:
             raise ValueError(
                 f"dataset {data.name!r} ({root}): the {part} part has images of shape "
@@ -270,7 +275,11 @@ def _load_tiny_imagenet(root: Path, download: bool) -> ImageData:
         files = sorted((base / "train" / wnid / "images").glob("*.JPEG"))
         train_paths += files
         train_labels += [index[wnid]] * len(files)
-    annotations = [line.split("\t") for line in (base / "val" / "val_annotations.txt").read_text().splitlines() if line]
+    annotations = [
+        line.split("\t")
+        for line in (base / "val" / "val_annotations.txt").read_text().splitlines()
+        if line
+    ]
     test_paths = [base / "val" / "images" / row[0] for row in annotations]
     test_labels = [index[row[1]] for row in annotations]
     return ImageData(
@@ -300,7 +309,9 @@ def _register(name: str, spec_fn) -> None:
 
 _register(
     "digits",
-    lambda: DatasetSpec(_load_digits, (), "bundled with scikit-learn (sklearn.datasets.load_digits)"),
+    lambda: DatasetSpec(
+        _load_digits, (), "bundled with scikit-learn (sklearn.datasets.load_digits)"
+    ),
 )
 _register(
     "mnist",
@@ -330,9 +341,18 @@ _register(
         _torchvision_loader(
             "CIFAR10", "cifar10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "train"
         ),
-        tuple(f"cifar-10-batches-py/{f}" for f in
-              ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
-               "test_batch", "batches.meta")),
+        tuple(
+            f"cifar-10-batches-py/{f}"
+            for f in (
+                "data_batch_1",
+                "data_batch_2",
+                "data_batch_3",
+                "data_batch_4",
+                "data_batch_5",
+                "test_batch",
+                "batches.meta",
+            )
+        ),
         "cifar-10-python.tar.gz from the CIFAR website, extracted",
     ),
 )
@@ -360,8 +380,12 @@ _register(
     "tiny_imagenet",
     lambda: DatasetSpec(
         _load_tiny_imagenet,
-        ("tiny-imagenet-200/wnids.txt", "tiny-imagenet-200/train", "tiny-imagenet-200/val/val_annotations.txt",
-         "tiny-imagenet-200/val/images"),
+        (
+            "tiny-imagenet-200/wnids.txt",
+            "tiny-imagenet-200/train",
+            "tiny-imagenet-200/val/val_annotations.txt",
+            "tiny-imagenet-200/val/images",
+        ),
         "tiny-imagenet-200.zip from the CS231n site, extracted",
         downloadable=False,
     ),

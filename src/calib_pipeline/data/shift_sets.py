@@ -264,8 +264,7 @@ SHIFT_SETS.register("mnist_c")(load_mnist_c)
 
 def _missing_message(path: Path, layout: str) -> str:
     return (
-        f"shift-set file not found: {path}\n"
-        f"Expected layout (see docs/shift.md):\n{LAYOUTS[layout]}"
+        f"shift-set file not found: {path}\nExpected layout (see docs/shift.md):\n{LAYOUTS[layout]}"
     )
 
 

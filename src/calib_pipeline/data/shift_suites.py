@@ -240,8 +240,7 @@ def _check_official_source(source: str, dataset: str, settings: dict[str, Any]) 
     unknown_options = sorted(set(settings["corruption_options"]) - {"class_order"})
     if unknown_options:
         raise ValueError(
-            f"shift.corruption_options: unknown option(s) {unknown_options}; "
-            "valid: ['class_order']"
+            f"shift.corruption_options: unknown option(s) {unknown_options}; valid: ['class_order']"
         )
 
 
@@ -321,8 +320,14 @@ def resolve_suites(
 # (not where files are read from, nor how they are chunked and cached).
 # (``frost_dir`` is one: frost is generated only where its images are found.)
 DEFINING_SETTINGS = (
-    "corruption_source", "corruptions", "severities", "seed", "corruption_options", "natural",
-    "shifted_val", "frost_dir",
+    "corruption_source",
+    "corruptions",
+    "severities",
+    "seed",
+    "corruption_options",
+    "natural",
+    "shifted_val",
+    "frost_dir",
 )
 
 
@@ -333,7 +338,9 @@ def defining_settings(shift: dict[str, Any]) -> dict[str, Any]:
     settings = shift_settings(shift)
     defining = {key: settings[key] for key in DEFINING_SETTINGS}
     source = settings["corruption_source"]
-    defining["corruptions"] = sorted(_corruptions(settings["corruptions"], source, "shift.corruptions"))
+    defining["corruptions"] = sorted(
+        _corruptions(settings["corruptions"], source, "shift.corruptions")
+    )
     defining["severities"] = sorted(_severities(settings["severities"], "shift.severities"))
     defining["natural"] = _natural(settings["natural"])
     return defining
@@ -375,7 +382,9 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
         The plan handed to every run's :func:`predict_shift_sets`.
     """
     settings = shift_settings(shift)
-    tests, vals, skipped = resolve_suites(_in_label_order(settings, data), data.name, data.in_channels)
+    tests, vals, skipped = resolve_suites(
+        _in_label_order(settings, data), data.name, data.in_channels
+    )
     _warn_skipped(skipped)
     clean = {"test": (data.test_images, data.test_labels)}
     val_sets: dict[str, list[ShiftSetSpec]] = {}
@@ -416,7 +425,9 @@ def plan_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, An
 
 
 def predict_shift_sets(
-    predict: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], plan: ShiftPlan, split: str
+    predict: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    plan: ShiftPlan,
+    split: str,
 ) -> dict[str, dict[str, Any]]:
     """Logits of one trained run (``predict``: uint8 images -> (logits, features)) on every
     shifted set of ``plan``; ``split`` is the run's split (it picks the shifted val sets).
@@ -490,9 +501,7 @@ def _corruptions(values: Any, source: str, name: str) -> list[str]:
     if values in ("all", "benchmark"):
         return valid if values == "all" else benchmark
     if not isinstance(values, (list, tuple)):  # a configuration error: ValueError, as elsewhere
-        raise ValueError(  # noqa: TRY004
-            f"{name} must be 'all', 'benchmark' or a list of names, got {values!r}"
-        )
+        raise ValueError(f"{name} must be 'all', 'benchmark' or a list of names, got {values!r}")
     unknown = [v for v in values if v not in valid]
     if unknown:
         raise ValueError(

@@ -87,7 +87,9 @@ def check_subset(subset: Any, pool_size: int | None = None) -> int | None:
             f"split subset must be null (all training images) or an integer >= 10, got {subset!r}"
         )
     if pool_size is not None and subset > pool_size:
-        raise ValueError(f"split subset={subset} exceeds the {pool_size} images of the training part")
+        raise ValueError(
+            f"split subset={subset} exceeds the {pool_size} images of the training part"
+        )
     return subset
 
 
@@ -99,7 +101,9 @@ def stratified_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     if size == labels.size:
         return np.arange(labels.size, dtype=np.int64)
     kept = size / labels.size
-    return stratified_split(labels, {"train": kept, "val": 1 - kept}, seed)["train"].astype(np.int64)
+    return stratified_split(labels, {"train": kept, "val": 1 - kept}, seed)["train"].astype(
+        np.int64
+    )
 
 
 def split_dataset(data: ImageData, split: Mapping[str, Any]) -> dict[str, list[int]]:
@@ -116,7 +120,9 @@ def split_dataset(data: ImageData, split: Mapping[str, Any]) -> dict[str, list[i
     return {name: np.sort(pool[index]).tolist() for name, index in parts.items()}
 
 
-def split_tensors(data: ImageData, split: Mapping[str, list[int]], part: str) -> tuple[torch.Tensor, torch.Tensor]:
+def split_tensors(
+    data: ImageData, split: Mapping[str, list[int]], part: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Images and labels of one split part (``test`` is the official test set)."""
     if part == "test":
         return data.test_images, data.test_labels

@@ -30,13 +30,24 @@ class RunPreflightHook:
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
         import torch
 
-        device = f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} visible)" if (
-            torch.cuda.is_available()) else "cpu"
+        device = (
+            f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} visible)"
+            if (torch.cuda.is_available())
+            else "cpu"
+        )
         console.info("compute: %s; %d CPU thread(s) for torch", device, torch.get_num_threads())
         _refuse_unsupported_runner(run_params.get("runner"))
         _refuse_unknown_pins(run_params.get("load_versions") or {}, pipeline)
-        missing = [name for name in sorted(pipeline.inputs()) if producing_stage(name) and not catalog.exists(name)]
-        pinned = {name: v for name, v in (run_params.get("load_versions") or {}).items() if name in missing}
+        missing = [
+            name
+            for name in sorted(pipeline.inputs())
+            if producing_stage(name) and not catalog.exists(name)
+        ]
+        pinned = {
+            name: v
+            for name, v in (run_params.get("load_versions") or {}).items()
+            if name in missing
+        }
         if pinned:  # a mistyped or pruned version, not a stage that was never run
             raise MissingInputsError(
                 "--load-versions names version(s) that were never saved (or were pruned): "

@@ -19,7 +19,10 @@ def session_globals(config_loader) -> dict[str, str]:
     except Exception:  # noqa: BLE001 -- no globals: the tags say "unknown"
         return {}
     dataset = values.get("dataset")
-    found = {"dataset": dataset.get("name") if isinstance(dataset, dict) else dataset, "protocol": values.get(PROTOCOL)}
+    found = {
+        "dataset": dataset.get("name") if isinstance(dataset, dict) else dataset,
+        "protocol": values.get(PROTOCOL),
+    }
     return {key: str(value) for key, value in found.items() if value}
 
 
@@ -27,9 +30,11 @@ def git_tags(project_path: Path | None) -> dict[str, str]:
     """``git.commit`` (``git rev-parse HEAD`` of the project, also as MLflow's own
     ``mlflow.source.git.commit``) and ``git.dirty`` (uncommitted changes to tracked files);
     ``unknown`` without git or outside a repository -- never an error."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=project_path, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=project_path, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
 
     try:
         if project_path is None:

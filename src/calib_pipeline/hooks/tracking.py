@@ -90,7 +90,9 @@ def _tracked(method: Callable[..., None]) -> Callable[..., None]:
         except Exception as error:  # noqa: BLE001 -- any tracking failure must be survivable
             logger.warning(
                 "MLflow tracking failed in %s and is off for the rest of this run (%s): %s",
-                method.__name__, TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
+                method.__name__,
+                TRACKING_HINT,
+                mask_credentials(f"{type(error).__name__}: {error}"),
             )
             if self._owns_parent:  # one try to end the open runs (KILLED), not left RUNNING
                 self._end_at_exit()
@@ -139,14 +141,18 @@ class MlflowTrackingHook:
         self.run_location = None
         if not self._enabled():
             return
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
+        uri = (
+            os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self._project_path / 'mlflow.db'}"
+        )
         use_http_defaults()
         try:
             self._start(run_params, catalog, uri, pipeline)
         except Exception as error:  # noqa: BLE001 -- an unreachable or broken backend
             logger.warning(
                 "MLflow tracking is off for this run: %s could not be used (%s): %s",
-                mask_credentials(uri), TRACKING_HINT, mask_credentials(f"{type(error).__name__}: {error}"),
+                mask_credentials(uri),
+                TRACKING_HINT,
+                mask_credentials(f"{type(error).__name__}: {error}"),
             )
             self._client = self._parent = None
 
@@ -162,18 +168,32 @@ class MlflowTrackingHook:
             self._client = MlflowClient(tracking_uri=uri)
             experiment = self._client.get_experiment_by_name(name)
             self._experiment_id = (
-                experiment.experiment_id if experiment
-                else self._client.create_experiment(name, artifact_location=self._artifact_location(uri))
+                experiment.experiment_id
+                if experiment
+                else self._client.create_experiment(
+                    name, artifact_location=self._artifact_location(uri)
+                )
             )
             self._end_abandoned_runs()
-        pipelines = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
+        pipelines = run_params.get("pipeline_names") or [
+            run_params.get("pipeline_name") or "__default__"
+        ]
         run_name = f"{'+'.join(str(p) for p in pipelines)} [{self._env}]"
         self._parent = self._client.create_run(
-            self._experiment_id, run_name=run_name, tags=self._parent_tags(run_params, pipeline),
+            self._experiment_id,
+            run_name=run_name,
+            tags=self._parent_tags(run_params, pipeline),
         ).info.run_id
         atexit.register(self._end_at_exit)
         params: dict[str, str] = {"kedro.env": self._env}
-        for key in ("pipeline_names", "namespaces", "node_names", "from_nodes", "to_nodes", "runner"):
+        for key in (
+            "pipeline_names",
+            "namespaces",
+            "node_names",
+            "from_nodes",
+            "to_nodes",
+            "runner",
+        ):
             value = run_params.get(key)
             if value:
                 params[f"kedro.{key}"] = describe(value)[:500]
@@ -193,12 +213,17 @@ class MlflowTrackingHook:
 
     def _parent_tags(self, run_params: dict[str, Any], pipeline) -> dict[str, str]:
         """The parent run's tags: what the UI filters and groups runs by."""
-        studies = sorted({n.namespace for n in (pipeline.nodes if pipeline else []) if "evaluation" in n.tags})
+        studies = sorted(
+            {n.namespace for n in (pipeline.nodes if pipeline else []) if "evaluation" in n.tags}
+        )
         return {
-            "kedro.run_id": str(run_params.get("run_id")), "kedro.env": self._env,
-            "dataset": self._globals.get("dataset", "unknown"), "protocol": self._globals.get("protocol", "unknown"),
+            "kedro.run_id": str(run_params.get("run_id")),
+            "kedro.env": self._env,
+            "dataset": self._globals.get("dataset", "unknown"),
+            "protocol": self._globals.get("protocol", "unknown"),
             "studies": ",".join(str(s) for s in studies) or "none",
-            **git_tags(getattr(self, "_project_path", None)), **owner_tags(),
+            **git_tags(getattr(self, "_project_path", None)),
+            **owner_tags(),
         }
 
     def _end_abandoned_runs(self) -> None:
@@ -206,13 +231,17 @@ class MlflowTrackingHook:
         power loss) end ``KILLED``, nested runs included."""
         host = socket.gethostname()
         running = self._client.search_runs(
-            [self._experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`calib.host` = '{host}'",
+            [self._experiment_id],
+            filter_string=f"attributes.status = 'RUNNING' and tags.`calib.host` = '{host}'",
             max_results=1000,
         )
         for run in running:
             if not process_alive(int(run.data.tags.get("calib.pid", "0"))):
                 self._client.set_terminated(run.info.run_id, "KILLED")
-                logger.warning("MLflow: run %s of a process that no longer exists is now KILLED", run.info.run_id)
+                logger.warning(
+                    "MLflow: run %s of a process that no longer exists is now KILLED",
+                    run.info.run_id,
+                )
 
     def _end_at_exit(self) -> None:
         """Ctrl-C and other exits that bypass Kedro's error hook, or tracking switched off
@@ -264,27 +293,44 @@ class MlflowTrackingHook:
         method = node.namespace or node.name
         seed = node.name.rsplit("_", 1)[-1]
         self._open_children[node.name] = self._client.create_run(
-            self._experiment_id, run_name=f"{method} seed {seed}",
-            tags={"mlflow.parentRunId": self._parent, "method": str(method), "seed": str(seed), **owner_tags()},
+            self._experiment_id,
+            run_name=f"{method} seed {seed}",
+            tags={
+                "mlflow.parentRunId": self._parent,
+                "method": str(method),
+                "seed": str(seed),
+                **owner_tags(),
+            },
         ).info.run_id
         self._runs[(str(method), str(seed))] = self._open_children[node.name]
 
     @hook_impl
     @_tracked
-    def after_node_run(self, node, catalog, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+    def after_node_run(
+        self, node, catalog, inputs: dict[str, Any], outputs: dict[str, Any]
+    ) -> None:
         if self._parent is None:
             return
         if node.name in self._open_children:
             # logged once every output is saved: a tracking failure can then never lose one
-            self._pending[node.name] = {"inputs": inputs, "outputs": outputs, "unsaved": set(outputs)}
+            self._pending[node.name] = {
+                "inputs": inputs,
+                "outputs": outputs,
+                "unsaved": set(outputs),
+            }
         if "reporting" in node.tags:
             self._log_artifacts(node, outputs)
 
-    def _log_training(self, node_name: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+    def _log_training(
+        self, node_name: str, inputs: dict[str, Any], outputs: dict[str, Any]
+    ) -> None:
         run_id = self._open_children[node_name]  # kept open until FINISHED: a failure ends it
         history = next((v for k, v in outputs.items() if k.endswith(".history")), None)
         checkpoint = next((v for k, v in outputs.items() if k.endswith(".checkpoint")), {})
-        params: dict[str, str] = {"method": str(checkpoint.get("method")), "seed": str(checkpoint.get("seed"))}
+        params: dict[str, str] = {
+            "method": str(checkpoint.get("method")),
+            "seed": str(checkpoint.get("seed")),
+        }
         for name, value in inputs.items():
             if name.startswith("params:"):
                 flatten(name[len("params:") :], value, params)
@@ -299,15 +345,21 @@ class MlflowTrackingHook:
         reuse = training_reuse(checkpoint)
         if reuse:  # a finished state reused, or an interrupted one continued: not a new training
             self._client.set_tag(run_id, "calib.training", reuse)
-            self._client.set_tag(run_id, "calib.resumed_after_epoch", str(checkpoint["resumed_after_epoch"]))
+            self._client.set_tag(
+                run_id, "calib.resumed_after_epoch", str(checkpoint["resumed_after_epoch"])
+            )
         rows: list[tuple[str, float, int]] = []
         if isinstance(history, pd.DataFrame) and len(history):
-            numeric = history.select_dtypes("number").drop(columns=["epoch", "seed"], errors="ignore")
+            numeric = history.select_dtypes("number").drop(
+                columns=["epoch", "seed"], errors="ignore"
+            )
             for record_epoch, record in zip(history["epoch"], numeric.to_dict("records")):
                 rows.extend((k, v, int(record_epoch)) for k, v in record.items())
             position = selected_row(history, checkpoint.get("selected_epoch"))
             final = numeric.iloc[position].to_dict()
-            rows.extend((f"final_{k}", v, int(history["epoch"].iloc[position])) for k, v in final.items())
+            rows.extend(
+                (f"final_{k}", v, int(history["epoch"].iloc[position])) for k, v in final.items()
+            )
         rows.append(("selected_epoch", float(checkpoint.get("selected_epoch", 0)), 0))
         self._log_metrics(run_id, rows)
         self._client.set_terminated(run_id, "FINISHED")
@@ -347,7 +399,11 @@ class MlflowTrackingHook:
         elif "reporting" not in node.tags:
             return
         study = dataset_name.split(".", 1)[0]
-        if dataset_name.endswith(".metrics") and "evaluation" in node.tags and isinstance(data, pd.DataFrame):
+        if (
+            dataset_name.endswith(".metrics")
+            and "evaluation" in node.tags
+            and isinstance(data, pd.DataFrame)
+        ):
             self._log_evaluation(study, data)
         elif dataset_name.endswith(".report_claims") and isinstance(data, dict):
             self._log_claims(study, data)
@@ -366,7 +422,9 @@ class MlflowTrackingHook:
         nested run, the study's means over seeds on the parent run."""
         for (method, seed), metrics in comparison_metrics(table).items():
             runs = table[(table["method"] == method) & (table["seed"].astype(str) == seed)]
-            training_run = str(runs["run_id"].iloc[0]) if "run_id" in runs and len(runs) else "unknown"
+            training_run = (
+                str(runs["run_id"].iloc[0]) if "run_id" in runs and len(runs) else "unknown"
+            )
             run_id, made_here = self._nested_run(method, seed, training_run)
             self._log_metrics(run_id, [(name, value, 0) for name, value in metrics.items()])
             if made_here:
@@ -380,17 +438,30 @@ class MlflowTrackingHook:
         evaluated (method, seed) of a ``kedro run`` is a row of the comparison."""
         if (method, seed) in self._runs:
             return self._runs[(method, seed)], False
-        found = self._client.search_runs(
-            [self._experiment_id], max_results=1, filter_string=(
-                f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and tags.seed = '{seed}'"),
-        ) or []
+        found = (
+            self._client.search_runs(
+                [self._experiment_id],
+                max_results=1,
+                filter_string=(
+                    f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and tags.seed = '{seed}'"
+                ),
+            )
+            or []
+        )
         if found:
             self._runs[(method, seed)] = found[0].info.run_id
             return self._runs[(method, seed)], False
         self._runs[(method, seed)] = self._client.create_run(
-            self._experiment_id, run_name=f"{method} seed {seed}", tags={
-                "mlflow.parentRunId": self._parent, "method": method, "seed": seed, "calib.training": "reused",
-                "kedro.training_run_id": training_run, **owner_tags()},
+            self._experiment_id,
+            run_name=f"{method} seed {seed}",
+            tags={
+                "mlflow.parentRunId": self._parent,
+                "method": method,
+                "seed": seed,
+                "calib.training": "reused",
+                "kedro.training_run_id": training_run,
+                **owner_tags(),
+            },
         ).info.run_id
         return self._runs[(method, seed)], True
 
@@ -423,7 +494,9 @@ class MlflowTrackingHook:
             self._log_metrics(self._parent, [(k, float(v), 0) for k, v in metrics.items()])
         summary = report.get("summary")
         if isinstance(summary, str) and summary:
-            self._client.set_tag(self._parent, "replication", summary.splitlines()[0].strip("*")[:5000])
+            self._client.set_tag(
+                self._parent, "replication", summary.splitlines()[0].strip("*")[:5000]
+            )
 
     @hook_impl
     @_tracked
@@ -470,8 +543,11 @@ class MlflowTrackingHook:
         try:
             self._fail_open_children()
         except Exception as error:  # noqa: BLE001 -- a dead server must not fail the node
-            logger.warning("MLflow tracking failed after a node (%s): %s", TRACKING_HINT,
-                           mask_credentials(f"{type(error).__name__}: {error}"))
+            logger.warning(
+                "MLflow tracking failed after a node (%s): %s",
+                TRACKING_HINT,
+                mask_credentials(f"{type(error).__name__}: {error}"),
+            )
             return None
         return self._client.calls if isinstance(self._client, RecordedCalls) else None
 

@@ -78,7 +78,9 @@ def selected_row(history: pd.DataFrame, selected_epoch: Any) -> int:
     """Position of the ``selected_epoch`` row of a training history (the last row when the
     checkpoint names no epoch of the history)."""
     if selected_epoch is not None and "epoch" in history:
-        matches = [i for i, epoch in enumerate(history["epoch"]) if int(epoch) == int(selected_epoch)]
+        matches = [
+            i for i, epoch in enumerate(history["epoch"]) if int(epoch) == int(selected_epoch)
+        ]
         if matches:
             return matches[-1]
     return len(history) - 1

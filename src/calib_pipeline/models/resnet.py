@@ -177,8 +177,13 @@ def _register_resnet(
     ) -> CifarResNet:
         shortcut, pool_grid = check_resnet_options(shortcut=shortcut, pool_grid=pool_grid)
         return CifarResNet(
-            in_channels, num_classes, blocks, widths,
-            block=block, pool_grid=pool_grid, shortcut=shortcut,
+            in_channels,
+            num_classes,
+            blocks,
+            widths,
+            block=block,
+            pool_grid=pool_grid,
+            shortcut=shortcut,
         )
 
     factory.__doc__ = f"{name}: {block.__name__} stages {blocks}, widths {widths}."

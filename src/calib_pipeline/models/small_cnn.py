@@ -46,7 +46,9 @@ class SmallCNN(ClassifierNet):
         return self.body(x)
 
 
-def check_small_cnn_options(*, width: int = 32, feature_dim: int = 128, pool_grid: int = 2, **_: Any) -> None:
+def check_small_cnn_options(
+    *, width: int = 32, feature_dim: int = 128, pool_grid: int = 2, **_: Any
+) -> None:
     """``ValueError`` quoting a bad value (checked when the pipelines are built)."""
     check_int("width", width, low=1)
     check_int("feature_dim", feature_dim, low=1)
@@ -78,6 +80,10 @@ def small_cnn_dense(
     architectures (parameters merge key by key)."""
     conv_map = image_size // 2 if image_size >= 16 else image_size
     return small_cnn(
-        in_channels=in_channels, num_classes=num_classes, image_size=image_size,
-        width=width, feature_dim=feature_dim, pool_grid=conv_map,
+        in_channels=in_channels,
+        num_classes=num_classes,
+        image_size=image_size,
+        width=width,
+        feature_dim=feature_dim,
+        pool_grid=conv_map,
     )

@@ -120,8 +120,13 @@ def wrn(
         return PreActWideResNet(in_channels, num_classes, blocks, widen_factor, float(dropout))
     widths = [16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
     return CifarResNet(
-        in_channels, num_classes, [blocks] * 3, widths,
-        block=BasicBlock, stem_width=16, dropout=float(dropout),
+        in_channels,
+        num_classes,
+        [blocks] * 3,
+        widths,
+        block=BasicBlock,
+        stem_width=16,
+        dropout=float(dropout),
     )
 
 
@@ -130,8 +135,13 @@ def _register_preset(name: str, depth: int, widen_factor: int, preactivation: bo
         *, in_channels: int, num_classes: int, image_size: int, dropout: float = 0.0
     ) -> ClassifierNet:
         return wrn(
-            in_channels=in_channels, num_classes=num_classes, image_size=image_size,
-            depth=depth, widen_factor=widen_factor, dropout=dropout, preactivation=preactivation,
+            in_channels=in_channels,
+            num_classes=num_classes,
+            image_size=image_size,
+            depth=depth,
+            widen_factor=widen_factor,
+            dropout=dropout,
+            preactivation=preactivation,
         )
 
     style = "pre-activation" if preactivation else "post-activation"

@@ -18,7 +18,14 @@ from functools import cached_property
 
 # The stages in the order they make artifacts; the preflight names missing ones in this order.
 STAGE_ORDER = (
-    "data_split", "training", "logits", "shift", "posthoc", "reporting", "replication", "score"
+    "data_split",
+    "training",
+    "logits",
+    "shift",
+    "posthoc",
+    "reporting",
+    "replication",
+    "score",
 )
 LAYERS = ("raw", "intermediate", "models", "model_output", "reporting")
 FIELD = re.compile(r"\{(\w+)\}")
@@ -87,7 +94,9 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     "metrics": ArtifactKind("{study}.metrics", "reporting", "reporting"),
     "reliability_bins": ArtifactKind("{study}.reliability_bins", "reporting", "reporting"),
     "report": ArtifactKind("{study}.report_{report}", "reporting", "reporting"),
-    "replication_report": ArtifactKind("replication.report", "replication", "reporting", prerequisite=False),
+    "replication_report": ArtifactKind(
+        "replication.report", "replication", "reporting", prerequisite=False
+    ),
     "predictions": ArtifactKind("score.predictions", None, "raw"),
     "score_calibrators": ArtifactKind("score.{name}.calibrators", "score", "reporting"),
     "score_metrics": ArtifactKind("score.{name}.metrics", "score", "reporting"),

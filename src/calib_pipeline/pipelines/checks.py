@@ -46,7 +46,9 @@ def check_evaluation(group: str, entry: Any) -> None:
     if "shift_metrics" in entry:
         metrics = entry["shift_metrics"]
         if not isinstance(metrics, (list, tuple)) or not metrics:
-            raise ValueError(f"{group}.shift_metrics must be a non-empty list of metric names, got {metrics!r}")
+            raise ValueError(
+                f"{group}.shift_metrics must be a non-empty list of metric names, got {metrics!r}"
+            )
         for metric in metrics:
             check_choice(f"{group}.shift_metrics", metric, metric_names())
 

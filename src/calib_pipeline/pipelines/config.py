@@ -150,7 +150,7 @@ def _sweep_members(key: str, entry: dict[str, Any]) -> Iterator[tuple[str, dict[
     sweep = entry["sweep"]
     if len(sweep) != 1:
         raise ValueError(f"method {key!r}: sweep one hyperparameter at a time, got {list(sweep)}")
-    (param, values), = sweep.items()
+    ((param, values),) = sweep.items()
     if not isinstance(values, list) or not values:
         raise ValueError(f"method {key!r}: sweep values for {param!r} must be a non-empty list")
     path = str(param).split(".")  # "secondary.kappa": a nested hyperparameter (composite)
@@ -160,12 +160,15 @@ def _sweep_members(key: str, entry: dict[str, Any]) -> Iterator[tuple[str, dict[
             "one place (the sweep's values, or remove the sweep)"
         )
     for value in values:
-        yield f"{key}_{'_'.join(path)}_{_format_value(value)}", {
-            **{k: v for k, v in entry.items() if k != "sweep"},
-            "params": _nested_set(entry.get("params") or {}, path, value),
-            "label": _sweep_label(key, str(entry.get("label", key)), param, path, value),
-            "group": key,
-        }
+        yield (
+            f"{key}_{'_'.join(path)}_{_format_value(value)}",
+            {
+                **{k: v for k, v in entry.items() if k != "sweep"},
+                "params": _nested_set(entry.get("params") or {}, path, value),
+                "label": _sweep_label(key, str(entry.get("label", key)), param, path, value),
+                "group": key,
+            },
+        )
 
 
 def _sweep_label(key: str, template: str, param: str, path: list[str], value: Any) -> str:
@@ -204,7 +207,9 @@ def _nested_set(params: dict[str, Any], path: list[str], value: Any) -> dict[str
     if isinstance(inner, str):  # `secondary: avuc` is shorthand for `{name: avuc}`
         inner = {"name": inner}
     if not isinstance(inner, dict):
-        raise ValueError(f"sweep of {'.'.join(path)!r}: params.{path[0]} is not a mapping ({inner!r})")
+        raise ValueError(
+            f"sweep of {'.'.join(path)!r}: params.{path[0]} is not a mapping ({inner!r})"
+        )
     out[path[0]] = _nested_set(inner, path[1:], value)
     return out
 
@@ -352,7 +357,7 @@ def study_calibrator_keys(
     """
     if listed is not None and not isinstance(listed, list):
         raise ValueError(f"study {study!r}: calibrators must be a list of keys, got {listed!r}")
-    named = {key: "its `calibrators` list" for key in listed or []}
+    named = dict.fromkeys(listed or [], "its `calibrators` list")
     for report, options in reports.items():
         try:
             keys = report_calibrators(report, dict(options or {}))
@@ -383,7 +388,9 @@ def validate_buildable(structure: Structure, parameters: dict[str, Any]) -> None
     options, shift suites, calibrators -- so bad names and hyperparameters fail now."""
     dataset = parameters.get("dataset", {}).get("name")
     if dataset not in dataset_names():
-        raise ValueError(f"unknown dataset {dataset!r}; valid dataset names are: {', '.join(dataset_names())}")
+        raise ValueError(
+            f"unknown dataset {dataset!r}; valid dataset names are: {', '.join(dataset_names())}"
+        )
     for name, split in parameters["splits"].items():
         try:
             check_fractions(split.get("fractions", {}))

@@ -368,7 +368,14 @@ def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
 #: The training settings a claims file's ``protocol.datasets`` may state (``training``
 #: parameters; what the paper leaves unstated is left out and never compared).
 SCHEDULE_KEYS = (
-    "epochs", "batch_size", "lr", "momentum", "milestones", "lr_decay", "weight_decay", "augment",
+    "epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "milestones",
+    "lr_decay",
+    "weight_decay",
+    "augment",
     "select",
 )
 
@@ -407,7 +414,9 @@ def _datasets(where: str, raw: Any, architectures: list[str]) -> dict[str, dict[
         entry = _known(here, entry or {}, (*SCHEDULE_KEYS, "architectures", "methods"))
         nets = entry.get("architectures", architectures)
         if not isinstance(nets, list) or not set(nets) <= set(architectures) or not nets:
-            _fail(here, f"architectures must be a non-empty subset of {architectures}, got {nets!r}")
+            _fail(
+                here, f"architectures must be a non-empty subset of {architectures}, got {nets!r}"
+            )
         methods = entry.get("methods") or {}
         if not isinstance(methods, Mapping):
             _fail(here, f"methods must map a method to its own settings, got {methods!r}")
@@ -631,7 +640,9 @@ def study_claims(study: StudyOutline, options: Mapping[str, Any]) -> list[Claim]
 def option_sides(options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every side (A and B) of the claims a ``claims`` report's options check: the papers'
     claims kept by ``only``, names mapped by ``rename``, then the study's own."""
-    papers = _chosen(gather(options.get("papers"), None), options.get("rename"), options.get("only"))
+    papers = _chosen(
+        gather(options.get("papers"), None), options.get("rename"), options.get("only")
+    )
     own = gather(None, options.get("claims"))
     return [side for s in [*papers, *own] for side in (s["a"], s["b"]) if side is not None]
 

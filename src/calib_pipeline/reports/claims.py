@@ -386,7 +386,12 @@ def _identical(
         claimed = (mean < 0) == (expect in ("lower", "decreasing"))
     one_sided = test == "one-sided" or expect == "within"
     p_value = 0.0 if claimed or not one_sided else 1.0  # p of the claimed direction
-    return {**stats, "p_value": p_value, "verdict": HOLDS if claimed else CONTRADICTED, "note": note}
+    return {
+        **stats,
+        "p_value": p_value,
+        "verdict": HOLDS if claimed else CONTRADICTED,
+        "note": note,
+    }
 
 
 def judge(
@@ -435,7 +440,9 @@ def judge(
     stats["ci_low"], stats["ci_high"] = mean_interval(
         values, 1 - 2 * alpha if one_sided else 1 - alpha
     )
-    if np.allclose(values, values[0], rtol=1e-9, atol=_SAME_UP_TO_ROUNDING):  # the same up to rounding
+    if np.allclose(
+        values, values[0], rtol=1e-9, atol=_SAME_UP_TO_ROUNDING
+    ):  # the same up to rounding
         return _identical(expect, test, tolerance, stats)
     if expect == "within":
         return _within(values, float(tolerance), alpha, power, stats)
@@ -756,9 +763,9 @@ def schedule_note(
     if not entry["settings"] and not entry["methods"]:
         return f" The paper states no training settings for `{results.dataset}`.", False
     differences = schedule_differences(results.schedules, entry, rename)
-    compared = ", ".join(dict.fromkeys(
-        [*entry["settings"], *(k for own in entry["methods"].values() for k in own)]
-    ))
+    compared = ", ".join(
+        dict.fromkeys([*entry["settings"], *(k for own in entry["methods"].values() for k in own)])
+    )
     if not differences:
         return (
             f" These runs trained with every setting the paper states for `{results.dataset}` "
@@ -837,9 +844,7 @@ CLAIM = Option("a claim mapping in the format of docs/claims.md", _check_claim)
 POWER = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
-def _method_note(
-    results: StudyResults, table: pd.DataFrame, alpha: float, power: float
-) -> str:
+def _method_note(results: StudyResults, table: pd.DataFrame, alpha: float, power: float) -> str:
     """How the report measures and judges a claim, and in which units."""
     return (
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "

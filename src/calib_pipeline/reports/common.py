@@ -38,9 +38,7 @@ UNSHIFTED = "none"  # the shift of the clean splits
 # Shown ×100: every metric registered with unit "%" or "×100" (calibration.metrics
 # METRIC_UNITS, declared with the metric), and the α − β − γ column derived from three of them.
 DERIVED_UNITS = {"decomp_ece": "%"}
-PERCENT_METRICS = tuple(
-    key for key, unit in {**METRIC_UNITS, **DERIVED_UNITS}.items() if unit
-)
+PERCENT_METRICS = tuple(key for key, unit in {**METRIC_UNITS, **DERIVED_UNITS}.items() if unit)
 # How the ×100 of each metric reads: a rate or probability in %, the Brier score ×100.
 UNIT_NAMES = {"%": "pct", "×100": "x100"}
 SPREADS = ("std", "sem")
@@ -202,7 +200,9 @@ def with_numbers(frame: pd.DataFrame, count: str = "n_seeds") -> pd.DataFrame:
         for key, attribute in zip(names, ("mean", "spread")):
             if key in numbers:
                 raise ValueError(f"columns of one table share the numeric name {key!r}")
-            numbers[key] = [getattr(v, attribute) if isinstance(v, Cell) else math.nan for v in values]
+            numbers[key] = [
+                getattr(v, attribute) if isinstance(v, Cell) else math.nan for v in values
+            ]
         counts.append([v.n if isinstance(v, Cell) else 0 for v in values])
         sources[column] = (*names, found[0].spread_name, found[0].unit)
     if not numbers:

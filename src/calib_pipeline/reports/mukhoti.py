@@ -337,9 +337,7 @@ def _table_text(
     return text + (
         f"Clean test split. {units_note(['error', *metrics])} Post T: calibrator `{key}` "
         "fitted on the validation split; its temperature (mean over seeds) in parentheses. "
-        "Error is unchanged by TS.\n\n"
-        + paper_view(wide).to_markdown(index=False)
-        + "\n"
+        "Error is unchanged by TS.\n\n" + paper_view(wide).to_markdown(index=False) + "\n"
     )
 
 

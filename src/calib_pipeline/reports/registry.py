@@ -165,7 +165,7 @@ SIGNIFICANCE = number(low=0.0, high=1.0, low_inclusive=False, high_inclusive=Fal
 def _check_text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         # ValueError, like every shared check: a bad option fails alike whatever is wrong
-        raise ValueError(f"{name} must be a string, got {value!r}")  # noqa: TRY004
+        raise ValueError(f"{name} must be a string, got {value!r}")
     return value
 
 

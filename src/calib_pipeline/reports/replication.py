@@ -26,8 +26,17 @@ from calib_pipeline.reports.claims import (
 
 #: The columns of a study's claims table that the combined table needs.
 CLAIM_COLUMNS = (
-    "paper", "id", "claim", "verdict", "effect", "ci_low", "ci_high", "p_value", "p_holm",
-    "n_seeds", "seeds_needed",
+    "paper",
+    "id",
+    "claim",
+    "verdict",
+    "effect",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_holm",
+    "n_seeds",
+    "seeds_needed",
 )
 TABLE_COLUMNS = ("study", *CLAIM_COLUMNS)
 
@@ -82,13 +91,15 @@ def verdict_summary(table: pd.DataFrame) -> pd.DataFrame:
     for (paper, study), part in [*groups, (("all", "all"), table)]:
         counts = verdict_counts(part)
         applicable = sum(counts[v] for v in VERDICTS if v != NOT_APPLICABLE)
-        rows.append({
-            "paper": paper,
-            "study": study,
-            "applicable": applicable,
-            "decided": counts[HOLDS] + counts[CONTRADICTED],
-            **counts,
-        })
+        rows.append(
+            {
+                "paper": paper,
+                "study": study,
+                "applicable": applicable,
+                "decided": counts[HOLDS] + counts[CONTRADICTED],
+                **counts,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -136,19 +147,23 @@ def replication_report(claims: Mapping[str, pd.DataFrame], protocol: str) -> dic
     twice = judged_twice(table)
     counted = (
         f" {len(twice)} claim(s) judged by more than one study are counted once per study: "
-        f"{', '.join(twice)}." if twice else ""
+        f"{', '.join(twice)}."
+        if twice
+        else ""
     )
-    text = "\n".join([
-        f"**{overall}**",
-        "",
-        f"# Replication on `{protocol}`: {len(claims)} studies, {len(table)} claims",
-        "",
-        *[f"- {line}" for line in per_paper],
-        "",
-        "Each verdict is the study's own claims report (docs/claims.md); `decided` counts the "
-        f"claims that hold or are contradicted.{counted}",
-        "",
-    ])
+    text = "\n".join(
+        [
+            f"**{overall}**",
+            "",
+            f"# Replication on `{protocol}`: {len(claims)} studies, {len(table)} claims",
+            "",
+            *[f"- {line}" for line in per_paper],
+            "",
+            "Each verdict is the study's own claims report (docs/claims.md); `decided` counts the "
+            f"claims that hold or are contradicted.{counted}",
+            "",
+        ]
+    )
     last = counts.iloc[-1]
     metrics = {f"replication.{v.replace(' ', '_')}": float(last[v]) for v in VERDICTS}
     metrics["replication.applicable"] = float(last["applicable"])

@@ -231,7 +231,9 @@ def format_wide(
     numbers and ``count`` (how many values each mean is over: :func:`~.common.with_numbers`)."""
     scale = np.where(stats["metric"].isin(PERCENT_METRICS), 100.0, 1.0)
     scaled = stats.assign(mean=stats["mean"] * scale, **{spread: stats[spread] * scale})
-    wide = scaled.assign(cell=stat_cells(scaled, spread)).pivot(index=keys, columns="metric", values="cell")
+    wide = scaled.assign(cell=stat_cells(scaled, spread)).pivot(
+        index=keys, columns="metric", values="cell"
+    )
     wide = wide.reindex(columns=[m for m in metrics if m in wide.columns]).reset_index()
     wide.columns.name = None
     return with_numbers(stats[keys].drop_duplicates().merge(wide, on=keys, how="left"), count)
@@ -477,9 +479,7 @@ def severity_lines(
         ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         ax.set_xlabel("severity", fontsize=8)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(
-        f"{_axis_label(metric)}, mean ± SEM ({sem})", fontsize=8
-    )
+    axes[0][0].set_ylabel(f"{_axis_label(metric)}, mean ± SEM ({sem})", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -524,9 +524,7 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
         ax.set_xlabel("severity", fontsize=8)
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(
-        f"{_axis_label(metric)} over corruption types", fontsize=8
-    )
+    axes[0][0].set_ylabel(f"{_axis_label(metric)} over corruption types", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
 

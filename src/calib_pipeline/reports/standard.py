@@ -132,8 +132,14 @@ def pooled_ece(pooled: pd.DataFrame) -> float:
     return float(np.nansum(count * gap) / total) if total > 0 else float("nan")
 
 
-def _bars(ax: plt.Axes, left: np.ndarray, width: np.ndarray, bottom: np.ndarray,
-          height: np.ndarray, **style: Any) -> None:
+def _bars(
+    ax: plt.Axes,
+    left: np.ndarray,
+    width: np.ndarray,
+    bottom: np.ndarray,
+    height: np.ndarray,
+    **style: Any,
+) -> None:
     """Bars drawn as one collection of rectangles (bins without samples -- NaN height --
     get none). ``ax.bar`` makes an artist per bar: a figure of 24 panels at 100 bins then
     has ~7,000 of them; one collection per series draws the same rectangles, and such a
@@ -142,8 +148,15 @@ def _bars(ax: plt.Axes, left: np.ndarray, width: np.ndarray, bottom: np.ndarray,
     keep = np.isfinite(height) & np.isfinite(bottom)
     x0, x1 = left[keep], left[keep] + width[keep]
     y0, y1 = bottom[keep], bottom[keep] + height[keep]
-    corners = np.stack([np.stack([x0, y0], 1), np.stack([x0, y1], 1),
-                        np.stack([x1, y1], 1), np.stack([x1, y0], 1)], axis=1)
+    corners = np.stack(
+        [
+            np.stack([x0, y0], 1),
+            np.stack([x0, y1], 1),
+            np.stack([x1, y1], 1),
+            np.stack([x1, y0], 1),
+        ],
+        axis=1,
+    )
     ax.add_collection(PolyCollection(corners, **style), autolim=False)
 
 
@@ -157,13 +170,39 @@ def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: 
     accuracy = pooled["accuracy"].to_numpy(dtype=float)
     confidence = pooled["confidence"].to_numpy(dtype=float)
     ax.plot([0, 1], [0, 1], "k--", linewidth=0.8, label="perfect calibration")
-    _bars(ax, left, width, np.zeros_like(accuracy), accuracy, facecolor=color,
-          edgecolor="white", linewidth=0.5, label="accuracy")
-    _bars(ax, left, width, np.fmin(accuracy, confidence), np.abs(confidence - accuracy),
-          facecolor=GAP_COLOR, alpha=0.25, edgecolor=GAP_COLOR, hatch="//", linewidth=0.5,
-          label="gap to confidence")
-    ax.text(0.04, 0.95, f"ECE {100 * pooled_ece(pooled):.2f}%", transform=ax.transAxes,
-            va="top", fontsize=8, bbox={"facecolor": "white", "edgecolor": "0.7", "pad": 2})
+    _bars(
+        ax,
+        left,
+        width,
+        np.zeros_like(accuracy),
+        accuracy,
+        facecolor=color,
+        edgecolor="white",
+        linewidth=0.5,
+        label="accuracy",
+    )
+    _bars(
+        ax,
+        left,
+        width,
+        np.fmin(accuracy, confidence),
+        np.abs(confidence - accuracy),
+        facecolor=GAP_COLOR,
+        alpha=0.25,
+        edgecolor=GAP_COLOR,
+        hatch="//",
+        linewidth=0.5,
+        label="gap to confidence",
+    )
+    ax.text(
+        0.04,
+        0.95,
+        f"ECE {100 * pooled_ece(pooled):.2f}%",
+        transform=ax.transAxes,
+        va="top",
+        fontsize=8,
+        bbox={"facecolor": "white", "edgecolor": "0.7", "pad": 2},
+    )
     ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.tick_params(labelbottom=False, labelsize=7)
     _share_axes(hist, left, width, pooled["count"].to_numpy(dtype=float), color)
@@ -175,8 +214,17 @@ def _share_axes(
     """The share of samples per bin, under a reliability diagram."""
     total = count.sum()
     share = count / total if total else np.zeros_like(count)
-    _bars(hist, left, width, np.zeros_like(share), share, facecolor=color, alpha=0.6,
-          edgecolor="white", linewidth=0.5)
+    _bars(
+        hist,
+        left,
+        width,
+        np.zeros_like(share),
+        share,
+        facecolor=color,
+        alpha=0.6,
+        edgecolor="white",
+        linewidth=0.5,
+    )
     peak = float(share.max()) if total else 1.0
     hist.set_ylim(0, 1.15 * peak)
     hist.set_yticks([0, round(peak, 2)])

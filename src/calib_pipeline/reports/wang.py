@@ -292,7 +292,9 @@ def _wide(summary: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.Data
         cell = summary[(summary["calibrator"] == calibrator) & (summary["quantity"] == quantity)]
         text = [
             value + (f" {mark}" if mark and quantity == "ece" else "")
-            for value, mark in zip(stat_cells(cell, unit="%" if quantity == "ece" else ""), cell["mark"])
+            for value, mark in zip(
+                stat_cells(cell, unit="%" if quantity == "ece" else ""), cell["mark"]
+            )
         ]
         table = table.merge(
             pd.DataFrame({"method": cell["method"].to_numpy(), header: text}),
@@ -427,8 +429,7 @@ def _members_known(study: StudyOutline, options: Mapping[str, Any]) -> None:
         unknown = [m for m in methods if m not in study.methods]
         if unknown:
             raise ValueError(
-                f"{name}: {unknown} are not methods of study {study.name!r}: "
-                f"{list(study.methods)}"
+                f"{name}: {unknown} are not methods of study {study.name!r}: {list(study.methods)}"
             )
 
 

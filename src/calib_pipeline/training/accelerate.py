@@ -83,12 +83,16 @@ def compiled_forward(
     graphs = device.type == "cuda" and COMPILE_BACKEND == "inductor" and not meta
     if not graphs:
         why = (
-            "a meta step keeps the backbone's activations across two calls" if meta
+            "a meta step keeps the backbone's activations across two calls"
+            if meta
             else "they need a CUDA device and the inductor backend"
         )
         logger.info(
             "%s: training.compile on %s with backend %r: compiled without CUDA graphs (%s)",
-            label, device, COMPILE_BACKEND, why,
+            label,
+            device,
+            COMPILE_BACKEND,
+            why,
         )
     target = model.forward_features if meta else model
     return torch.compile(

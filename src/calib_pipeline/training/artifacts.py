@@ -43,7 +43,9 @@ def model_from_config(data: ImageData, model_params: dict[str, Any]) -> torch.nn
     )
 
 
-def run_history(key: str, seed: int, result: TrainResult, provenance: dict[str, Any]) -> pd.DataFrame:
+def run_history(
+    key: str, seed: int, result: TrainResult, provenance: dict[str, Any]
+) -> pd.DataFrame:
     """The per-epoch history with the run's method, seed, ``run_id`` and ``fingerprint`` (as
     in the checkpoint's provenance) as leading columns: the evaluation refuses a history of
     another training configuration than the logits it scores."""

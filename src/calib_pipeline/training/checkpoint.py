@@ -71,7 +71,9 @@ class CheckpointStore:
         for epoch in range(1, last_epoch + 1):
             path = self._epoch_logits_dir / f"{epoch:05d}.pt"
             if not path.exists():
-                raise ValueError(f"resume state {self.path} needs {path}, which is missing; delete {self.directory} and rerun")
+                raise ValueError(
+                    f"resume state {self.path} needs {path}, which is missing; delete {self.directory} and rerun"
+                )
             for split, logits in load_tensors(path, what="epoch logits").items():
                 out[split].append(logits)
         return out
@@ -87,7 +89,9 @@ class CheckpointStore:
                 handle.seek(0)
                 logger.warning(
                     "%s: waiting for %s, which holds its resume folder %s",
-                    description or "training", handle.read().strip() or "another process", self.directory,
+                    description or "training",
+                    handle.read().strip() or "another process",
+                    self.directory,
                 )
                 fcntl.flock(handle, fcntl.LOCK_EX)
             handle.seek(0)

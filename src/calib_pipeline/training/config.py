@@ -63,7 +63,9 @@ class TrainConfig:
         if list(self.milestones) != sorted(set(self.milestones)) or any(
             m < 1 for m in self.milestones
         ):
-            raise ValueError(f"milestones must be increasing positive epochs, got {self.milestones}")
+            raise ValueError(
+                f"milestones must be increasing positive epochs, got {self.milestones}"
+            )
         late = [m for m in self.milestones if m >= self.epochs]
         if late:  # e.g. training.epochs=200 on an env whose milestones are [150, 250]
             raise ValueError(
@@ -99,7 +101,9 @@ class TrainConfig:
             raise ValueError(f"unknown training parameter(s) {unknown}; valid: {sorted(known)}")
         values = dict(params)
         if "milestones" in values:
-            values["milestones"] = tuple(check_int("milestones", m, low=1) for m in values["milestones"] or ())
+            values["milestones"] = tuple(
+                check_int("milestones", m, low=1) for m in values["milestones"] or ()
+            )
         for name in ("lr", "momentum", "weight_decay", "lr_decay"):
             if name in values:  # "fast" fails naming the parameter, not float()'s bare message
                 values[name] = check_range(name, values[name])

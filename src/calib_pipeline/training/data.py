@@ -137,12 +137,15 @@ class BatchStream:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        order = torch.randperm(len(self.images), generator=self.generator, device=self.generator.device)
+        order = torch.randperm(
+            len(self.images), generator=self.generator, device=self.generator.device
+        )
         order = self.order = order.to(self.images.device)
-        for start in range(0, len(order) - (self.batch_size - 1 if self.drop_last else 0), self.batch_size):
+        for start in range(
+            0, len(order) - (self.batch_size - 1 if self.drop_last else 0), self.batch_size
+        ):
             index = order[start : start + self.batch_size]
             yield index, self.images[index], self.labels[index]
-
 
 
 class EndlessBatches:
@@ -174,7 +177,10 @@ class EndlessBatches:
         return index, stream.images[index], stream.labels[index]
 
     def state_dict(self) -> dict[str, torch.Tensor | int | None]:
-        return {"order": None if self.order is None else self.order.cpu(), "position": self.position}
+        return {
+            "order": None if self.order is None else self.order.cpu(),
+            "position": self.position,
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor | int | None]) -> None:
         order = state["order"]

@@ -248,17 +248,21 @@ def _state_fingerprint(
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return checkpoint_fingerprint({
-        "caller": caller,
-        "config": dataclasses.asdict(config),
-        "seed": seed,
-        "normalization": normalization,
-        "sizes": {k: None if v is None else len(v.labels) for k, v in splits.items()},
-        "learner": learner_identity(learner),
-        "model": [type(model).__name__, digest.hexdigest()],
-        "record_epoch_logits": record_epoch_logits,
-    })
+        digest.update(
+            tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        )
+    return checkpoint_fingerprint(
+        {
+            "caller": caller,
+            "config": dataclasses.asdict(config),
+            "seed": seed,
+            "normalization": normalization,
+            "sizes": {k: None if v is None else len(v.labels) for k, v in splits.items()},
+            "learner": learner_identity(learner),
+            "model": [type(model).__name__, digest.hexdigest()],
+            "record_epoch_logits": record_epoch_logits,
+        }
+    )
 
 
 def _train_epochs(
@@ -421,7 +425,9 @@ def _resume(run: _Run, store: CheckpointStore, fingerprint: str) -> None:
     if state["complete"]:
         logger.info(
             "%s: already trained for this configuration (%s); reusing it -- delete that folder "
-            "to train again", run.description, store.directory,
+            "to train again",
+            run.description,
+            store.directory,
         )
         return
     saved_threads, threads = state.get("threads"), torch.get_num_threads()
@@ -429,7 +435,10 @@ def _resume(run: _Run, store: CheckpointStore, fingerprint: str) -> None:
         logger.warning(
             "%s: resuming with %d CPU threads a state trained with %d: CPU sums depend on the "
             "thread count, so the result will not be bit-identical to an uninterrupted run "
-            "(set training.num_threads to pin it)", run.description, threads, saved_threads,
+            "(set training.num_threads to pin it)",
+            run.description,
+            threads,
+            saved_threads,
         )
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
@@ -691,7 +700,9 @@ def predict_logits(
     return out
 
 
-def _split_stats(prefix: str, logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+def _split_stats(
+    prefix: str, logits: torch.Tensor, labels: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Per-epoch statistics the papers plot: accuracy, NLL, ECE, and NLL / entropy split by
     correct and incorrect samples (Mukhoti et al. Fig. 1-2)."""
     log_probs = torch.log_softmax(logits.double(), dim=1)

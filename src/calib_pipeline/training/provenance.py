@@ -76,9 +76,11 @@ def method_setups(
     networks = {
         m: architecture_tag(s["name"], s.get("params")) for m, s in specs.items() if s.get("name")
     }
-    settings = {} if training_params is None else {
-        m: method_training(training_params, own_training.get(m)).as_dict() for m in methods
-    }
+    settings = (
+        {}
+        if training_params is None
+        else {m: method_training(training_params, own_training.get(m)).as_dict() for m in methods}
+    )
     return networks, settings
 
 

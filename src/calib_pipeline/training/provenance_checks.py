@@ -96,8 +96,10 @@ def protocol_mismatch(
     recorded = record.get("protocol")
     if recorded == protocol or (recorded is None and record.get("env") == env):
         return None
-    found = (("env",), record.get("env"), env) if recorded is None else (
-        ("protocol",), recorded, protocol
+    found = (
+        (("env",), record.get("env"), env)
+        if recorded is None
+        else (("protocol",), recorded, protocol)
     )
     return Mismatch(Check.PROTOCOL, subject, (found,), record)
 

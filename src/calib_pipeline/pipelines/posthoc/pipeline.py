@@ -28,7 +28,10 @@ def create_pipeline(
             inputs["shift_logits"] = run_artifact("shift_logits", m, s)
             inputs["shift"] = "params:shift"
         func = partial(
-            fit_calibrators, method=structure.methods[m], seed=s, keys=structure.run_calibrators(m, s)
+            fit_calibrators,
+            method=structure.methods[m],
+            seed=s,
+            keys=structure.run_calibrators(m, s),
         )
         nodes.append(
             node(

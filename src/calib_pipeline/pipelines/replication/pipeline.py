@@ -19,12 +19,14 @@ def create_pipeline(studies: list[str]) -> Pipeline:
     if not studies:
         return Pipeline([])
     claims = {study: artifact_name("report", study=study, report="claims") for study in studies}
-    return Pipeline([
-        node(
-            combine_claims,
-            inputs={"run_info": RUN_INFO, **claims},
-            outputs=artifact_name("replication_report"),
-            name="replication_report",
-            tags=["replication"],
-        )
-    ])
+    return Pipeline(
+        [
+            node(
+                combine_claims,
+                inputs={"run_info": RUN_INFO, **claims},
+                outputs=artifact_name("replication_report"),
+                name="replication_report",
+                tags=["replication"],
+            )
+        ]
+    )

@@ -147,8 +147,13 @@ def _checked_run(
     if shift is not None:
         named[run_artifact("shift_logits", method.key, seed)] = shift
     provenance = check_run(
-        method, seed, named, **session, shift=shift_params,
-        calibrator_definitions=calibrator_definitions, history=artifacts.get(f"{key}_histories"),
+        method,
+        seed,
+        named,
+        **session,
+        shift=shift_params,
+        calibrator_definitions=calibrator_definitions,
+        history=artifacts.get(f"{key}_histories"),
     )
     return {
         "logits": named[logits],

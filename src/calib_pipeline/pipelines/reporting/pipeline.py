@@ -191,7 +191,9 @@ def create_pipeline(
 ) -> Pipeline:
     return Pipeline(
         [
-            study_pipeline(structure, structure.studies[s], dataset_name, shifted_val, protocol=protocol)
+            study_pipeline(
+                structure, structure.studies[s], dataset_name, shifted_val, protocol=protocol
+            )
             for s in studies
         ]
     )
