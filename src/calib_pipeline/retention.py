@@ -332,7 +332,7 @@ def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:
         raise RuntimeError(f"mlflow gc failed: {result.stderr.strip().splitlines()[-1:]}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from calib_pipeline.settings import data_root, project_root
 
     parser = argparse.ArgumentParser(
@@ -356,11 +356,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume-states",
         action="store_true",
-        help="also delete completed resume states of configurations no kept checkpoint was trained with",
+        help="also delete completed resume states of configurations no kept checkpoint "
+        "was trained with",
     )
     parser.add_argument(
         "--apply", action="store_true", help="delete (default: only print the plan)"
     )
+    return parser
+
+
+def _delete(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         parser.error(f"--data {args.data}: no such folder (set CALIB_DATA_DIR or pass --data)")
@@ -371,9 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     states = stale_resume_states(args.data, todo) if args.resume_states else []
     records = stale_run_records(args.data, todo, args.keep, active)
-    total = 0
-    for path in [*todo.paths, *states, *records]:
-        total += size(path)
+    doomed = [*todo.paths, *states, *records]
+    for path in doomed:
         print(f"{'delete' if args.apply else 'would delete'} {path}")
     pruned = {path.name for path in todo.paths}
     runs = [] if args.no_mlflow else stale_runs(args.tracking_uri, pruned, todo.kept)
@@ -381,17 +394,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"left alone: {len(active)} run(s) writing now ({', '.join(sorted(active))})")
     print(
         f"{len(todo.paths)} version folder(s), {len(states)} resume state(s), "
-        f"{len(records)} run log(s) and save-version claim(s), {total / 2**20:.1f} MiB; "
+        f"{len(records)} run log(s) and save-version claim(s), "
+        f"{sum(size(path) for path in doomed) / 2**20:.1f} MiB; "
         f"{len(runs)} MLflow run(s) of pruned versions"
     )
     if not args.apply:
         print("dry run: nothing deleted (add --apply)")
         return 0
-    for path in [*todo.paths, *states, *records]:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    _delete(doomed)
     if runs:
         delete_runs(args.tracking_uri, runs)
         compact_store(args.tracking_uri)
