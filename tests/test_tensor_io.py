@@ -83,3 +83,36 @@ def test_the_code_fingerprint_ignores_the_reports(fake_package):
     before = code_fingerprint()
     (fake_package / "reports" / "table.py").write_text("changed = True\n")
     assert code_fingerprint() == before
+
+
+UNSAFE_ADVICE = ("weights_only=False", "add_safe_globals", "safe_globals(")
+
+
+def test_no_refusal_repeats_pytorchs_advice_to_load_unsafely(tmp_path):
+    """PyTorch's own refusal tells how to load the file anyway (weights_only=False, or
+    allow-list the global) -- how to run the payload. Every refusal of the project's loaders
+    names the file and the global, never that advice."""
+    from kedro.io import DatasetError
+
+    from calib_pipeline.kedro_datasets import PredictionsDataset
+    from calib_pipeline.training.checkpoint import CheckpointStore
+
+    marker = tmp_path / "pwned"
+    crafted = tmp_path / "crafted.pt"
+    torch.save({"val_logits": MarkerPayload(str(marker))}, crafted)
+    store = CheckpointStore(tmp_path / "run")
+    store.directory.mkdir()
+    torch.save({"epoch": 1, "payload": MarkerPayload(str(marker))}, store.path)
+    refusals = []
+    for load in (
+        lambda: load_tensors(crafted),
+        lambda: store.load(),
+        lambda: PredictionsDataset(filepath=str(crafted)).load(),
+    ):
+        with pytest.raises((ValueError, DatasetError)) as refused:  # each loader's own type
+            load()
+        refusals.append(str(refused.value))
+    for text in refusals:
+        assert "could run code" in text and "it refers to io.open" in text, text
+        assert not any(advice in text for advice in UNSAFE_ADVICE), text
+    assert not marker.exists()

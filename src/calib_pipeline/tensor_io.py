@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,31 @@ def load_tensors(path: str | Path, *, what: str = "file", hint: str = "delete it
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        found = UNSUPPORTED_GLOBAL.search(str(error))
+        refers = f"; it refers to {found.group(1)}" if found else ""
         raise ValueError(
-            f"{what} {path} holds objects that could run code and was not loaded "
-            f"(only tensors, numbers, strings and containers are accepted): {error}"
+            f"{what} {path} holds objects that could run code and was not loaded (only "
+            f"tensors, numbers, strings and containers are accepted{refers})"
         ) from None
     except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(f"{what} {path} is truncated or corrupt ({error}); {hint}") from None
+        raise ValueError(
+            f"{what} {path} is truncated or corrupt ({_without_unsafe_advice(error)}); {hint}"
+        ) from None
+
+
+# PyTorch's refusal names the global a file's pickle would call, then advises loading with
+# weights_only=False or allow-listing the global -- exactly how to run a crafted payload. A
+# refusal here keeps the name and never repeats that advice.
+UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+UNSAFE_ADVICE = re.compile(r"weights_only|safe_globals|trust", re.IGNORECASE)
+
+
+def _without_unsafe_advice(error: BaseException) -> str:
+    """The lines of ``error`` that say what is wrong, without advice to load unsafely."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (
+        " ".join(line for line in lines if not UNSAFE_ADVICE.search(line)) or type(error).__name__
+    )
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
