@@ -100,7 +100,8 @@ def test_kept_versions_keep_the_versions_of_earlier_stages_they_were_made_from(t
         for folder in versioned_folders(data)
     }
     assert kept == {
-        # v4 newest; v0 read by the kept ce checkpoint, v2 by the kept logits, v3 by focal's checkpoint
+        # v4 newest; v0 read by the kept ce checkpoint, v2 by the kept logits, v3 by focal's
+        # checkpoint
         split: [v[0], v[2], v[3], v[4]],
         checkpoint: [v[1]],  # newest, and what the kept logits (v2) and report (v5) read
         logits: [v[2]],
@@ -181,8 +182,8 @@ def test_dry_run_deletes_nothing_and_apply_deletes_old_versions_and_their_mlflow
     empty.mkdir()
     assert main(["--keep", "1", "--data", str(empty), "--tracking-uri", uri]) == 0
     assert (
-        "0 version folder(s), 0 resume state(s), 0 run log(s) and save-version claim(s), 0.0 MiB; 0 MLflow run(s)"
-        in capsys.readouterr().out
+        "0 version folder(s), 0 resume state(s), 0 run log(s) and save-version claim(s), 0.0 MiB; "
+        "0 MLflow run(s)" in capsys.readouterr().out
     )
 
 
@@ -338,3 +339,15 @@ def test_deleting_runs_compacts_the_sqlite_store_and_removes_empty_run_folders(t
     assert not (tmp_path / "mlruns" / experiment).exists()
     assert (tmp_path / "mlruns").is_dir()
     compact_store("http://127.0.0.1:5000")  # a server's store is its own: nothing to do
+
+
+def test_a_running_sessions_claimed_version_is_active_until_it_ends(tmp_path, monkeypatch):
+    from calib_pipeline import settings
+
+    monkeypatch.setenv("CALIB_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(settings, "_HELD_CLAIMS", [])
+    version = settings.claim_save_version("2026-11-28T10.00.00.000Z")
+    assert active_versions(tmp_path) == {version}  # what retention then leaves alone
+    for lock in settings._HELD_CLAIMS:  # the process ends: the OS releases its locks
+        lock.close()
+    assert active_versions(tmp_path) == set()

@@ -162,6 +162,24 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     return value
 
 
+#: The most bins any binned metric, reliability diagram or binning calibrator takes. More
+#: bins than samples leave most bins empty; 100,000 is ten times the largest test set of the
+#: papers' protocols (CIFAR's 10,000), and a typo such as 1e9 would allocate gigabytes only
+#: after every run had trained -- so it is refused when the pipelines are built.
+MAX_BINS = 100_000
+
+
+def check_bins(name: str, value: Any) -> int:
+    """A bin count: an integer >= 1 and at most ``MAX_BINS``."""
+    bins = check_int(name, value, low=1)
+    if bins > MAX_BINS:
+        raise ValueError(
+            f"{name} must be at most {MAX_BINS:,} bins, got {bins:,}: more bins than any "
+            "evaluated split has samples (calib_pipeline.registry.MAX_BINS)"
+        )
+    return bins
+
+
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool, not a float) in ``[low, high]``.
 

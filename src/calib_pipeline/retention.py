@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from calib_pipeline.settings import RUN_LOCK, SAVE_VERSION_CLAIMS, data_root, project_root
+
 VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}\.\d{2}\.\d{2}\.\d{3}Z$")
 NEVER_PRUNED = ("01_raw",)  # the user's data
 
@@ -113,10 +115,9 @@ def lineage(folder: Path, data_dir: Path) -> Lineage | None:
     return None
 
 
-CLAIMS_FOLDER, LOGS_FOLDER = ".save_versions", "logs"
-#: The file a running ``kedro run`` holds locked in its save-version claim
-#: (``<data>/.save_versions/<version>/``) for as long as it runs.
-RUN_LOCK = "running.lock"
+# A running ``kedro run`` holds RUN_LOCK of its save-version claim locked
+# (``settings.claim_save_version``).
+CLAIMS_FOLDER, LOGS_FOLDER = SAVE_VERSION_CLAIMS, "logs"
 
 
 def active_versions(data_dir: Path) -> set[str]:
@@ -333,8 +334,6 @@ def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from calib_pipeline.settings import data_root, project_root
-
     parser = argparse.ArgumentParser(
         prog="python -m calib_pipeline.retention", description=__doc__.split("\n\n")[0]
     )

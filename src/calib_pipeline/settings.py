@@ -1,5 +1,6 @@
 """Kedro project settings."""
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -36,6 +37,13 @@ def data_root() -> str:
     return os.environ.get("CALIB_DATA_DIR") or str(Path(project_root()) / "data")
 
 
+#: Where save versions are claimed: ``<data>/.save_versions/<version>/``; a running run holds
+#: ``RUN_LOCK`` in its claim locked, so retention leaves a run's versions alone while it writes.
+SAVE_VERSION_CLAIMS, RUN_LOCK = ".save_versions", "running.lock"
+# the open lock files of this process's claims: the OS releases them when it exits
+_HELD_CLAIMS: list[Any] = []
+
+
 def claim_save_version(proposed: str | None = None) -> str:
     """A save version (Kedro's timestamp format, so "latest" still sorts) that no other
     process writing to this data folder holds: ``proposed`` if it is free, else a new one.
@@ -43,9 +51,10 @@ def claim_save_version(proposed: str | None = None) -> str:
     Kedro stamps a session with the current millisecond; two runs started together can
     get the same stamp and then write into, or fail on, each other's version folders.
     Each version is claimed by creating ``<data>/.save_versions/<version>`` (``mkdir`` is
-    atomic, also on shared file systems); a taken one is skipped.
+    atomic, also on shared file systems); a taken one is skipped. The claim's ``RUN_LOCK``
+    stays locked by this process until it exits (``calib_pipeline.retention`` skips it).
     """
-    claims = Path(data_root()) / ".save_versions"
+    claims = Path(data_root()) / SAVE_VERSION_CLAIMS
     claims.mkdir(parents=True, exist_ok=True)
     version = proposed or generate_timestamp()
     while True:
@@ -55,6 +64,9 @@ def claim_save_version(proposed: str | None = None) -> str:
             time.sleep(0.001)
             version = generate_timestamp()
             continue
+        lock = open(claims / version / RUN_LOCK, "a+")  # noqa: SIM115 -- held until exit
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _HELD_CLAIMS.append(lock)
         return version
 
 

@@ -28,7 +28,7 @@ from calib_pipeline.calibration._posthoc_base import (
     redistribute_top_label,
     register,
 )
-from calib_pipeline.registry import check_bool, check_choice, check_int, check_range
+from calib_pipeline.registry import check_bins, check_bool, check_choice, check_int, check_range
 
 BINNING_SCHEMES = {"equal_size": "width", "equal_mass": "mass"}
 
@@ -80,7 +80,7 @@ class HistogramBinning(TopLabelCalibrator):
     fitted_attributes = ("map",)
 
     def __init__(self, *, n_bins: int = 15, binning: str = "equal_size") -> None:
-        n_bins = check_int("n_bins", n_bins, low=1)
+        n_bins = check_bins("n_bins", n_bins)
         binning = check_choice("binning", binning, tuple(BINNING_SCHEMES))
         super().__init__(n_bins=n_bins, binning=binning)
 
@@ -328,7 +328,7 @@ class ScalingBinning(TopLabelCalibrator):
         seed: int = 0,
         target_smoothing: bool = True,
     ) -> None:
-        n_bins = check_int("n_bins", n_bins, low=1)
+        n_bins = check_bins("n_bins", n_bins)
         fit_fraction = check_range(
             "fit_fraction",
             fit_fraction,

@@ -21,7 +21,7 @@ from calib_pipeline.calibration.metrics import (
     sb_ece,
     sb_ece_temperature,
 )
-from calib_pipeline.registry import check_bool, check_choice, check_int, check_range
+from calib_pipeline.registry import check_bins, check_bool, check_choice, check_range
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -288,7 +288,7 @@ class GridTemperatureScaling(TemperatureScaling):
         n_bins: int = 15,
     ) -> None:
         start, stop, step = _grid_arguments(preset, start, stop, step)
-        n_bins = check_int("n_bins", n_bins, low=1)
+        n_bins = check_bins("n_bins", n_bins)
         super().__init__(preset=preset, start=start, stop=stop, step=step, n_bins=n_bins)
         self.grid = temperature_grid(start, stop, step)
         self.objective = math.nan
@@ -393,7 +393,7 @@ class SBECETemperatureScaling(TemperatureScaling):
         t_min: float = 0.05,
         t_max: float = 20.0,
     ) -> None:
-        n_bins = check_int("n_bins", n_bins, low=1)
+        n_bins = check_bins("n_bins", n_bins)
         if soft_bin_temperature is None:
             soft_bin_temperature = sb_ece_temperature(n_bins)
         soft_bin_temperature = check_range(

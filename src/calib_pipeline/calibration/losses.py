@@ -34,7 +34,13 @@ from calib_pipeline.calibration import _losses_elementwise as elementwise
 from calib_pipeline.calibration import _losses_secondary as secondary_losses
 from calib_pipeline.calibration._losses_elementwise import focal_loss, prepare_targets
 from calib_pipeline.calibration.metrics import sb_ece_temperature
-from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
+from calib_pipeline.registry import (
+    Registry,
+    check_bins,
+    check_bool,
+    check_choice,
+    check_range,
+)
 
 __all__ = [
     "OBJECTIVES",
@@ -318,7 +324,7 @@ def _secondary_soft_avuc(kappa: float = 0.5, temperature: float = 1.0) -> LossTe
 def _secondary_sb_ece(
     n_bins: int = 15, temperature: float | None = None, label_binned: bool = True, p: float = 2.0
 ) -> LossTerm:
-    n_bins = check_int("n_bins", n_bins, low=1)
+    n_bins = check_bins("n_bins", n_bins)
     if temperature is None:  # the authors' decay rule for n_bins (metrics.sb_ece_temperature)
         temperature = sb_ece_temperature(n_bins)
     temperature = check_range("temperature", temperature, low=0.0, low_inclusive=False)

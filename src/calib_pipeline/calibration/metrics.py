@@ -39,6 +39,7 @@ from calib_pipeline.calibration._metrics_soft import (  # noqa: F401 (public)
 )
 from calib_pipeline.registry import (
     Registry,
+    check_bins,
     check_bool,
     check_choice,
     check_int,
@@ -91,7 +92,7 @@ METRICS: Registry[Metric] = Registry("metric", keep_order=True)
 
 # One check per option name: an option means the same thing in every metric that has it.
 _OPTION_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "n_bins": partial(check_int, low=1),
+    "n_bins": check_bins,
     "scheme": partial(check_choice, choices=SCHEMES),
     "norm": partial(check_choice, choices=NORMS),
     "closure": partial(check_choice, choices=CLOSURES),

@@ -14,7 +14,7 @@ from typing import Any
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.data.splits import check_subset
 from calib_pipeline.models import check_model_params
-from calib_pipeline.registry import check_bool, check_choice, check_int
+from calib_pipeline.registry import MAX_BINS, check_bins, check_bool, check_choice, check_int
 
 GroupCheck = Callable[[str, Any], None]
 
@@ -29,20 +29,22 @@ def _known_keys(group: str, entry: Any, valid: tuple[str, ...]) -> Mapping[str, 
     return entry
 
 
-def _int_list(name: str, values: Any, low: int) -> None:
+def _bin_list(name: str, values: Any) -> None:
     if not isinstance(values, (list, tuple)):
-        raise ValueError(f"{name} must be a list of integers >= {low}, got {values!r}")
+        raise ValueError(f"{name} must be a list of bin counts in [1, {MAX_BINS}], got {values!r}")
     for value in values:
-        check_int(name, value, low=low)
+        check_bins(name, value)
 
 
 def check_evaluation(group: str, entry: Any) -> None:
-    """``n_bins`` (>= 1), ``reliability_bins`` (list of >= 1) and ``shift_metrics`` (metric keys)."""
+    """``n_bins`` and ``reliability_bins`` (bin counts in [1, ``MAX_BINS``], checked here
+    rather than when a run is evaluated after every training) and ``shift_metrics`` (metric
+    keys)."""
     entry = _known_keys(group, entry, ("n_bins", "reliability_bins", "shift_metrics"))
     if "n_bins" in entry:
-        check_int(f"{group}.n_bins", entry["n_bins"], low=1)
+        check_bins(f"{group}.n_bins", entry["n_bins"])
     if "reliability_bins" in entry:
-        _int_list(f"{group}.reliability_bins", entry["reliability_bins"], low=1)
+        _bin_list(f"{group}.reliability_bins", entry["reliability_bins"])
     if "shift_metrics" in entry:
         metrics = entry["shift_metrics"]
         if not isinstance(metrics, (list, tuple)) or not metrics:

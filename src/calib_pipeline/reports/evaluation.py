@@ -169,8 +169,9 @@ def _where(cell: dict[str, Any]) -> str:
     """The run, calibrator and split a failing cell belongs to, as a user names them."""
     shift = cell.get("shift", UNSHIFTED)
     shifted = "" if shift == UNSHIFTED else f", shift {shift} severity {cell.get('severity')}"
+    run = f" (run {cell['run_id']})" if cell.get("run_id") else ""  # a scored file has none
     return (
-        f"{cell['method']} seed {cell['seed']} (run {cell.get('run_id')}), calibrator "
+        f"{cell['method']} seed {cell['seed']}{run}, calibrator "
         f"{cell['calibrator']}, split {cell['split']}{shifted}"
     )
 

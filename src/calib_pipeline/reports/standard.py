@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.collections import PolyCollection
 
+from calib_pipeline.registry import MAX_BINS, check_bins
 from calib_pipeline.reports.common import mean_std_table, method_colors, paper_view, units_note
 from calib_pipeline.reports.registry import (
     METRIC,
+    Option,
     StudyResults,
     either,
     integer,
@@ -30,7 +32,7 @@ DEFAULT_SUMMARY_METRICS = [
     "classwise_ece",
     "auroc",
 ]
-BIN_COUNT = integer(low=1)
+BIN_COUNT = Option(f"an integer >= 1 (at most {MAX_BINS})", check_bins)
 
 
 def fit_warnings(results: StudyResults) -> pd.DataFrame:
