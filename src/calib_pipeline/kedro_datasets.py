@@ -322,9 +322,9 @@ def read_own_version(catalog: Any, name: str) -> None:
     """Pin ``name``'s load version in ``catalog`` to the run's save version, for a dataset
     this run has saved: its loads then read that version, never a newer one another run
     saved since. Datasets without versions are left alone; a ``--load-versions`` pin still
-    wins (Kedro reads it before the cache). Used by :class:`~calib_pipeline.hooks.versions.OwnVersionsHook`
-    in the process that saved, and by the Dask runner (:mod:`calib_pipeline.runner`) for what
-    its workers saved."""
+    wins (Kedro reads it before the cache). Used by
+    :class:`~calib_pipeline.hooks.versions.OwnVersionsHook` in the process that saved, and by the
+    Dask runner (:mod:`calib_pipeline.runner`) for what its workers saved."""
     dataset = catalog.get(name, fallback_to_runtime_pattern=True)
     if not isinstance(dataset, AbstractVersionedDataset):
         return

@@ -76,9 +76,9 @@ def check_catalog_dataset(parameters: dict, globals_: dict) -> None:
     named = (parameters.get("dataset") or {}).get("name")
     if loaded != named:
         raise ValueError(
-            f"dataset.name {named!r} differs from the dataset the catalog loads ({loaded!r}, set in "
-            "conf/<env>/globals.yml): pick the dataset with --env=<env> or by editing globals.yml; "
-            "--params cannot change the catalog"
+            f"dataset.name {named!r} differs from the dataset the catalog loads ({loaded!r}, set "
+            "in conf/<env>/globals.yml): pick the dataset with --env=<env> or by editing "
+            "globals.yml; --params cannot change the catalog"
         )
     # download is the catalog's too (the raw-data dataset reads globals:dataset.download): a
     # --params=dataset.download=true would be ignored while the error still says "download is off"

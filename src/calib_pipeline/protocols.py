@@ -82,7 +82,8 @@ def check_protocol(
     if not VALID_PROTOCOL.match(str(protocol)):
         raise ValueError(
             f"protocol {protocol!r} (from the globals of env {env!r}) must start with a letter "
-            "and contain only letters, digits, '_' and '-' (it names a folder of every artifact path)"
+            "and contain only letters, digits, '_' and '-' "
+            "(it names a folder of every artifact path)"
         )
     keeps_dataset = (own.get("dataset") or {}).get("name") is None
     readable = Path(conf_source).is_dir()  # not a packaged archive (--conf-source=conf.tar.gz)

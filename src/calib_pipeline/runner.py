@@ -19,9 +19,10 @@ How a run crosses processes:
   so a worker saves under the session's save version -- one version per ``kedro run`` -- to
   the same (shared) storage, and loads what other nodes of the run saved there at that
   version (never a newer one another run saved in the meantime); inputs made by earlier
-  runs are read at the versions that were latest when the run started. In-memory datasets made during the run (``shift_sets``) stay on
-  the cluster as Dask futures and travel from worker to worker; the driver sees each once,
-  when its task is collected, and keeps it only if a node of its own reads it.
+  runs are read at the versions that were latest when the run started. In-memory datasets made
+  during the run (``shift_sets``) stay on the cluster as Dask futures and travel from worker to
+  worker; the driver sees each once, when its task is collected, and keeps it only if a node of its
+  own reads it.
 - **Hooks.** Hooks that offer ``for_worker()`` (the MLflow hook) give the driver a picklable
   copy that runs the node and dataset hooks of a remote node in its worker; what the copy's
   ``worker_report()`` returns after the node comes back to the driver hook's

@@ -15,8 +15,8 @@ tensor; ``targets`` are class indices ``(N,)`` or target probabilities ``(N, K)`
 ``features`` and anything else, which objectives ignore. The training engine passes
 ``model`` and ``epoch`` on every step and the batch's penultimate ``features`` to an
 objective whose ``uses_features`` attribute is true (computing them costs nothing extra,
-but the step then runs eagerly under ``training.compile``). Mixup additionally mixes the batch through
-``objective.mix_batch(inputs, targets, generator)``. Formulas, defaults and sources are
+but the step then runs eagerly under ``training.compile``). Mixup additionally mixes the batch
+through ``objective.mix_batch(inputs, targets, generator)``. Formulas, defaults and sources are
 listed in docs/objectives.md.
 """
 

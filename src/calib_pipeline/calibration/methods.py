@@ -4,8 +4,8 @@ A method trains the backbone either with a plain objective (``calibration.losses
 a meta-learner (``calibration.meta``). ``build_method`` turns either kind into a *learner*
 with the meta-learners' step protocol (``Learner``), so the training engine runs every
 method through one loop: ``learner.step(model, optimizer, inputs, targets, meta_inputs,
-meta_targets, epoch=epoch)`` per batch. A plain objective is wrapped in ``ObjectiveLearner``, whose step
-is the ordinary forward / loss / backward / optimiser step.
+meta_targets, epoch=epoch)`` per batch. A plain objective is wrapped in ``ObjectiveLearner``, whose
+step is the ordinary forward / loss / backward / optimiser step.
 """
 
 from __future__ import annotations

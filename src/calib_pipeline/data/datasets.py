@@ -122,8 +122,8 @@ def load_dataset(
     except Exception as error:  # torchvision reports a bad file as a bare AssertionError, etc.
         raise ValueError(
             f"dataset {name!r}: the files under {root} could not be read "
-            f"({type(error).__name__}: {error or 'no message'}); they may be truncated or corrupt -- "
-            f"replace them ({', '.join(spec.required_files) or 'bundled data'})"
+            f"({type(error).__name__}: {error or 'no message'}); they may be truncated or corrupt "
+            f"-- replace them ({', '.join(spec.required_files) or 'bundled data'})"
         ) from error
     _check_loaded(data, root)
     return data
@@ -138,12 +138,13 @@ def _check_loaded(data: ImageData, root: Path) -> None:
         if images.ndim != 4 or len(images) != len(labels) or len(labels) == 0:
             raise ValueError(
                 f"dataset {data.name!r} ({root}): the {part} part has images of shape "
-                f"{tuple(images.shape)} and {len(labels)} labels; expected (N, C, H, W) and N labels"
+                f"{tuple(images.shape)} and {len(labels)} labels; "
+                "expected (N, C, H, W) and N labels"
             )
         if int(labels.min()) < 0 or int(labels.max()) >= data.num_classes:
             raise ValueError(
-                f"dataset {data.name!r} ({root}): {part} labels span {int(labels.min())}..{int(labels.max())}, "
-                f"outside 0..{data.num_classes - 1}"
+                f"dataset {data.name!r} ({root}): {part} labels span "
+                f"{int(labels.min())}..{int(labels.max())}, outside 0..{data.num_classes - 1}"
             )
 
 

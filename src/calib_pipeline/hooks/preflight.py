@@ -59,9 +59,9 @@ class RunPreflightHook:
             stages = sorted({producing_stage(name) for name in missing}, key=STAGE_ORDER.index)
             raise MissingInputsError(
                 f"{len(missing)} input(s) of this run do not exist yet ({', '.join(missing[:3])}"
-                f"{', ...' if len(missing) > 3 else ''}): run the {' and '.join(stages)} stage(s) first, "
-                f"e.g. kedro run --pipelines={_first_stages(run_params, stages)}, or include them in "
-                "--pipelines"
+                f"{', ...' if len(missing) > 3 else ''}): run the {' and '.join(stages)} stage(s) "
+                f"first, e.g. kedro run --pipelines={_first_stages(run_params, stages)}, or "
+                "include them in --pipelines"
             )
         _refuse_uncollected_runs(pipeline)
 
@@ -81,7 +81,8 @@ def _refuse_unknown_pins(pins: dict[str, str], pipeline) -> None:
     raise MissingInputsError(
         f"--load-versions pins {len(unknown)} dataset(s) this run does not load: "
         f"{'; '.join(hints)}. A pin applies to an input of the selected pipeline; this run "
-        f"loads {len(loaded)} dataset(s), e.g. {', '.join(sorted(n for n in loaded if '.' in n)[:3])}"
+        f"loads {len(loaded)} dataset(s), e.g. "
+        f"{', '.join(sorted(n for n in loaded if '.' in n)[:3])}"
     )
 
 
@@ -127,7 +128,8 @@ def _refuse_uncollected_runs(pipeline) -> None:
             f"{len(held)} input(s) of this run are handed over in memory by nodes it leaves out "
             f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): each method's "
             f"collect_for_{study} node runs in the method's namespace, with the study's reporting "
-            f"stage. Run e.g. kedro run --pipelines={study}.reporting (without --namespaces={study})"
+            f"stage. Run e.g. kedro run --pipelines={study}.reporting (without "
+            f"--namespaces={study})"
         )
 
 

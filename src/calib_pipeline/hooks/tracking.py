@@ -443,7 +443,8 @@ class MlflowTrackingHook:
                 [self._experiment_id],
                 max_results=1,
                 filter_string=(
-                    f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and tags.seed = '{seed}'"
+                    f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and "
+                    f"tags.seed = '{seed}'"
                 ),
             )
             or []

@@ -3,10 +3,11 @@
 One module per paper (``mukhoti``, ``karandikar``, ``singh``, ``wang``, ``focal_meta``),
 plus ``shift`` (corruption and natural-shift reports), ``standard`` (summary table,
 reliability diagrams), ``claims`` (each paper's claims -- ``claim_specs`` -- measured
-and judged) and ``published`` (the papers' own numbers beside ours). Each splits a report into compute functions (tidy frame in, table
-frames out) and draw functions (matplotlib Figures), and registers the report that
-composes them (:mod:`.registry`). ``common`` holds what they share, ``selection`` the
-sweep-member rules and ``evaluation`` the scoring of cached logits into the tidy table.
+and judged) and ``published`` (the papers' own numbers beside ours). Each splits a report into
+compute functions (tidy frame in, table frames out) and draw functions (matplotlib Figures), and
+registers the report that composes them (:mod:`.registry`). ``common`` holds what they share,
+``selection`` the sweep-member rules and ``evaluation`` the scoring of cached logits into the tidy
+table.
 
 From a notebook::
 

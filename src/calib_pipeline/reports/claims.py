@@ -24,9 +24,9 @@ When every seed has the same effect (zero spread -- common for discrete metrics 
 test sets, e.g. an error one test image apart on every seed), the t statistic is undefined;
 its limit as the spread goes to 0 decides (p = 0: significant in the effect's direction),
 so that agreeing seeds never get a weaker verdict than slightly disagreeing ones would; the
-same zero effect on every seed is inconclusive. Claims are judged one by one, without a multiple-comparison correction:
-among many true-null claims, about ``alpha`` of them "hold" by chance. See
-``docs/claims.md``.
+same zero effect on every seed is inconclusive. Claims are judged one by one, without a
+multiple-comparison correction: among many true-null claims, about ``alpha`` of them "hold" by
+chance. See ``docs/claims.md``.
 """
 
 from __future__ import annotations
@@ -850,13 +850,14 @@ def _method_note(results: StudyResults, table: pd.DataFrame, alpha: float, power
         f"Per claim: the effect per seed, its mean over {len(results.seeds)} seed(s) with a t "
         f"interval, a t-test at α = {alpha:g} (two-sided unless the claim says one-sided) and "
         "the verdict; "
-        f"`p (Holm)`: the p-value adjusted across the study's {int(table['p_value'].notna().sum())} "
-        "tested claims by Holm's step-down method (family-wise error at α): "
-        f"{holds_after_holm(table, alpha)} of the {verdict_counts(table)[HOLDS]} claims that hold "
-        "still hold after it (the verdicts themselves test each claim on its own); "
-        f"`seeds needed`: seeds for {power:.0%} power if the observed mean and spread were true. "
-        "Effects are in the metrics table's units, as the claims' thresholds are: fractions "
-        "(an ECE of 2% is 0.02), not the ×100 of the paper tables. See docs/claims.md."
+        "`p (Holm)`: the p-value adjusted across the study's "
+        f"{int(table['p_value'].notna().sum())} tested claims by Holm's step-down method "
+        f"(family-wise error at α): {holds_after_holm(table, alpha)} of the "
+        f"{verdict_counts(table)[HOLDS]} claims that hold still hold after it (the verdicts "
+        f"themselves test each claim on its own); `seeds needed`: seeds for {power:.0%} power if "
+        "the observed mean and spread were true. Effects are in the metrics table's units, as the "
+        "claims' thresholds are: fractions (an ECE of 2% is 0.02), not the ×100 of the paper "
+        "tables. See docs/claims.md."
     )
 
 

@@ -136,7 +136,8 @@ def mean_std_cell(mean: float, spread: float, n: int | None = None, digits: int 
     Returns:
         The formatted cell.
 
-    >>> mean_std_cell(12.0, 2.0, 3), mean_std_cell(12.0, float("nan"), 1), mean_std_cell(float("nan"), 0.0, 0)
+    >>> (mean_std_cell(12.0, 2.0, 3), mean_std_cell(12.0, float("nan"), 1),
+    ...  mean_std_cell(float("nan"), 0.0, 0))
     ('12.00 ± 2.00', '12.00', '–')
     """
     if n == 0 or math.isnan(mean):
@@ -345,7 +346,8 @@ def calibrator_key(table: pd.DataFrame, requested: str | None) -> str:
         return valid[0]
     if requested not in valid:
         raise ValueError(
-            f"calibrator {requested!r} is not in the study's metrics table; valid calibrator keys: {valid}"
+            f"calibrator {requested!r} is not in the study's metrics table; valid calibrator keys: "
+            f"{valid}"
         )
     return requested
 
@@ -418,7 +420,10 @@ def paper_header(
         rules = ", ".join(sorted(set(record["rule"])))
         text += f"Sweep members selected by rule `{rules}` (table `selection`).\n"
         if (record["selected_on"] == "test").any():
-            text += "**[test-selected]** marks a member chosen on the test set (optimistic, as in Wang et al.).\n"
+            text += (
+                "**[test-selected]** marks a member chosen on the test set "
+                "(optimistic, as in Wang et al.).\n"
+            )
     return text + "\n"
 
 

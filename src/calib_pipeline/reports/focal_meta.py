@@ -71,7 +71,8 @@ def paper_table(
     unknown = sorted(set(methods) - set(table["method"]))
     if unknown:
         raise ValueError(
-            f"methods {unknown} are not in the study's table; it has {sorted(table['method'].unique())}"
+            f"methods {unknown} are not in the study's table; it has "
+            f"{sorted(table['method'].unique())}"
         )
     pieces = []
     for method in methods:
@@ -315,7 +316,8 @@ def gamma_figure(gammas: dict[str, np.ndarray], bins: int, colors: dict[str, Any
 
 @report("gamma_histogram", needs=("logits",), options={"bins": integer(low=1)})
 def gamma_histogram(results: StudyResults, bins: int = 40) -> dict[str, Any]:
-    """Histogram of the learned per-sample γ on the test set for every γ-Net method (seeds pooled)."""
+    """Histogram of the learned per-sample γ on the test set for every γ-Net method (seeds
+    pooled)."""
     gammas = learned_gammas(results.logits, results.labels)
     colors = method_colors(results.methods, results.labels)
     return {

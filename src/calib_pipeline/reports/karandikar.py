@@ -102,7 +102,8 @@ def loss_cells(
         }
         if missing or bad:
             raise ValueError(
-                f"losses must map every method to [primary, secondary]; missing: {missing}, malformed: {bad}"
+                f"losses must map every method to [primary, secondary]; missing: {missing}, "
+                f"malformed: {bad}"
             )
         return {m: (str(losses[m][0]), str(losses[m][1])) for m in methods}
     cells = {}
@@ -113,7 +114,8 @@ def loss_cells(
     clash = pd.Series(cells).loc[lambda s: s.duplicated(keep=False)]
     if not clash.empty:
         raise ValueError(
-            f"methods share a (primary, secondary) cell: {clash.to_dict()}; pass losses=... to map them"
+            f"methods share a (primary, secondary) cell: {clash.to_dict()}; "
+            "pass losses=... to map them"
         )
     return cells
 

@@ -101,11 +101,13 @@ def fitted_temperatures(
         fitted = calibrators.get((method, int(seed)))
         if fitted is None:
             raise ValueError(
-                f"no fitted calibrators for run ({method!r}, {seed}); the report needs 'calibrators'"
+                f"no fitted calibrators for run ({method!r}, {seed}); "
+                "the report needs 'calibrators'"
             )
         if key not in fitted:
             raise ValueError(
-                f"run ({method!r}, {seed}) has no calibrator {key!r}; valid calibrator keys: {sorted(fitted)}"
+                f"run ({method!r}, {seed}) has no calibrator {key!r}; valid calibrator keys: "
+                f"{sorted(fitted)}"
             )
         learned = fitted[key].learned()
         rows.append(
@@ -159,7 +161,8 @@ def table(
     ... })
     >>> wide = table(tidy, metrics=["ece"])
     >>> paper_view(wide).to_dict("records")
-    [{'Method': 'CE', 'Error': '21.00 ± 1.41', 'ECE Pre T': '11.00 ± 1.41', 'ECE Post T': '4.00 ± 1.41'}]
+    [{'Method': 'CE', 'Error': '21.00 ± 1.41', 'ECE Pre T': '11.00 ± 1.41',
+      'ECE Post T': '4.00 ± 1.41'}]
     >>> wide[["ece_post_t_pct_mean", "ece_post_t_pct_std", "n_seeds"]].round(2).to_dict("records")
     [{'ece_post_t_pct_mean': 4.0, 'ece_post_t_pct_std': 1.41, 'n_seeds': 2}]
     """

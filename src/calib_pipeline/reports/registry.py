@@ -12,7 +12,8 @@ Register one with ``@report("name", needs=(...), options={...})``:
 - ``options`` maps every keyword option of the function to an :class:`Option` saying
   which values it accepts, built from :func:`choice`, :func:`integer`, :func:`number`,
   :data:`BOOLEAN`, :data:`TEXT`, :data:`METRIC`, :data:`SIGNIFICANCE`, :func:`optional`,
-  :func:`either`, :func:`list_of` and :func:`mapping`, e.g. ``{"spread": choice("std", "sem"), "digits": integer(low=0)}``.
+  :func:`either`, :func:`list_of` and :func:`mapping`, e.g.
+  ``{"spread": choice("std", "sem"), "digits": integer(low=0)}``.
   Registration fails if the declaration and the function's signature disagree, or if a
   default value breaks its own declaration;
 - ``shifted`` says whether it reads the tidy table's shifted rows: a bool, or a function

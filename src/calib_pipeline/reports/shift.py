@@ -269,8 +269,8 @@ def _empty_note(results: StudyResults, kind: str, sources: list[str] | None) -> 
     )
     scope = f" from sources {sources}" if sources else ""
     return (
-        f"# {results.study} on {results.dataset_label}\n\nNo {kind}-shift results{scope} in this study's "
-        f"metrics table: {how} and re-run `kedro run --pipelines=shift,reporting`.\n"
+        f"# {results.study} on {results.dataset_label}\n\nNo {kind}-shift results{scope} in this "
+        f"study's metrics table: {how} and re-run `kedro run --pipelines=shift,reporting`.\n"
     )
 
 
@@ -416,9 +416,9 @@ def natural_shift_table(
         return {"natural_shift_table": _empty_note(results, "natural", None)}
     table = natural_table(results.metrics, ([UNSHIFTED] if include_clean else []) + sets, metrics)
     text = (
-        f"# {results.study} on {results.dataset_label}: natural shift (Singh et al. Table 3 layout)\n\n"
-        f"Mean ± std over {len(results.seeds)} seed(s). {units_note(metrics)} `none` = uncalibrated, "
-        "other calibrators fitted on the clean validation split. Sets: "
+        f"# {results.study} on {results.dataset_label}: natural shift (Singh et al. Table 3 "
+        f"layout)\n\nMean ± std over {len(results.seeds)} seed(s). {units_note(metrics)} `none` = "
+        "uncalibrated, other calibrators fitted on the clean validation split. Sets: "
         + ", ".join(f"`{s}`" for s in sets)
         + ".\n\n"
         + paper_view(table).to_markdown(index=False)

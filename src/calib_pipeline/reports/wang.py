@@ -143,7 +143,8 @@ def _check_calibrator_keys(results: StudyResults, keys: Sequence[str]) -> list[s
     unknown = [k for k in keys if k not in valid]
     if unknown or not keys:
         raise ValueError(
-            f"unknown calibrator key(s) {unknown or list(keys)}; valid keys (fitted for every run) are: "
+            f"unknown calibrator key(s) {unknown or list(keys)}; "
+            "valid keys (fitted for every run) are: "
             + (", ".join(valid) or "none -- run the posthoc stage")
         )
     return list(keys)
@@ -367,8 +368,8 @@ def _calibratability_markdown(
         f"# Calibratability: {results.study} on {results.dataset_label}",
         "",
         (
-            f"- Test ECE (%, {n_bins} equal-width bins), mean ± std over {seeds} seed(s), before and "
-            f"after the post-hoc calibrators {', '.join(keys)} fitted on the validation split "
+            f"- Test ECE (%, {n_bins} equal-width bins), mean ± std over {seeds} seed(s), before "
+            f"and after the post-hoc calibrators {', '.join(keys)} fitted on the validation split "
             "(Wang et al. Table 2); `T of …` is the fitted temperature."
         ),
         (
@@ -380,9 +381,9 @@ def _calibratability_markdown(
         ),
         (
             f"- `{SELECTED}`: in each swept group, the member with the lowest mean test ECE "
-            f"({'uncalibrated' if select_by == UNCALIBRATED else 'after ' + select_by}; the study's "
-            "evaluation table, see table `selection`) -- Wang et al. pick coefficients this way, so "
-            "the choice itself has seen the test set."
+            f"({'uncalibrated' if select_by == UNCALIBRATED else 'after ' + select_by}; the "
+            "study's evaluation table, see table `selection`) -- Wang et al. pick coefficients "
+            "this way, so the choice itself has seen the test set."
         ),
         "",
         paper_view(table).to_markdown(index=False),
@@ -461,7 +462,8 @@ def calibratability_table(
     select_by: str = UNCALIBRATED,
     exclude: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Wang et al. Table 2: test ECE (%) before / after val-fitted calibrators, fitted T, t-test vs CE.
+    """Wang et al. Table 2: test ECE (%) before / after val-fitted calibrators, fitted T,
+    t-test vs CE.
 
     Every method is a row, sweep members under their group; in each swept group the member
     of lowest mean test ECE under ``select_by`` (``selection.select_sweep_members``, rule
@@ -635,7 +637,8 @@ def validation_size_runs(
             )
     if not rows:
         raise ValueError(
-            f"every size in {list(sizes)} is larger than the validation split; largest usable: {max(skipped.values())}"
+            f"every size in {list(sizes)} is larger than the validation split; largest usable: "
+            f"{max(skipped.values())}"
         )
     return pd.concat(rows, ignore_index=True)[RUN_COLUMNS], skipped
 
@@ -791,9 +794,10 @@ def _validation_size_markdown(
     return (
         f"# Validation-size sweep: {results.study} on {results.dataset_label}\n\n"
         "Test ECE (%, 15 equal-width bins) after each calibrator fitted on a "
-        f"{'class-stratified' if stratified else 'uniform'} random subsample of the validation split "
-        f"(Wang et al. Fig. 3); mean ± std over {len(results.seeds)} training seed(s) × "
-        f"{len(subsample_seeds)} subsample seed(s) (`all`: the whole split, one fit per training seed).\n\n"
+        f"{'class-stratified' if stratified else 'uniform'} random subsample of the validation "
+        f"split (Wang et al. Fig. 3); mean ± std over {len(results.seeds)} training seed(s) × "
+        f"{len(subsample_seeds)} subsample seed(s) (`all`: the whole split, one fit per training "
+        "seed).\n\n"
         + (note + "\n" if note else "")
         + paper_view(table).to_markdown(index=False)
         + "\n"
@@ -960,7 +964,8 @@ def optimal_ece_per_epoch(
     at_bound = int(runs["at_grid_bound"].sum())
     if at_bound:
         lines.append(
-            f"- {at_bound} (run, epoch) oracle temperature(s) at a grid bound: the bound may be loose there"
+            f"- {at_bound} (run, epoch) oracle temperature(s) at a grid bound: "
+            "the bound may be loose there"
         )
     lines += ["", summary.round(3).to_markdown(index=False)]
     title = f"{results.study}: optimal (oracle) ECE per epoch"
@@ -1025,7 +1030,8 @@ def epoch_edges(epoch_bins: int | Sequence[int], last_epoch: int) -> np.ndarray:
         or np.any(np.diff(edges) <= 0)
     ):
         raise ValueError(
-            f"epoch_bins must be a positive integer or increasing integer edges starting at 1, got {epoch_bins!r}"
+            "epoch_bins must be a positive integer or increasing integer edges starting at 1, got "
+            f"{epoch_bins!r}"
         )
     if edges[-1] <= last_epoch:
         raise ValueError(
@@ -1066,8 +1072,8 @@ def learned_epoch_samples(results: StudyResults) -> tuple[dict[str, pd.DataFrame
         learned = torch.as_tensor(logits["learned_epoch"]).numpy()
         if learned.shape != max_logit.shape:
             raise ValueError(
-                f"{method} seed {seed}: learned_epoch has {learned.shape[0]} entries but the train split "
-                f"has {max_logit.shape[0]} rows"
+                f"{method} seed {seed}: learned_epoch has {learned.shape[0]} entries but the train "
+                f"split has {max_logit.shape[0]} rows"
             )
         if (learned < 0).all():  # engine.NOT_TRACKED: the steps never scored the train batch
             warnings.warn(
@@ -1228,10 +1234,10 @@ def max_logit_histograms(
     figure = histogram_figure(samples, names, logit_bins, results.labels, title)
     markdown = (
         f"# Maximum training logit by learned epoch: {results.study} on {results.dataset_label}\n\n"
-        "Wang et al. Fig. 5. Learned epoch: the epoch since which a training sample stayed correctly "
-        "classified (0: never learned); seeds pooled. A wide, epoch-ordered spread (strongly negative "
-        "Spearman correlation: later-learned, harder samples get smaller maximum logits) is the "
-        "hardness information that post-hoc calibration can use.\n\n"
+        "Wang et al. Fig. 5. Learned epoch: the epoch since which a training sample stayed "
+        "correctly classified (0: never learned); seeds pooled. A wide, epoch-ordered spread "
+        "(strongly negative Spearman correlation: later-learned, harder samples get smaller "
+        "maximum logits) is the hardness information that post-hoc calibration can use.\n\n"
         + paper_view(correlation).to_markdown(index=False)
         + "\n\n"
         + by_bin.round(3).to_markdown(index=False)

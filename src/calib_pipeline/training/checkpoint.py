@@ -72,7 +72,8 @@ class CheckpointStore:
             path = self._epoch_logits_dir / f"{epoch:05d}.pt"
             if not path.exists():
                 raise ValueError(
-                    f"resume state {self.path} needs {path}, which is missing; delete {self.directory} and rerun"
+                    f"resume state {self.path} needs {path}, which is missing; delete "
+                    f"{self.directory} and rerun"
                 )
             for split, logits in load_tensors(path, what="epoch logits").items():
                 out[split].append(logits)

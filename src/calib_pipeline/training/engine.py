@@ -204,7 +204,8 @@ def learner_identity(learner: Learner) -> list[Any]:
     effective hyperparameters."""
     method = _method_of(learner)
     name = getattr(method, "name", None) or (
-        f"{getattr(method, '__module__', '')}.{getattr(method, '__qualname__', type(method).__qualname__)}"
+        f"{getattr(method, '__module__', '')}."
+        f"{getattr(method, '__qualname__', type(method).__qualname__)}"
     )
     code = getattr(method, "__code__", None)  # a plain function: two lambdas share a name
     if code is not None:
