@@ -39,9 +39,9 @@ def test_kedros_own_failure_lines_are_left_to_the_log_file_and_its_resume_sugges
     failed = "Node ce.train_seed_0: train() failed with error:\nboom"
     assert not console.filter(record("kedro.pipeline.node", logging.ERROR, failed))
     resume = (
-        "There are 21 nodes that have not run.\nYou can resume the pipeline run from the nearest nodes "
-        "with persisted inputs by adding the following argument to your previous command:\n"
-        '  --from-nodes "a.train,b.train"'
+        "There are 21 nodes that have not run.\nYou can resume the pipeline run from the nearest "
+        "nodes with persisted inputs by adding the following argument to your previous command:\n  "
+        '--from-nodes "a.train,b.train"'
     )
     assert not console.filter(record("kedro.runner.sequential_runner", logging.WARNING, resume))
     assert console.resume_from == "a.train,b.train"

@@ -139,6 +139,6 @@ def test_the_catalogs_dataset_settings_cannot_be_changed_by_params():
     ):
         check_catalog_dataset({"dataset": {"name": "digits", "download": True}}, globals_)
     with pytest.raises(
-        ValueError, match="dataset.name 'mnist' differs from the dataset the catalog loads"
+        ValueError, match=r"dataset\.name 'mnist' differs from the dataset the catalog loads"
     ):
         check_catalog_dataset({"dataset": {"name": "mnist"}}, globals_)

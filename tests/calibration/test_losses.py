@@ -574,7 +574,7 @@ def test_unknown_objective_lists_the_valid_names():
     ],
 )
 def test_malformed_batches_are_rejected(logits, targets):
-    with pytest.raises(ValueError, match="logits|targets"):
+    with pytest.raises(ValueError, match=r"logits|targets"):
         build_objective("cross_entropy")(logits, targets)
 
 

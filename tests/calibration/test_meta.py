@@ -419,5 +419,5 @@ def test_invalid_hyperparameters_are_rejected_at_build_time(name, params, messag
 
 @pytest.mark.parametrize(("num_classes", "feature_dim"), [(1, 16), (10, 0), (10, 16.0)])
 def test_invalid_dimensions_are_rejected(num_classes, feature_dim):
-    with pytest.raises(ValueError, match="num_classes|feature_dim"):
+    with pytest.raises(ValueError, match=r"num_classes|feature_dim"):
         build_meta_learner("fl_gamma_sece", num_classes=num_classes, feature_dim=feature_dim)

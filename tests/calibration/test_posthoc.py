@@ -84,7 +84,7 @@ def test_registry_lists_every_calibrator():
 
 
 def test_unknown_name_lists_valid_names():
-    with pytest.raises(ValueError, match="unknown calibrator 'temp_scaling'.*temperature_nll"):
+    with pytest.raises(ValueError, match=r"unknown calibrator 'temp_scaling'.*temperature_nll"):
         build_calibrator("temp_scaling")
 
 

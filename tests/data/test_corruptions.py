@@ -328,7 +328,7 @@ def test_frost_without_textures_is_unavailable(tmp_path):
     images = natural_images(2, 32, False)
     with pytest.raises(CorruptionUnavailable, match="frost_dir"):
         corrupt(images, "frost", 1, seed=0)
-    with pytest.raises(CorruptionUnavailable, match="frost3.png"):
+    with pytest.raises(CorruptionUnavailable, match=r"frost3\.png"):
         corrupt(images, "frost", 1, seed=0, frost_dir=tmp_path)
 
 

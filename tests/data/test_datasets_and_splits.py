@@ -33,7 +33,7 @@ def test_digits_is_bundled_and_has_a_fixed_test_part():
 
 
 def test_unknown_dataset_lists_valid_names():
-    with pytest.raises(ValueError, match="valid dataset names are: .*cifar10.*digits"):
+    with pytest.raises(ValueError, match=r"valid dataset names are: .*cifar10.*digits"):
         load_dataset("imagenet")
 
 
@@ -123,7 +123,10 @@ def test_a_corrupt_raw_file_fails_naming_the_folder_and_files(tmp_path):
     truncated.write_bytes(truncated.read_bytes()[:50])
     with pytest.raises(
         ValueError,
-        match=rf"dataset 'mnist': the files under {tmp_path} could not be read .*truncated or corrupt",
+        match=(
+            rf"dataset 'mnist': the files under {tmp_path} could not be read "
+            r".*truncated or corrupt"
+        ),
     ):
         load_dataset("mnist", root=tmp_path, download=False)
 
@@ -226,7 +229,7 @@ def test_tiny_imagenet_reads_the_distributed_layout(tmp_path):
     data = load_dataset("tiny_imagenet", root=tmp_path)
     assert data.train_images.shape == (4, 3, 64, 64) and data.train_labels.tolist() == [0, 0, 1, 1]
     assert data.test_labels.tolist() == [1] and data.num_classes == 2
-    with pytest.raises(DatasetMissing, match="tiny-imagenet-200/wnids.txt"):
+    with pytest.raises(DatasetMissing, match=r"tiny-imagenet-200/wnids\.txt"):
         load_dataset("tiny_imagenet", root=tmp_path / "elsewhere")
 
 

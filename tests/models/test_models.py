@@ -67,13 +67,13 @@ def test_resnet_depths_follow_6n_plus_2():
 
 
 def test_unknown_model_and_bad_arguments():
-    with pytest.raises(ValueError, match="valid model names are: .*resnet18.*small_cnn"):
+    with pytest.raises(ValueError, match=r"valid model names are: .*resnet18.*small_cnn"):
         build_model("vgg", in_channels=3, num_classes=10, image_size=32)
     with pytest.raises(ValueError, match="num_classes must be an integer >= 2"):
         build_model("small_cnn", in_channels=1, num_classes=1, image_size=8)
     with pytest.raises(ValueError, match="in_channels must be an integer >= 1, got 0"):
         build_model("small_cnn", in_channels=0, num_classes=10, image_size=8)
-    with pytest.raises(ValueError, match="image_size must be an integer >= 1, got 8.0"):
+    with pytest.raises(ValueError, match=r"image_size must be an integer >= 1, got 8\.0"):
         build_model("small_cnn", in_channels=1, num_classes=10, image_size=8.0)
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['depth'\]"):
         build_model("small_cnn", in_channels=1, num_classes=10, image_size=8, depth=3)

@@ -76,7 +76,8 @@ def test_sweep_accepts_one_hyperparameter():
         (lambda p: p["methods"]["ce"].update({"split": "other"}), "unknown split 'other'"),
         (
             lambda p: p["studies"]["a"].update({"calibrators": ["isotonic"]}),
-            r"study 'a': its `calibrators` list names unknown calibrator 'isotonic'; defined calibrators",
+            r"study 'a': its `calibrators` list names unknown calibrator 'isotonic'; defined "
+            r"calibrators",
         ),
         (lambda p: p["studies"]["a"].update({"seeds": [-1]}), "seeds must be non-negative"),
         (
@@ -94,7 +95,8 @@ def test_sweep_accepts_one_hyperparameter():
         ),
         (
             lambda p: p["methods"]["ls"].update({"label": "LS ({eps})"}),
-            r"method 'ls': its label 'LS \(\{eps\}\)' must name only the swept parameter, as \{epsilon\}",
+            r"method 'ls': its label 'LS \(\{eps\}\)' must name only the swept parameter, as "
+            r"\{epsilon\}",
         ),
         # a misspelt study name in --params makes a study of its own, without methods
         (
@@ -107,8 +109,8 @@ def test_sweep_accepts_one_hyperparameter():
                 {"ls_epsilon_0p05": {"objective": "label_smoothing", "params": {"epsilon": 0.2}}}
             ),
             (
-                r"method 'ls_epsilon_0p05' is defined twice: by the sweep of methods.ls and by its entry "
-                r"methods.ls_epsilon_0p05"
+                r"method 'ls_epsilon_0p05' is defined twice: by the sweep of methods.ls and by its "
+                r"entry methods.ls_epsilon_0p05"
             ),
         ),
         (
@@ -116,8 +118,8 @@ def test_sweep_accepts_one_hyperparameter():
                 {"methods": {"ls_epsilon_0p01": {"objective": "focal"}, **p["methods"]}}
             ),
             (
-                r"method 'ls_epsilon_0p01' is defined twice: by its entry methods.ls_epsilon_0p01 and by "
-                r"the sweep of methods.ls"
+                r"method 'ls_epsilon_0p01' is defined twice: by its entry methods.ls_epsilon_0p01 "
+                r"and by the sweep of methods.ls"
             ),
         ),
         (
@@ -173,7 +175,8 @@ def test_bad_structure_is_rejected(parameters, mutate, message):
         ),
         (
             lambda p: p["studies"]["a"].update({"reports": {"reliability": {"n_bin": 20}}}),
-            r"study 'a': report 'reliability' got unknown option\(s\) \['n_bin'\]; valid options: n_bins",
+            r"study 'a': report 'reliability' got unknown option\(s\) \['n_bin'\]; valid options: "
+            r"n_bins",
         ),
         (
             lambda p: p["studies"]["a"].update({"reports": {"reliability": {"n_bins": 0}}}),
@@ -324,7 +327,8 @@ def test_a_study_evaluates_the_calibrators_its_reports_name_and_those_it_lists(p
     [
         (
             {"reports": {"mukhoti_table": {"calibrator": "ts_gird"}}},
-            r"study 'a': report 'mukhoti_table' names unknown calibrator 'ts_gird'; defined calibrators \(`calibrators` in parameters.yml\): \['ts'\]",
+            r"study 'a': report 'mukhoti_table' names unknown calibrator 'ts_gird'; defined "
+            r"calibrators \(`calibrators` in parameters.yml\): \['ts'\]",
         ),
         (
             {"reports": {"karandikar_table": {}}},  # its default columns read ts and ts_sb_ece
@@ -381,19 +385,19 @@ def test_a_dotted_sweep_reaches_a_composite_objectives_nested_hyperparameter(par
     bad = copy.deepcopy(parameters)
     bad["methods"] = {**bad["methods"], **raw}
     bad["methods"]["sc_focal_avuc"]["sweep"] = {"secondary.kappa": [1.5]}
-    with pytest.raises(ValueError, match="method 'sc_focal_avuc_secondary_kappa_1p5': .*kappa"):
+    with pytest.raises(ValueError, match=r"method 'sc_focal_avuc_secondary_kappa_1p5': .*kappa"):
         validate_buildable(parse_structure(bad), bad)
     twice = {
         **raw["sc_focal_avuc"],
         "params": {**raw["sc_focal_avuc"]["params"], "secondary": {"name": "avuc", "kappa": 0.5}},
     }
-    with pytest.raises(ValueError, match="sets 'secondary.kappa' in params and sweeps it"):
+    with pytest.raises(ValueError, match=r"sets 'secondary\.kappa' in params and sweeps it"):
         expand_methods({"sc": twice})
     nulled = {
         **raw["sc_focal_avuc"],
         "params": {**raw["sc_focal_avuc"]["params"], "secondary": {"name": "avuc", "kappa": None}},
     }
-    with pytest.raises(ValueError, match="sets 'secondary.kappa' in params and sweeps it"):
+    with pytest.raises(ValueError, match=r"sets 'secondary\.kappa' in params and sweeps it"):
         expand_methods({"sc": nulled})  # set to null is set: the sweep would replace it silently
     with pytest.raises(
         ValueError, match=r"its label 'LS \{gamma\[0\]\}' must name only the swept parameter"

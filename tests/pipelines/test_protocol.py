@@ -117,7 +117,7 @@ def test_the_pipelines_are_not_built_for_a_copied_environment(conf, monkeypatch)
     session.after_context_created(SimpleNamespace(config_loader=loader, env="test_copy"))
     monkeypatch.setattr(pipeline_registry, "SESSION_CONFIG", session)
     with pytest.raises(
-        ValueError, match="env 'test_copy' runs protocol 'test', which conf/test/globals.yml"
+        ValueError, match=r"env 'test_copy' runs protocol 'test', which conf/test/globals\.yml"
     ):
         pipeline_registry.register_pipelines()
 

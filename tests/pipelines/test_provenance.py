@@ -114,7 +114,8 @@ def test_a_training_with_other_epochs_is_refused_naming_the_parameter():
     text = message(error)
     assert text.startswith(
         f"ce seed 0: its cached artifacts (trained by run {TRAINED_BY}, env 'test') were trained "
-        "with settings this session does not have: training.epochs: 200 when trained, 60 in this session"
+        "with settings this session does not have: training.epochs: 200 when trained, 60 in this "
+        "session"
     )
     assert "Retrain it under this session's parameters" in text and "split changed" not in text
 
@@ -181,8 +182,8 @@ def test_the_training_node_refuses_a_split_its_definition_does_not_make(digits, 
         )
     text = message(error)
     assert (
-        f"split_standard (hash {split_fingerprint(stale)}) is not the split this session's splits.standard"
-        in text
+        f"split_standard (hash {split_fingerprint(stale)}) is not the split this session's "
+        "splits.standard" in text
     )
     assert (
         "kedro run --pipelines=data_split" in text
@@ -286,7 +287,7 @@ def test_the_evaluation_refuses_calibrators_of_another_training():
 
 def test_the_evaluation_refuses_a_run_the_session_does_not_describe():
     with pytest.raises(
-        ProvenanceError, match="training.epochs: 60 when trained, 3 in this session"
+        ProvenanceError, match=r"training\.epochs: 60 when trained, 3 in this session"
     ):
         evaluate(cached_run(provenance()), {**SESSION, "training": {"epochs": 3, "lr": 0.05}})
 
@@ -450,7 +451,7 @@ def test_the_evaluation_refuses_shift_logits_made_under_other_shift_settings():
         "settings": defining_settings({**everything, "severities": [1, 5]}),
     }
     evaluate(run, shift={**everything, "corruptions": list(corruption_names())})
-    with pytest.raises(ProvenanceError, match="shift.frost_dir: None when the sets were made"):
+    with pytest.raises(ProvenanceError, match=r"shift\.frost_dir: None when the sets were made"):
         evaluate(run, shift={**everything, "frost_dir": "/data/frost"})
     unrecorded = cached_run(provenance())
     with pytest.raises(ProvenanceError, match="do not record the shift settings that made them"):

@@ -330,11 +330,13 @@ def test_a_claim_the_study_cannot_measure_fails_when_the_pipeline_is_built():
     for bad, message in (
         (
             _claim(b={"method": "brier"}),
-            r"study 'mini': report 'claims': claim mini:ls_lower_auroc side b: method 'brier' is not in study 'mini'",
+            r"study 'mini': report 'claims': claim mini:ls_lower_auroc side b: method 'brier' is "
+            r"not in study 'mini'",
         ),
         (
             _claim(quantity={"metric": "auroc", "calibrator": "ts_grid"}),
-            r"study 'mini': report 'claims' names unknown calibrator 'ts_grid'; defined calibrators \(`calibrators` in parameters.yml\): \['ts', 'ts_fixed'\]",
+            r"study 'mini': report 'claims' names unknown calibrator 'ts_grid'; defined "
+            r"calibrators \(`calibrators` in parameters.yml\): \['ts', 'ts_fixed'\]",
         ),
     ):
         parameters["studies"]["mini"]["reports"]["claims"] = {"claims": [bad]}

@@ -53,7 +53,7 @@ def test_karandikar_table_loss_mapping_and_failures(soft_results):
     }
     table = build_report("karandikar_table", soft_results, losses=losses)["table"]
     assert table["Primary"].tolist() == ["CE", "CE", "FL", "FL"]
-    with pytest.raises(ValueError, match="share a .primary, secondary. cell"):
+    with pytest.raises(ValueError, match=r"share a \(primary, secondary\) cell"):
         build_report("karandikar_table", soft_results, selection=None)
     with pytest.raises(ValueError, match="missing: \\['sc_focal_sb_ece'\\]"):
         build_report(

@@ -91,7 +91,7 @@ def test_mukhoti_curves_mean_over_seeds(focal_results):
 
 
 def test_mukhoti_curves_failure_paths(focal_results):
-    with pytest.raises(ValueError, match="valid panels: .*entropy_correct"):
+    with pytest.raises(ValueError, match=r"valid panels: .*entropy_correct"):
         build_report("mukhoti_curves", focal_results, panels=["nll", "confidence"])
     with pytest.raises(ValueError, match="unknown method"):
         build_report("mukhoti_curves", focal_results, methods=["brier"])

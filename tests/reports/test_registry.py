@@ -70,7 +70,10 @@ def test_a_report_defaulting_to_the_first_calibrator_needs_the_study_to_have_one
     for name in ("mukhoti_table", "singh_table", "singh_density"):
         with pytest.raises(
             ValueError,
-            match=rf"report '{name}': option 'calibrator' is not given and study 'mini' evaluates no calibrator",
+            match=(
+                rf"report '{name}': option 'calibrator' is not given and study 'mini' "
+                r"evaluates no calibrator"
+            ),
         ):
             check_report(name, {}, study=study)
         check_report(name, {}, study=StudyOutline("mini", ("ce",), {"ce": "ce"}, ("ts",)))
@@ -121,7 +124,8 @@ def test_a_misspelt_option_names_the_valid_ones():
         (
             "meta_tables",
             {"calibrated": ["fm_ce", "ts"]},
-            r"calibrated must be a mapping, each key a string and each value a string, got \['fm_ce', 'ts'\]",
+            r"calibrated must be a mapping, each key a string and each value a string, got "
+            r"\['fm_ce', 'ts'\]",
         ),
         (
             "karandikar_table",
@@ -145,7 +149,8 @@ def test_a_misspelt_option_names_the_valid_ones():
         (
             "optimal_ece_per_epoch",
             {"grid": "fine"},
-            r"grid must be one of 'mukhoti', 'wang' or a list of 3 values, each a number in \(0.0, inf\), got 'fine'",
+            r"grid must be one of 'mukhoti', 'wang' or a list of 3 values, each a number in \(0.0, "
+            r"inf\), got 'fine'",
         ),
         # a choice lists the valid ones
         ("mukhoti_table", {"spread": "iqr"}, r"spread must be one of 'std', 'sem', got 'iqr'"),

@@ -71,8 +71,8 @@ def test_report_lines_and_metrics():
         "1 inconclusive, 1 not measured**"
     )
     assert (
-        "- Mukhoti et al. (2020), On using focal loss for neural network calibration (study focal) on "
-        "fashion_mnist: 1 of 3 applicable claims hold, 1 contradicted, 1 inconclusive\n"
+        "- Mukhoti et al. (2020), On using focal loss for neural network calibration (study focal) "
+        "on fashion_mnist: 1 of 3 applicable claims hold, 1 contradicted, 1 inconclusive\n"
     ) in report["summary"]
     assert report["metrics"]["replication.holds"] == 3.0
     assert report["metrics"]["replication.decided"] == 4.0

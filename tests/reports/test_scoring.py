@@ -95,7 +95,7 @@ def test_a_bad_calibrator_or_a_failing_fit_names_the_calibrator(tmp_path):
     predictions = load_predictions(write(tmp_path / "z.npz", synthetic()))
     with pytest.raises(ValueError, match="calibrator 'x': unknown calibrator 'nope'"):
         fit_calibrators(predictions, {"x": {"name": "nope"}})
-    with pytest.raises(ValueError, match="calibrator 'ts': .*t_min"):
+    with pytest.raises(ValueError, match=r"calibrator 'ts': .*t_min"):
         fit_calibrators(predictions, {"ts": {"name": "temperature_nll", "params": {"t_min": 0.0}}})
 
 
@@ -120,7 +120,7 @@ def test_calibrators_are_refused_on_another_file(tmp_path):
     first = load_predictions(write(tmp_path / "a.npz", synthetic(seed=0)))
     second = load_predictions(write(tmp_path / "b.npz", synthetic(seed=1)))
     fitted = fit_calibrators(first, CALIBRATORS)
-    with pytest.raises(ValueError, match="fitted on .*a.npz .*not on .*b.npz"):
+    with pytest.raises(ValueError, match=r"fitted on .*a\.npz .*not on .*b\.npz"):
         score_predictions(second, fitted, name="b")
 
 

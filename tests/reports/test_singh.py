@@ -58,7 +58,7 @@ def test_singh_table_layout_values_and_marks(dark_results):
 def test_singh_table_shift_tables_and_failures(dark_results):
     out = build_report("singh_table", dark_results, shifts=["none", "cifar10_1"])
     assert {"table", "table_cifar10_1_s0"} <= set(out) and "shift `cifar10_1`" in out["singh_table"]
-    with pytest.raises(ValueError, match="unknown shift.*cifar10_1"):
+    with pytest.raises(ValueError, match=r"unknown shift.*cifar10_1"):
         build_report("singh_table", dark_results, shifts=["cifar10_2"])
     with pytest.raises(ValueError, match="baseline 'erl'"):
         build_report("singh_table", dark_results, baseline="erl")

@@ -389,7 +389,7 @@ def test_max_logit_histograms_leave_out_runs_without_learned_epochs(study):
         key: {**run, "learned_epoch": torch.full((N_TRAIN,), -1)}
         for key, run in study.logits.items()
     }
-    with pytest.warns(UserWarning), pytest.raises(ValueError, match="no run of study .* tracked"):
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match=r"no run of study .* tracked"):
         build_report("max_logit_histograms", StudyResults(**{**study.__dict__, "logits": nothing}))
 
 

@@ -249,7 +249,10 @@ def test_bad_training_parameters_fail(params, message):
 def test_an_unknown_training_key_fails_with_the_valid_keys():
     with pytest.raises(
         ValueError,
-        match=r"unknown training parameter\(s\) \['extra'\]; valid: \['augment', 'batch_size', 'channels_last', ",
+        match=(
+            r"unknown training parameter\(s\) \['extra'\]; valid: "
+            r"\['augment', 'batch_size', 'channels_last', "
+        ),
     ):
         TrainConfig.from_params({"epochs": 2, "extra": {"warmup": 5}})
 
@@ -467,8 +470,8 @@ def test_epoch_logits_are_written_once_per_epoch_and_survive_a_resume(digits, tm
 @dataclass
 class _ScriptedLearner(ObjectiveLearner):
     """Reports, without training, a loss and logits fixed by each sample's id (the value of
-    all its pixels) and the epoch the engine passes: sample ``i`` is misclassified in epoch ``e`` when
-    ``(i + e) % 3 == 0``; the loss of a batch is the mean of its ids."""
+    all its pixels) and the epoch the engine passes: sample ``i`` is misclassified in epoch ``e``
+    when ``(i + e) % 3 == 0``; the loss of a batch is the mean of its ids."""
 
     steps_per_epoch: int = 1
     report_logits: bool = True
