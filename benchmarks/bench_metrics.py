@@ -20,8 +20,8 @@ one by default for 1-3 -- for every side of a ratio):
    each pass of the eager scan on one thread.
 
 Usage: ``python benchmarks/bench_metrics.py [--repeats 5] [--threads 1] [--quick]
-[--busy 0,1,2] [--competitor spin|matmul] [--only-load] [--breakdown]`` (``--quick`` shrinks the sizes
-tenfold for a smoke run; its ratios are not the targets' figures).
+[--busy 0,1,2] [--competitor spin|matmul] [--only-load] [--breakdown]`` (``--quick`` shrinks the
+sizes tenfold for a smoke run; its ratios are not the targets' figures).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ drawn with a matplotlib artist per bar (``ax.bar``, the anchor), in the same run
 
 The report draws each bar series of a panel (accuracy, gap to confidence, share of samples)
 as one collection of rectangles (``standard._bars``). The anchor swaps in a ``_bars`` that
-draws exactly those bars with ``ax.bar``, one artist each, as the report did before; with 24 panels at 100 bins that is ~7,000 artists
-per figure. Both build the figure with ``reliability_figure`` and save it as the report
-dataset does (PNG, 120 dpi, tight bounding box), alternating round by round.
+draws exactly those bars with ``ax.bar``, one artist each, as the report did before; with 24 panels
+at 100 bins that is ~7,000 artists per figure. Both build the figure with ``reliability_figure`` and
+save it as the report dataset does (PNG, 120 dpi, tight bounding box), alternating round by round.
 
 Measured figures: benchmarks/README.md; most of what is left of the report's time is
 matplotlib laying out 48 axes' ticks.

@@ -100,12 +100,13 @@ def compare_runners(pipeline: str, workers: int, repeats: int) -> None:
         print(f"{label:34s} {wall:10.1f} {pipeline_seconds:11.1f}")
     sequential = statistics.median(p for _, p in runs["sequential"])
     print(
-        f"pipeline speed-up of the Dask runner: {sequential / statistics.median(p for _, p in runs['dask']):.2f}x"
+        "pipeline speed-up of the Dask runner: "
+        f"{sequential / statistics.median(p for _, p in runs['dask']):.2f}x"
     )
     up, warm, down = (statistics.median(column) for column in zip(*startup))
     print(
-        f"cluster start-up cost: {up:.1f} s to start {workers} workers + {warm:.1f} s for their first "
-        f"task's imports + {down:.1f} s to shut down = {up + warm + down:.1f} s"
+        f"cluster start-up cost: {up:.1f} s to start {workers} workers + {warm:.1f} s for their "
+        f"first task's imports + {down:.1f} s to shut down = {up + warm + down:.1f} s"
     )
 
 
@@ -157,11 +158,12 @@ def gpu_throughput(gpus: int, images: int, epochs: int) -> None:
         wall = time.perf_counter() - started
     single = one[1] / one[0]
     print(
-        f"ResNet-18, CIFAR-shaped, {images} images x {epochs} epochs per task (val + test each epoch)"
+        f"ResNet-18, CIFAR-shaped, {images} images x {epochs} epochs per task "
+        "(val + test each epoch)"
     )
     print(
-        f"one GPU alone: {single:,.0f} images/s; {gpus} GPUs, one task each: {seen / wall:,.0f} images/s "
-        f"in aggregate ({seen / wall / single / gpus:.0%} of {gpus} x one GPU)"
+        f"one GPU alone: {single:,.0f} images/s; {gpus} GPUs, one task each: {seen / wall:,.0f} "
+        f"images/s in aggregate ({seen / wall / single / gpus:.0%} of {gpus} x one GPU)"
     )
 
 

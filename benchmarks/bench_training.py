@@ -79,7 +79,8 @@ def main() -> None:
     device = torch.device(args.device)
     objective = build_objective("cross_entropy")
     print(
-        f"device={device}, threads={args.threads}, batch={args.batch_size}, median of {args.repeats} epochs"
+        f"device={device}, threads={args.threads}, batch={args.batch_size}, median of "
+        f"{args.repeats} epochs"
     )
     print(f"{'config':32s} {'paper-style s':>14s} {'engine s':>10s} {'speed-up':>9s}")
     for label, arch, channels, size, n in CONFIGS:

@@ -8,8 +8,8 @@ one vmapped step over ``torch.func.stack_module_state`` (BatchNorm's running sta
 are stacked buffers, updated per seed). The script checks that both give the same weights
 and running statistics (float tolerance, after the first 2 steps in true fp32: rounding
 differences grow over many SGD steps, see ``_difference``) before it prints the times, so
-the comparison is of equal work. The engine does not train seeds this way: see docs/performance.md for the
-measurement that decided it.
+the comparison is of equal work. The engine does not train seeds this way: see docs/performance.md
+for the measurement that decided it.
 
     PYTHONPATH=src python benchmarks/bench_vmap_seeds.py
     PYTHONPATH=src python benchmarks/bench_vmap_seeds.py --seeds 2 5 --device cuda
@@ -138,7 +138,11 @@ def measure(seeds: int, n: int, device: torch.device, repeats: int) -> tuple[flo
         for label, loop in (("one by one", one_by_one), ("vmap", all_at_once)):
             models = _models(seeds, device)
             times[label].append(
-                seconds_per_call(lambda: loop(models, images, labels, orders), 1, device)
+                seconds_per_call(
+                    lambda loop=loop, models=models: loop(models, images, labels, orders),
+                    1,
+                    device,
+                )
             )
     return statistics.median(times["one by one"]), statistics.median(times["vmap"]), difference
 
@@ -169,7 +173,8 @@ def main() -> None:
         flush=True,
     )
     print(
-        f"{'seeds':>5s} {'one by one s':>13s} {'vmap s':>8s} {'vmap speed-up':>14s} {'max |diff|':>11s}"
+        f"{'seeds':>5s} {'one by one s':>13s} {'vmap s':>8s} {'vmap speed-up':>14s} "
+        f"{'max |diff|':>11s}"
     )
     for seeds in args.seeds:
         alone, together, difference = measure(seeds, args.images, device, args.repeats)

@@ -15,7 +15,8 @@ candidates at one setting.
 
     OMP_NUM_THREADS=1 python benchmarks/digits_regime.py --seeds 0 1 2 3   # shipped + candidates
     OMP_NUM_THREADS=1 python benchmarks/digits_regime.py --only base --trace
-    python benchmarks/digits_regime.py --training '{"weight_decay": 5e-4}' --model-params '{"name": "small_cnn"}'
+    python benchmarks/digits_regime.py --training '{"weight_decay": 5e-4}' \\
+        --model-params '{"name": "small_cnn"}'
     python benchmarks/digits_regime.py --env fashion_mnist --method ce --seeds 0 --trace
 """
 
@@ -162,7 +163,8 @@ def _print_trace(result, val_labels: torch.Tensor) -> None:
 
 
 def _merged(base: dict, update: dict) -> dict:
-    """``update`` merged into ``base`` key by key (nested mappings merged, other values replaced)."""
+    """``update`` merged into ``base`` key by key (nested mappings merged, other values
+    replaced)."""
     merged = dict(base)
     for key, value in update.items():
         nested = isinstance(value, dict) and isinstance(base.get(key), dict)
@@ -224,9 +226,9 @@ def main() -> None:
         for seed in args.seeds:
             r = run(params, args.method, candidate, seed, data, args.trace)
             print(
-                f"{name:24s} {seed:4d} {r['T']:6.3f} {r['nll']:.4f} {r['nll_ts']:.4f} {r['acc']:.4f} "
-                f"{r['selected']:4d} {r['min_nll_epoch']:>6d}/{r['epochs']:<4d} {r['nll_rise']:9.4f} "
-                f"{r['seconds']:7.1f} {r['cpu_seconds']:10.1f}",
+                f"{name:24s} {seed:4d} {r['T']:6.3f} {r['nll']:.4f} {r['nll_ts']:.4f} "
+                f"{r['acc']:.4f} {r['selected']:4d} {r['min_nll_epoch']:>6d}/{r['epochs']:<4d} "
+                f"{r['nll_rise']:9.4f} {r['seconds']:7.1f} {r['cpu_seconds']:10.1f}",
                 flush=True,
             )
 
