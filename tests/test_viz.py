@@ -97,7 +97,7 @@ def expected_layer(name: str) -> str | None:
         return "models"
     if kind in ("history", "logits", "shift_logits", "calibrators") or kind.startswith("runs_for_"):
         return "model_output"
-    if kind in ("metrics", "reliability_bins") or kind.startswith("report_"):
+    if kind in ("metrics", "reliability_bins", "report") or kind.startswith("report_"):
         return "reporting"
     return None
 

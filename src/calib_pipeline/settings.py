@@ -82,6 +82,11 @@ class CalibSession(KedroSession):
 
 SESSION_CLASS = CalibSession
 
+# kedro-viz registers hooks that rewrite .viz/*.json in the working directory on every run,
+# also when CALIB_DATA_DIR points elsewhere: a run writes only under its data folder
+# (`kedro viz` then shows no dataset statistics; the pipelines and layers are the same).
+DISABLE_HOOKS_FOR_PLUGINS = ("kedro-viz",)
+
 
 def log_folder() -> str:
     """Where each run's log file goes: ``<data>/logs/<run id>.log`` (docs/logging.md)."""
