@@ -11,7 +11,8 @@ own predictions" shows it)::
 
 Whether a file holds logits or probabilities is said by its key or column names, never
 guessed. Scores are N x K (a 1-D array is a binary problem: the logit or probability of
-class 1); labels are integers in [0, K); val and test have the same K. Probabilities lie
+class 1); labels are integers in [0, K) (an N x 1 column counts as N labels); val and
+test have the same K. Probabilities lie
 in [0, 1] with rows summing to 1 within the metrics' tolerance (``docs/metrics.md``).
 Nothing read can run code: ``.npz`` files load with ``allow_pickle=False``, ``.pt`` files
 with ``weights_only=True``. A bad file raises ``ValueError`` naming the file and the fault.
@@ -98,7 +99,19 @@ def read_predictions(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"predictions file {path} does not exist")
     with naming_the_file(path):
         arrays = reader(path)
-        return _score_kind(arrays), arrays
+        return _score_kind(arrays), _column_labels(arrays)
+
+
+def _column_labels(arrays: dict[str, Any]) -> dict[str, Any]:
+    """Labels stored as an N x 1 column (as some libraries write them, e.g. Kumar et al.'s
+    CIFAR files) read as the N labels they unambiguously are; any other 2-D label array
+    (one-hot, N x 2) is left for the value checks to refuse."""
+    return {
+        key: value.reshape(-1)
+        if key.endswith("_labels") and value.ndim == 2 and value.shape[1] == 1
+        else value
+        for key, value in arrays.items()
+    }
 
 
 @contextlib.contextmanager
