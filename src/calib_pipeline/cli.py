@@ -9,7 +9,9 @@ same command (``find_run_command``).
 from __future__ import annotations
 
 import copy
+import importlib
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -57,9 +59,57 @@ def _remembering_run_file(option: click.Option) -> click.Option:
     return remembering
 
 
+# the runners the project's guarantees hold under (hooks/preflight.py refuses ParallelRunner)
+RUNNERS = ("SequentialRunner", "ThreadRunner", "calib_pipeline.runner.DaskRunner")
+NO_NAMESPACE = "Pipeline does not contain nodes with the following namespaces"
+
+
+def refuse_unknown_runner(runner: str | None) -> None:
+    """A ``--runner`` that cannot be imported, in one line with the valid ones (Kedro's own
+    failure is a 30-line traceback of its loader)."""
+    if not runner:
+        return
+    module, _, name = runner.rpartition(".")
+    try:
+        getattr(importlib.import_module(module or "kedro.runner"), name)
+    except (ImportError, AttributeError, ValueError):
+        raise click.UsageError(
+            f"--runner={runner}: no such runner; use one of {', '.join(RUNNERS)} "
+            "(docs/scaling.md). Nothing was run."
+        ) from None
+
+
+def refuse_unknown_env(env: str | None, conf: Path) -> None:
+    """An ``--env`` without a ``conf/<env>`` folder, in one line with the existing ones."""
+    if env and not (conf / env).is_dir():
+        envs = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
+        raise click.UsageError(
+            f"--env={env}: no folder {conf / env}; the environments are {', '.join(envs)}. "
+            "Nothing was run."
+        )
+
+
+def _namespaces(pipeline_names: Any) -> list[str]:
+    from kedro.framework.project import pipelines
+
+    names = [n for n in (pipeline_names or ["__default__"]) if n in pipelines]
+    nodes = [node for name in names for node in pipelines[name].nodes]
+    return sorted({node.namespace.split(".")[0] for node in nodes if node.namespace})
+
+
 def _checked_run(**options: Any) -> Any:
+    from calib_pipeline.settings import project_root
+
     refuse_dropped_run_file_params(click.get_current_context())
-    return kedro_run.callback(**options)
+    refuse_unknown_runner(options.get("runner"))
+    refuse_unknown_env(options.get("env"), Path(project_root()) / "conf")
+    try:
+        return kedro_run.callback(**options)
+    except ValueError as error:
+        if not str(error).startswith(NO_NAMESPACE):
+            raise
+        valid = _namespaces(options.get("pipelines"))
+        raise ValueError(f"{error}; the namespaces of this run are {', '.join(valid)}") from None
 
 
 run = click.Command(

@@ -446,7 +446,9 @@ def test_the_missing_inputs_hint_names_the_study_for_a_studys_stage():
             {"pipeline_names": ["mini.reporting"]}, pipeline, DataCatalog()
         )
     with pytest.raises(
-        MissingInputsError, match=r"e.g. kedro run --pipelines=logits,shift,posthoc, or"
+        MissingInputsError,
+        match=r"e.g. kedro run --pipelines=logits,shift,posthoc \(every study's runs; one "
+        r"study's alone: kedro run --pipelines=<study>\), or",
     ):
         RunPreflightHook().before_pipeline_run(
             {"pipeline_names": ["reporting"]}, pipeline, DataCatalog()

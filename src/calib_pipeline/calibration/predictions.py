@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from calib_pipeline.calibration.validation import check_logits_labels, to_tensor
+from calib_pipeline.calibration.validation import LOGITS_ADVICE, check_logits_labels, to_tensor
 from calib_pipeline.data.predictions import SPLITS, naming_the_file, read_predictions
 
 # Probabilities of exactly 0 become this before their logarithm is taken, so the
@@ -101,6 +101,12 @@ def load_predictions(path: str | Path) -> PredictionsFile:
     return PredictionsFile(str(path), digest, inputs, scores, labels)
 
 
+FILE_LOGITS_ADVICE = (
+    "unnormalised scores are logits: name them val_logits and test_logits (logit_* columns "
+    "in a CSV)"
+)
+
+
 def _checked_splits(
     arrays: dict[str, Any], inputs: str
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -115,7 +121,9 @@ def _checked_splits(
                 inputs=inputs,
             )
         except ValueError as error:
-            raise ValueError(f"{split} split ({key}, {split}_labels): {error}") from None
+            # a file says its kind by its names, not by an argument
+            cause = str(error).replace(LOGITS_ADVICE, FILE_LOGITS_ADVICE)
+            raise ValueError(f"{split} split ({key}, {split}_labels): {cause}") from None
         if scores[split].shape[1] < 2:
             raise ValueError(
                 f"{key} has {scores[split].shape[1]} class column; at least 2 are needed"

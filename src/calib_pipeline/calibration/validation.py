@@ -95,13 +95,17 @@ def check_finite(scores: torch.Tensor, name: str) -> None:
     )
 
 
+#: What the probability check advises a caller whose scores are unnormalised.
+LOGITS_ADVICE = "pass inputs='logits' for unnormalised scores"
+
+
 def _check_probabilities(scores: torch.Tensor, tolerance: float) -> None:
     values = scores.detach()
     low, high = torch.aminmax(values)
     if bool(low < 0) or bool(high > 1):
         raise ValueError(
             f"probabilities must lie in [0, 1]; found values in [{float(low):.6g}, "
-            f"{float(high):.6g}] (pass inputs='logits' for unnormalised scores)"
+            f"{float(high):.6g}] ({LOGITS_ADVICE})"
         )
     deviation = (values.sum(dim=-1, dtype=torch.float64) - 1).abs()
     worst = int(deviation.argmax())

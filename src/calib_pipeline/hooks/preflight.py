@@ -110,12 +110,14 @@ def _refuse_unsupported_runner(runner: Any) -> None:
 def _first_stages(run_params: dict[str, Any], stages: list[str]) -> str:
     """The ``--pipelines`` value that makes the missing stages: for a study's own stages
     (``focal.reporting``), the study itself -- only its runs, finished ones reused -- not
-    the all-studies stages, which would train every study's methods."""
+    the all-studies stages, which would train every study's methods (and say so)."""
     names = run_params.get("pipeline_names") or []
     studies = list(dict.fromkeys(name.split(".")[0] for name in names if "." in name))
     if names and len(studies) == len(names):
         return ",".join(studies)
-    return ",".join(stages)
+    return (
+        f"{','.join(stages)} (every study's runs; one study's alone: kedro run --pipelines=<study>)"
+    )
 
 
 def _refuse_uncollected_runs(pipeline) -> None:
