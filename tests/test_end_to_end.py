@@ -86,8 +86,8 @@ def test_outputs_are_written_and_versioned(project_run):
         report / "reliability" / latest / "reliability" / "reliability_15_bins.png"
     ).stat().st_size > 10_000
     claims = (report / "claims" / latest / "claims" / "summary.md").read_text()
-    # one seed: every measurable claim is inconclusive, and 2 epochs without milestones have no LR drop
-    # ... on small_cnn and digits, which no paper trained: the line says so
+    # one seed: every measurable claim is inconclusive, and 2 epochs without milestones have no LR
+    # drop ... on small_cnn and digits, which no paper trained: the line says so
     assert (
         "**baseline on digits: 0 of 6 claims hold, 0 contradicted, 5 inconclusive, 1 not measured; "
         "not the paper's protocol (network, dataset)**"
@@ -199,7 +199,8 @@ def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
         # re-split: the cached runs were trained and validated on the seed-0 split
         (
             "splits.standard.seed=7",
-            "splits.standard.seed: 0 when trained, 7 in this session The split changed since training",
+            "splits.standard.seed: 0 when trained, 7 in this session The split changed since "
+            "training",
         ),
         ("training.epochs=3", "training.epochs: 2 when trained, 3 in this session"),
     ]
@@ -214,7 +215,8 @@ def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
         output = " ".join((result.stdout + result.stderr).split())
         assert (
             result.returncode != 0
-            and f"ProvenanceError: ce seed 0: its cached artifacts (trained by run {trained[0]}, env 'test')"
+            and "ProvenanceError: ce seed 0: its cached artifacts "
+            f"(trained by run {trained[0]}, env 'test')"
             in output
         )
         assert message in output
@@ -366,8 +368,8 @@ def test_a_stage_whose_inputs_were_never_made_says_which_stage_to_run_first(tmp_
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())
     assert (
-        "1 input(s) of this run do not exist yet (split_standard): run the data_split stage(s) first"
-        in output
+        "1 input(s) of this run do not exist yet (split_standard): run the data_split stage(s) "
+        "first" in output
     )
     assert "compute: cpu" in output or "compute: cuda" in output
     assert not (tmp_path / "data" / "06_models").exists()
@@ -414,7 +416,8 @@ def test_kedro_run_ends_with_the_replication_report_over_every_studys_claims(tmp
     summary = (folder / "summary.md").read_text()
     applicable = int((claims["verdict"] != "not applicable").sum())
     assert summary.startswith(
-        f"**all papers on test: {int((claims['verdict'] == 'holds').sum())} of {applicable} applicable claims hold"
+        f"**all papers on test: {int((claims['verdict'] == 'holds').sum())} of {applicable} "
+        "applicable claims hold"
     )
     assert (folder / "replication.tex").exists() and (folder / "verdicts.csv").exists()
     assert "all papers on test:" in result.stdout + result.stderr  # the node's console line

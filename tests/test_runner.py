@@ -400,9 +400,11 @@ def test_bad_worker_counts_are_refused(workers, message):
 def test_workers_cannot_size_an_existing_cluster_named_by_dask_config(monkeypatch):
     import dask
 
-    with dask.config.set({"scheduler-address": "tcp://scheduler:8786"}):
-        with pytest.raises(ValueError, match="attaches to the cluster at tcp://scheduler:8786"):
-            DaskRunner(workers=2)
+    with (
+        dask.config.set({"scheduler-address": "tcp://scheduler:8786"}),
+        pytest.raises(ValueError, match="attaches to the cluster at tcp://scheduler:8786"),
+    ):
+        DaskRunner(workers=2)
 
 
 def test_local_cluster_has_one_single_threaded_worker_per_gpu_each_declaring_it(monkeypatch):
