@@ -11,6 +11,12 @@ from kedro.framework.session import KedroSession
 from kedro.io.core import generate_timestamp
 from omegaconf.resolvers import oc
 
+# MLflow otherwise gives its logger a console handler of its own, which printed a store's
+# SQLAlchemy tracebacks (hundreds of lines) on the console before the tracking hook's one
+# warning; conf/logging.yml sends MLflow's records to the run's log file instead. Set before
+# anything imports mlflow.
+os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
+
 from calib_pipeline.console import ConsoleHook
 from calib_pipeline.hooks import (
     DEFAULT_RUN_ENV,
