@@ -9,7 +9,6 @@ same command (``find_run_command``).
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import click
 from click.core import ParameterSource
 from kedro.framework.cli.project import run as kedro_run
 from kedro.framework.cli.utils import CONTEXT_SETTINGS
+from kedro.utils import load_obj
 
 GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 RUN_FILE = "calib_pipeline.run_file"  # the --config path, kept in the click context's meta
@@ -69,9 +69,8 @@ def refuse_unknown_runner(runner: str | None) -> None:
     failure is a 30-line traceback of its loader)."""
     if not runner:
         return
-    module, _, name = runner.rpartition(".")
     try:
-        getattr(importlib.import_module(module or "kedro.runner"), name)
+        load_obj(runner, "kedro.runner")  # as Kedro resolves it
     except (ImportError, AttributeError, ValueError):
         raise click.UsageError(
             f"--runner={runner}: no such runner; use one of {', '.join(RUNNERS)} "

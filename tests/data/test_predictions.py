@@ -169,13 +169,15 @@ def test_a_bad_csv_is_refused_naming_the_file_and_the_fault(tmp_path, text, mess
 
 
 def test_unknown_formats_and_missing_files_are_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"model.json: unknown format; use one of .npz, .pt, .csv"):
+    with pytest.raises(
+        ValueError, match=r"model\.json: unknown format; use one of \.npz, \.pt, \.csv"
+    ):
         read_predictions(tmp_path / "model.json")
-    with pytest.raises(ValueError, match="missing.npz does not exist"):
+    with pytest.raises(ValueError, match=r"missing\.npz does not exist"):
         read_predictions(tmp_path / "missing.npz")
-    with pytest.raises(ValueError, match="formats are .npz, .pt, .csv"):
+    with pytest.raises(ValueError, match=r"formats are \.npz, \.pt, \.csv"):
         check_predictions_path("predictions.path", str(tmp_path / "model.h5"))
-    with pytest.raises(ValueError, match="predictions.path: no file at"):
+    with pytest.raises(ValueError, match=r"predictions\.path: no file at"):
         check_predictions_path("predictions.path", str(tmp_path / "missing.csv"))
     with pytest.raises(ValueError, match="must be the path of a predictions file, got 3"):
         check_predictions_path("predictions.path", 3)
@@ -187,5 +189,7 @@ def test_output_names_come_from_the_stem_or_a_checked_name():
     assert output_name("/data/x.npz", "resnet-110") == "resnet-110"
     assert output_name("/data/x.npz", 2024) == "2024"
     for bad in ("a/b", "_x", "a.b", 3.5, True):
-        with pytest.raises(ValueError, match="predictions.name must start with a letter or digit"):
+        with pytest.raises(
+            ValueError, match=r"predictions\.name must start with a letter or digit"
+        ):
             output_name("x.npz", bad)

@@ -32,7 +32,8 @@ def test_every_shipped_environment_passes(env):
             "evaluation",
             "n_bin",
             20,
-            r"evaluation: unknown key\(s\) \['n_bin'\]; valid keys: \['n_bins', 'reliability_bins', 'shift_metrics'\]",
+            r"evaluation: unknown key\(s\) \['n_bin'\]; valid keys: "
+            r"\['n_bins', 'reliability_bins', 'shift_metrics'\]",
         ),
         (
             "evaluation",

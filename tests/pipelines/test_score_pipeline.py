@@ -102,7 +102,7 @@ def test_the_predictions_dataset_reads_the_file_or_says_how_to_give_one(tmp_path
     assert not unset.exists()
     with pytest.raises(
         DatasetError,
-        match="no predictions file given: kedro run --pipelines=score --params=predictions.path=",
+        match=r"no predictions file given: kedro run --pipelines=score --params=predictions\.path=",
     ):
         unset.load()
     with pytest.raises(DatasetError, match="read-only"):
@@ -136,7 +136,7 @@ def test_bad_predictions_parameters_fail_when_the_pipelines_are_built(monkeypatc
         ValueError, match=r"predictions.calibrators \['platt'\] must name distinct keys"
     ):
         registered(monkeypatch, predictions={"calibrators": ["platt"]})
-    with pytest.raises(ValueError, match="predictions.path: no file at missing.npz"):
+    with pytest.raises(ValueError, match=r"predictions\.path: no file at missing\.npz"):
         registered(monkeypatch, predictions={"path": "missing.npz"})
     studies = {"score": PARAMETERS["studies"]["mini"]}
     with pytest.raises(ValueError, match="no study may be named 'score'"):

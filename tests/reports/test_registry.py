@@ -108,12 +108,14 @@ def test_a_misspelt_option_names_the_valid_ones():
         (
             "reliability",
             {"n_bins": "15"},
-            r"n_bins must be an integer >= 1 or a non-empty list, each an integer >= 1, got '15'",
+            r"n_bins must be an integer >= 1 \(at most 100000\) or a non-empty list, each an "
+            r"integer >= 1 \(at most 100000\), got '15'",
         ),
         (
             "reliability",
             {"n_bins": [15, 20.0]},
-            r"n_bins must be an integer >= 1 or a non-empty list, .*got \[15, 20.0\]",
+            r"n_bins must be an integer >= 1 \(at most 100000\) or a non-empty list, "
+            r".*got \[15, 20.0\]",
         ),
         ("mukhoti_table", {"digits": True}, r"digits must be an integer >= 0, got True"),
         (
