@@ -1,6 +1,7 @@
 """`kedro run` on conf/test, as a user runs it: outputs, versions, MLflow, failure paths."""
 
 import base64
+import json
 import os
 import re
 import struct
@@ -355,6 +356,32 @@ def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     ).exists()
     curves = pd.read_csv(report / "meta_curves" / version / "meta_curves" / "curves.csv")
     assert curves.loc[curves["label"] == "FLγ-SECE", "test_gamma_std"].notna().all()
+    verdicts = json.loads((report / "claims" / version / "claims" / "verdicts.json").read_text())
+    readme_line_matches_the_protocol(verdicts)
+
+
+README_LINE = re.compile(
+    r"^focal_meta on digits: (\d+) of (\d+) paper claims hold, (\d+) contradicted, (\d+) "
+    r"inconclusive( \(\d+ more apply to other datasets\))?; (.+)$",
+    re.MULTILINE,
+)
+
+
+def readme_line_matches_the_protocol(verdicts: dict) -> None:
+    """The README quotes make run's measured claims line (4 seeds). A one-seed conf/test run
+    of the same study on the same dataset decides nothing, but it checks the same claims:
+    the README's total, its 'more apply to other datasets' and its protocol note must be
+    what the code produces, and its counts must add up (what differs is measured, not
+    written here)."""
+    found = README_LINE.search((PROJECT / "README.md").read_text())
+    assert found, "the README states make run's claims line"
+    holds, total, contradicted, inconclusive = (int(found.group(i)) for i in range(1, 5))
+    counts = verdicts["counts"]
+    assert total == sum(n for verdict, n in counts.items() if verdict != "not applicable")
+    assert holds + contradicted + inconclusive == total  # make run measures every claim
+    other = counts["not applicable"]
+    assert found.group(5) == (f" ({other} more apply to other datasets)" if other else None)
+    assert verdicts["line"].endswith(found.group(6))
 
 
 def test_a_stage_whose_inputs_were_never_made_says_which_stage_to_run_first(tmp_path):
