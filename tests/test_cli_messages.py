@@ -71,3 +71,28 @@ def test_probabilities_out_of_range_in_a_file_advise_the_files_names_not_an_argu
     with pytest.raises(ValueError, match="name them val_logits and test_logits") as refused:
         load_predictions(path)
     assert "inputs=" not in str(refused.value)
+
+
+def test_python_m_calib_pipeline_reads_a_run_file_as_kedro_run_does(tmp_path):
+    """``python -m calib_pipeline --config=<file>`` once failed with KeyError: Kedro reads the
+    file's section named after the command, which was the program name."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_end_to_end import PROJECT
+
+    run_file = tmp_path / "run.yml"
+    run_file.write_text("run:\n  env: test\n  pipelines: data_split\n")
+    env = {
+        **os.environ,
+        "DO_NOT_TRACK": "1",
+        "CALIB_DATA_DIR": str(tmp_path),
+        "CALIB_MLFLOW": "off",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "calib_pipeline", f"--config={run_file}"],
+        cwd=PROJECT, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "kedro run data_split, env test" in result.stdout

@@ -14,7 +14,9 @@ def main(args: list[str] | None = None) -> None:
     package_name = Path(__file__).parent.name
     configure_project(package_name)
     run = find_run_command(package_name)
-    run.main(args=sys.argv[1:] if args is None else args, prog_name="python -m calib_pipeline")
+    # prog_name is the click context's info_name, which Kedro's --config callback reads as
+    # the run file's section: "run", as under `kedro run`
+    run.main(args=sys.argv[1:] if args is None else args, prog_name="run")
 
 
 if __name__ == "__main__":
