@@ -137,6 +137,10 @@ def test_mlflow_has_a_parent_run_per_kedro_run_with_nested_training_runs(project
         ]
         child = children[0]
         assert child.data.params["run.training.epochs"] == "2"
+        # comparable across environments in the UI: what the run is and which studies read it
+        for tag, value in {"kedro.env": "test", "protocol": "test", "dataset": "digits",
+                           "studies": "baseline"}.items():  # fmt: skip
+            assert all(c.data.tags[tag] == value for c in children), tag
         history = client.get_metric_history(child.info.run_id, "val_accuracy")
         assert [m.step for m in history] == [1, 2]
         # the comparison view: per-calibrator clean test metrics on each nested run, means and

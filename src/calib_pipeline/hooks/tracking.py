@@ -69,12 +69,25 @@ from calib_pipeline.hooks.tracking_metrics import (
     selected_row,
     study_summary,
 )
+from calib_pipeline.pipelines.artifacts import collected_study
 
 logger = logging.getLogger(__name__)
 # the run's console lines (calib_pipeline.console, conf/logging.yml)
 console = logging.getLogger("calib_pipeline.console")
 
 TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip tracking"
+
+
+def studies_of_methods(pipeline: Any) -> dict[str, list[str]]:
+    """Method -> the studies of ``pipeline`` that read its runs (its ``collect_for_<study>``
+    nodes hand them over)."""
+    found: dict[str, list[str]] = {}
+    for node in getattr(pipeline, "nodes", []):
+        name = node.name
+        study = collected_study(name.replace(".collect_for_", ".runs_for_", 1))
+        if study is not None:
+            found.setdefault(name.split(".", 1)[0], []).append(study)
+    return {method: sorted(studies) for method, studies in found.items()}
 
 
 def _tracked(method: Callable[..., None]) -> Callable[..., None]:
@@ -118,6 +131,7 @@ class MlflowTrackingHook:
         self._uri: str | None = None
         self._runs: dict[tuple[str, str], str] = {}  # (method, seed) -> nested run id of this run
         self._globals: dict[str, str] = {}  # dataset and protocol of the session's environment
+        self._method_studies: dict[str, list[str]] = {}  # method -> the studies reading its runs
         self.run_location: str | None = None  # "parent run <id> at <uri>" of the last run started
         self._owns_parent = True  # False in a Dask worker's copy: the driver ends the parent
 
@@ -163,6 +177,7 @@ class MlflowTrackingHook:
 
         mlflow.set_tracking_uri(uri)
         self._catalog, self._uri = catalog, uri
+        self._method_studies = studies_of_methods(pipeline)
         name = self._config.get("experiment_name", "calib-pipeline")
         with backend_lock(uri):  # a fresh SQLite file is migrated by its first client only
             self._client = MlflowClient(tracking_uri=uri)
@@ -295,12 +310,7 @@ class MlflowTrackingHook:
         self._open_children[node.name] = self._client.create_run(
             self._experiment_id,
             run_name=f"{method} seed {seed}",
-            tags={
-                "mlflow.parentRunId": self._parent,
-                "method": str(method),
-                "seed": str(seed),
-                **owner_tags(),
-            },
+            tags=self._child_tags(str(method), str(seed)),
         ).info.run_id
         self._runs[(str(method), str(seed))] = self._open_children[node.name]
 
@@ -456,12 +466,9 @@ class MlflowTrackingHook:
             self._experiment_id,
             run_name=f"{method} seed {seed}",
             tags={
-                "mlflow.parentRunId": self._parent,
-                "method": method,
-                "seed": seed,
+                **self._child_tags(method, seed),
                 "calib.training": "reused",
                 "kedro.training_run_id": training_run,
-                **owner_tags(),
             },
         ).info.run_id
         return self._runs[(method, seed)], True
@@ -522,6 +529,20 @@ class MlflowTrackingHook:
         self._open_children.clear()
         self._pending.clear()
 
+    def _child_tags(self, method: str, seed: str) -> dict[str, str]:
+        """A nested run's tags: its run, and what the UI filters on to compare runs of one
+        environment -- the studies that read it, env, protocol and dataset."""
+        return {
+            "mlflow.parentRunId": self._parent,
+            "method": method,
+            "seed": seed,
+            "studies": ",".join(self._method_studies.get(method, [])) or "none",
+            "kedro.env": self._env,
+            "dataset": self._globals.get("dataset", "unknown"),
+            "protocol": self._globals.get("protocol", "unknown"),
+            **owner_tags(),
+        }
+
     def for_worker(self) -> MlflowTrackingHook | None:
         """The node hooks of this run for a Dask worker: a picklable copy that opens nested
         runs under this parent run, writing to a tracking server directly and to a SQLite
@@ -531,7 +552,8 @@ class MlflowTrackingHook:
         worker = MlflowTrackingHook()
         worker._owns_parent = False
         worker._parent, worker._experiment_id = self._parent, self._experiment_id
-        worker._env = self._env
+        worker._env, worker._globals = self._env, dict(self._globals)
+        worker._method_studies = dict(self._method_studies)
         worker._client = worker_client(self._uri)
         return worker
 
