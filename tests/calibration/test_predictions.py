@@ -128,12 +128,3 @@ def test_bad_csv_values_are_refused_naming_the_file(tmp_path, text, message):
     path = csv_text(tmp_path, text)
     with pytest.raises(ValueError, match=f"predictions file {path}: .*{message}"):
         load_predictions(path)
-
-
-def test_unknown_formats_and_missing_files_are_refused(tmp_path):
-    with pytest.raises(
-        ValueError, match=r"model\.json: unknown format; use one of \.npz, \.pt, \.csv"
-    ):
-        load_predictions(tmp_path / "model.json")
-    with pytest.raises(ValueError, match=r"missing\.npz does not exist"):
-        load_predictions(tmp_path / "missing.npz")
