@@ -79,14 +79,14 @@ TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip trac
 
 
 def studies_of_methods(pipeline: Any) -> dict[str, list[str]]:
-    """Method -> the studies of ``pipeline`` that read its runs (its ``collect_for_<study>``
-    nodes hand them over)."""
-    found: dict[str, list[str]] = {}
+    """Method -> the studies of ``pipeline`` that read its runs: those its collection
+    nodes hand them to (outputs named by ``pipelines.artifacts.collected_runs``)."""
+    found: dict[str, set[str]] = {}
     for node in getattr(pipeline, "nodes", []):
-        name = node.name
-        study = collected_study(name.replace(".collect_for_", ".runs_for_", 1))
-        if study is not None:
-            found.setdefault(name.split(".", 1)[0], []).append(study)
+        for output in node.outputs:
+            study = collected_study(output)
+            if study is not None:
+                found.setdefault(output.split(".", 1)[0], set()).add(study)
     return {method: sorted(studies) for method, studies in found.items()}
 
 
