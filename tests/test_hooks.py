@@ -43,7 +43,9 @@ class RecordingClient:
 
 
 def training_node():
-    return SimpleNamespace(name="ce.train_seed_0", namespace="ce", tags={"training"})
+    return SimpleNamespace(
+        name="ce.train_seed_0", namespace="ce", tags={"training"}, outputs=["ce.seed_0.model"]
+    )
 
 
 def started_hook(client: RecordingClient) -> MlflowTrackingHook:
@@ -441,9 +443,17 @@ def sqlite_driver(tmp_path, pipeline=None) -> tuple[MlflowTrackingHook, mlflow.M
 
 
 EVALUATE = SimpleNamespace(
-    name="baseline.evaluate", namespace="baseline", tags={"reporting", "evaluation"}
+    name="baseline.evaluate",
+    namespace="baseline",
+    tags={"reporting", "evaluation"},
+    outputs=["baseline.metrics"],
 )
-CLAIMS = SimpleNamespace(name="baseline.report_claims", namespace="baseline", tags={"reporting"})
+CLAIMS = SimpleNamespace(
+    name="baseline.report_claims",
+    namespace="baseline",
+    tags={"reporting"},
+    outputs=["baseline.claims"],
+)
 
 
 def test_per_calibrator_test_metrics_land_on_the_nested_runs_and_means_on_the_parent(tmp_path):
@@ -750,3 +760,23 @@ def test_a_load_version_that_was_never_saved_is_not_reported_as_a_stage_to_run()
         MissingInputsError, match="run the logits stage"
     ):  # no pin: the stage is missing
         RunPreflightHook().before_pipeline_run(run_params={}, pipeline=pipeline, catalog=catalog)
+
+
+def test_a_methods_studies_are_the_studies_its_runs_are_collected_for():
+    from kedro.pipeline import Pipeline, node
+
+    from calib_pipeline.hooks.tracking import studies_of_methods
+
+    def same(runs):
+        return runs
+
+    pipeline = Pipeline(
+        [
+            node(same, "ce.seed_0.model", "ce.runs_for_focal_meta", name="ce.collect_a"),
+            node(same, "ce.seed_1.model", "ce.runs_for_focal", name="ce.collect_b"),
+            node(same, "ls.seed_0.model", "ls.runs_for_focal", name="ls.collect"),
+            node(same, "focal.metrics", "focal.claims", name="focal.report_claims"),
+        ]
+    )
+    assert studies_of_methods(pipeline) == {"ce": ["focal", "focal_meta"], "ls": ["focal"]}
+    assert studies_of_methods(Pipeline([])) == {}, "no collection node: no method has a study"
