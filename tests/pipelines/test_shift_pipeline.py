@@ -157,7 +157,9 @@ def test_shift_logits_carry_the_checkpoint_provenance(digits):
     }
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline([("ce", 0)]), catalog)
-    assert catalog.load("ce.seed_0.shift_logits")["provenance"]["run_id"] == "train-run"
+    shifted = catalog.load("ce.seed_0.shift_logits")
+    assert shifted["provenance"]["run_id"] == "train-run"
+    assert shifted["execution"] == {"device": "cpu", "name": "cpu"}, "where they were predicted"
 
 
 def test_a_checkpoint_trained_on_another_split_is_refused(digits):

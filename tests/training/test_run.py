@@ -16,6 +16,7 @@ from calib_pipeline.data.splits import split_dataset
 from calib_pipeline.pipelines.run_info import run_info
 from calib_pipeline.pipelines.training.nodes import train_method
 from calib_pipeline.training import CheckpointStore, train_run
+from calib_pipeline.training.predict import checkpoint_logits
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TEST_PARAMETERS = yaml.safe_load((CONF / "test" / "parameters.yml").read_text())
@@ -74,7 +75,15 @@ def test_train_run_called_directly_returns_what_the_training_node_returns(tmp_pa
     )
 
     assert node_checkpoint["resumed_after_epoch"] == checkpoint["resumed_after_epoch"] == 0
-    assert same(checkpoint, node_checkpoint), "weights, provenance, config, epochs, hyperparameters"
+    timed = "execution"  # where and how fast: the wall clock differs between the two calls
+    assert same(
+        {k: v for k, v in checkpoint.items() if k != timed},
+        {k: v for k, v in node_checkpoint.items() if k != timed},
+    ), "weights, provenance, config, epochs, hyperparameters"
+    for execution in (checkpoint[timed], node_checkpoint[timed]):
+        assert (execution["device"], execution["name"]) == ("cpu", "cpu")
+        assert execution["epochs_trained"] == TEST_PARAMETERS["training"]["epochs"]
+        assert execution["images_per_second"] > 0
     assert list(history.columns) == list(node_history.columns)
     # every column but the wall-clock seconds each epoch took
     pd.testing.assert_frame_equal(
@@ -84,6 +93,11 @@ def test_train_run_called_directly_returns_what_the_training_node_returns(tmp_pa
     assert set(history["run_id"]) == {SESSION["run_id"]}
     assert checkpoint["provenance"]["env"] == "test"
     assert checkpoint["config"]["split_definition"] == SPLIT_DEFINITION
+    predicted = checkpoint_logits(data, split, checkpoint, device="cpu")
+    assert predicted["execution"] == {"device": "cpu", "name": "cpu"}, "where the logits came from"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            checkpoint_logits(data, split, checkpoint, device="cuda")
 
 
 def test_train_run_reuses_the_finished_state_of_its_configuration(tmp_path):
@@ -102,6 +116,9 @@ def test_train_run_reuses_the_finished_state_of_its_configuration(tmp_path):
     again, history = train_run(data, split, SPLIT_DEFINITION, store, **settings)
     epochs = TEST_PARAMETERS["training"]["epochs"]
     assert again["resumed_after_epoch"] == epochs and len(history) == epochs
+    assert first["execution"]["epochs_trained"] == epochs
+    assert again["execution"]["epochs_trained"] == 0, "reused: this call trained nothing"
+    assert again["execution"]["images_per_second"] is None, "no rate from epochs not trained here"
     assert again["provenance"]["fingerprint"] == first["provenance"]["fingerprint"]
     with pytest.raises(KeyError, match="fractions"):
         train_run(data, split, {"seed": 0}, store, **settings)

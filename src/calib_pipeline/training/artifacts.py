@@ -17,7 +17,7 @@ from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.calibration.posthoc import Calibrator, build_calibrator
 from calib_pipeline.data import ImageData
 from calib_pipeline.models import build_model
-from calib_pipeline.training.engine import TrainResult, method_hyperparameters
+from calib_pipeline.training.engine import TrainResult, describe_device, method_hyperparameters
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,17 @@ def run_checkpoint(
         "config": run_config,
         "hyperparameters": method_hyperparameters(learner),
         "provenance": provenance,
+        "execution": training_execution(result),
+    }
+
+
+def training_execution(result: TrainResult) -> dict[str, Any]:
+    """Where and how fast this call trained (what a GPU acceptance run checks): the device,
+    its name, the epochs trained here (0: a finished state reused) and the images/s."""
+    return {
+        **describe_device(torch.device(result.device)),
+        "epochs_trained": len(result.history) - result.resumed_after_epoch,
+        "images_per_second": result.images_per_second,
     }
 
 

@@ -81,6 +81,11 @@ class TrainResult:
     # The epoch a stored state had reached when this call found it: 0 for a fresh training,
     # ``config.epochs`` for a finished one reused without training.
     resumed_after_epoch: int = 0
+    # Where this call trained (``str`` of the resolved torch device), and its training
+    # throughput: train images per second of epoch wall time (steps and the epoch's
+    # evaluation), over the epochs this call trained; None when it trained none (reused).
+    device: str = "cpu"
+    images_per_second: float | None = None
 
 
 @dataclass
@@ -664,7 +669,18 @@ def _result(run: _Run) -> TrainResult:
         epoch_logits={k: v for k, v in run.epoch_logits.items() if v},
         meta_state=run.learner.state_dict() or None,
         resumed_after_epoch=run.start_epoch - 1,
+        device=str(run.device),
+        images_per_second=_images_per_second(run),
     )
+
+
+def _images_per_second(run: _Run) -> float | None:
+    """Train images per second of wall time over the epochs this call trained."""
+    trained = [row for row in run.history if row["epoch"] >= run.start_epoch]
+    seconds = sum(row["seconds"] for row in trained)
+    if not trained or seconds <= 0:
+        return None
+    return len(run.last_wrong) * len(trained) / seconds
 
 
 def resolve_device(name: str) -> torch.device:
@@ -674,6 +690,14 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available")
     return torch.device(name)
+
+
+def describe_device(device: torch.device) -> dict[str, str]:
+    """What ran a node, for its artifact's ``execution`` record: the torch device and, on
+    CUDA, the card's name (a provenance entry, never part of a fingerprint)."""
+    if device.type == "cuda":
+        return {"device": str(device), "name": torch.cuda.get_device_name(device)}
+    return {"device": str(device), "name": "cpu"}
 
 
 @torch.no_grad()

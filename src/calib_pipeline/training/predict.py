@@ -13,7 +13,7 @@ from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_tensors
 from calib_pipeline.models import model_from_checkpoint
 from calib_pipeline.training.data import Normalizer
-from calib_pipeline.training.engine import predict_logits, resolve_device
+from calib_pipeline.training.engine import describe_device, predict_logits, resolve_device
 
 
 def checkpoint_predictor(
@@ -52,9 +52,10 @@ def checkpoint_logits(
     Returns:
         ``{part: {"logits", "labels"[, "features"]}}`` for train, val, [meta_val,] test, plus
         the run's ``learned_epoch`` (aligned with the train part), identifiers, the
-        checkpoint's ``provenance``, the per-epoch val/test logits when the run recorded
-        them (``epoch_logits``) and, for γ-Net runs, the learned per-sample γ on val and
-        test (``gamma_val``, ``gamma_test``).
+        checkpoint's ``provenance``, where they were predicted (``execution``: device and
+        its name), the per-epoch val/test logits when the run recorded them
+        (``epoch_logits``) and, for γ-Net runs, the learned per-sample γ on val and test
+        (``gamma_val``, ``gamma_test``).
     """
     predict = checkpoint_predictor(checkpoint, device)
     learner = _meta_learner(checkpoint)
@@ -62,6 +63,7 @@ def checkpoint_logits(
         "method": checkpoint["method"],
         "seed": checkpoint["seed"],
         "provenance": checkpoint["provenance"],
+        "execution": describe_device(resolve_device(device)),
     }
     for part in [*split, "test"]:
         images, labels = split_tensors(data, split, part)

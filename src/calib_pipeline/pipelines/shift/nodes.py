@@ -17,6 +17,7 @@ from calib_pipeline.data.shift_suites import (
 )
 from calib_pipeline.pipelines.provenance import check_checkpoint_data
 from calib_pipeline.training.artifacts import SHIFT_LOGITS_SETS, SHIFT_SETTINGS
+from calib_pipeline.training.engine import describe_device, resolve_device
 from calib_pipeline.training.predict import checkpoint_predictor
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def compute_shift_logits(
     Returns:
         ``{"provenance": the checkpoint's, "settings": the shift settings that define the
         sets (``defining_settings``), "sets": spec key -> logits, labels and the set's
-        identity (see ``predict_shift_sets``)}``.
+        identity (see ``predict_shift_sets``), "execution": where they were predicted}``.
 
     Raises:
         ProvenanceError: the checkpoint belongs to another protocol, or was trained on
@@ -67,9 +68,15 @@ def compute_shift_logits(
         split_hash=shift_sets.split_hashes.get(split),
         run_info=run_info,
     )
-    predict = checkpoint_predictor(checkpoint, logits_params.get("device", "auto"))
+    device = logits_params.get("device", "auto")
+    predict = checkpoint_predictor(checkpoint, device)
     sets = predict_shift_sets(predict, shift_sets, split)
     run = f"{checkpoint['method']} seed {checkpoint['seed']}"
     logger.info("%s: logits on %d shifted set(s)", run, len(sets))
     settings = defining_settings(shift_sets.settings)
-    return {"provenance": provenance, SHIFT_SETTINGS: settings, SHIFT_LOGITS_SETS: sets}
+    return {
+        "provenance": provenance,
+        SHIFT_SETTINGS: settings,
+        SHIFT_LOGITS_SETS: sets,
+        "execution": describe_device(resolve_device(device)),
+    }
