@@ -23,7 +23,14 @@ from calib_pipeline.calibration.meta import build_meta_learner
 from calib_pipeline.calibration.methods import MethodSpec, ObjectiveLearner, check_method
 from calib_pipeline.data import load_dataset
 from calib_pipeline.models import build_model
-from calib_pipeline.training import Split, TrainConfig, accelerate, engine, train_model
+from calib_pipeline.training import (
+    CheckpointStore,
+    Split,
+    TrainConfig,
+    accelerate,
+    engine,
+    train_model,
+)
 
 _SYNCING = {
     Tensor.item,
@@ -205,11 +212,43 @@ def test_bf16_on_a_gpu_without_bf16_fails_clearly(monkeypatch):
         ({"amp": True}, "training.amp was replaced by training.precision"),
         ({"compile": "yes"}, "compile must be"),
         ({"channels_last": 1}, "channels_last must be"),
+        ({"deterministic": "on"}, "deterministic must be"),
     ],
 )
 def test_bad_speed_options_fail(params, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig.from_params(params)
+
+
+def test_deterministic_holds_for_its_run_only_and_keeps_old_fingerprints(digits, tmp_path):
+    """``deterministic`` switches torch to deterministic kernels for the run (on the CPU the
+    same weights), restores torch's process-wide flags afterwards, and enters the stored
+    configuration only when set, so states stored before it existed are still reused."""
+    plain = TrainConfig(epochs=1, batch_size=64, device="cpu")
+    strict = TrainConfig(epochs=1, batch_size=64, device="cpu", deterministic=True)
+    assert "deterministic" not in plain.as_dict() and strict.as_dict()["deterministic"] is True
+    assert TrainConfig.from_params(plain.as_dict()) == plain, "the stored form reads back"
+    seen = []
+    original = torch.use_deterministic_algorithms
+
+    def record(mode, **kwargs):
+        seen.append(mode)
+        original(mode, **kwargs)
+
+    before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "use_deterministic_algorithms", record)
+        strict_result = _run(digits, strict)
+    assert seen[0] is True, "the run trained with deterministic kernels"
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before
+    plain_result = _run(digits, plain)
+    for name, weight in plain_result.state_dict.items():
+        assert torch.equal(weight, strict_result.state_dict[name]), name
+    stored = CheckpointStore(tmp_path)
+    _run(digits, plain, store=stored)
+    again = _run(digits, plain, store=stored)
+    assert again.resumed_after_epoch == 1, "reused: the default adds nothing to the fingerprint"
+    assert _run(digits, strict, store=stored).resumed_after_epoch == 0, "set: another state"
 
 
 def test_channels_last_stores_weights_nhwc_and_trains_like_nchw(digits):

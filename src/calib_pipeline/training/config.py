@@ -44,6 +44,7 @@ class TrainConfig:
     track_test: bool = True
     checkpoint_every: int = 1
     num_threads: int | None = None
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, low=1)
@@ -86,6 +87,7 @@ class TrainConfig:
         check_precision(self.precision)
         check_bool("channels_last", self.channels_last)
         check_bool("compile", self.compile)
+        check_bool("deterministic", self.deterministic)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
@@ -110,4 +112,9 @@ class TrainConfig:
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, but ``deterministic`` only when set: the run configurations and
+        resume states stored before that setting existed keep their fingerprints."""
+        fields_ = asdict(self)
+        if not self.deterministic:
+            del fields_["deterministic"]
+        return fields_

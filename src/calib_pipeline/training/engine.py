@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,15 +179,30 @@ def train_model(
             fingerprint, model, learner, config, splits, seed, normalization, record_epoch_logits
         )
     threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
     try:
+        if config.deterministic:
+            _use_deterministic_algorithms()
         run = _setup(
             model, learner, config, splits, normalization, seed, record_epoch_logits, description
         )
         return _train_stored(run, store, fingerprint, stop_after_epoch)
     finally:
-        # config.num_threads is this run's: torch's setting is process-wide, and a later run
-        # (the next node, a reused Dask worker, a notebook cell) must not inherit it
+        # config.num_threads and config.deterministic are this run's: torch's settings are
+        # process-wide, and a later run (the next node, a reused Dask worker, a notebook
+        # cell) must not inherit them
         torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic[0])
+        torch.backends.cudnn.benchmark = deterministic[1]
+
+
+def _use_deterministic_algorithms() -> None:
+    """Deterministic kernels only (cuDNN's and cuBLAS's included), so two runs on the same
+    card give the same weights; an operation without a deterministic kernel fails, naming
+    itself. cuBLAS needs its workspace size fixed before its first call (CUDA's rule)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
 
 
 def _train_stored(
@@ -260,7 +276,7 @@ def _state_fingerprint(
     return checkpoint_fingerprint(
         {
             "caller": caller,
-            "config": dataclasses.asdict(config),
+            "config": config.as_dict(),  # deterministic only when set: old states stay valid
             "seed": seed,
             "normalization": normalization,
             "sizes": {k: None if v is None else len(v.labels) for k, v in splits.items()},

@@ -24,7 +24,14 @@ from calib_pipeline.training.config import TrainConfig
 
 # Settings that decide where and how fast a run trains, not what it learns: a run trained on
 # a GPU cluster may be scored on a laptop with ``device: cpu``.
-EXECUTION_SETTINGS = ("device", "eval_batch_size", "checkpoint_every", "num_threads", "track_test")
+EXECUTION_SETTINGS = (
+    "device",
+    "eval_batch_size",
+    "checkpoint_every",
+    "num_threads",
+    "track_test",
+    "deterministic",
+)
 # Recorded at training, never compared with a session's parameters: the split hash needs the
 # split's indices (the logits node compares it with the split it is given), re-scoring
 # with newer metric code is the point of keeping cached logits, and recording epoch logits
