@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -183,6 +184,35 @@ def test_a_failing_node_fails_the_run_with_its_own_error_and_worker_traceback(cl
         "the worker's frames, up to the raise"
     )
     assert not downstream.exists(), "nothing downstream of the failure runs"
+
+
+def test_a_run_whose_cluster_lost_every_worker_fails_instead_of_waiting_for_ever(tmp_path):
+    """Workers the scheduler dropped (seen on an overloaded machine: "Scheduler was unaware of
+    this worker; shutting down") are not restarted by their nannies: without the timeout
+    the run's tasks wait for ever."""
+    pipeline = Pipeline(
+        [node(timed_sleep, "params:seconds", "slept", name="slow", tags=["training"])]
+    )
+    catalog = DataCatalog(datasets={"params:seconds": MemoryDataset(60)})
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as local:
+        started = time.monotonic()
+        closer = threading.Timer(2.0, local.scale, args=(0,))  # every worker closed
+        closer.start()
+        runner = DaskRunner(address=local.scheduler_address, no_worker_timeout=3)
+        with pytest.raises(
+            RuntimeError, match=r"no worker for 3 s while 1 task\(s\) wait \(slow\)"
+        ):
+            runner.run(pipeline, catalog)
+        closer.join()
+    assert time.monotonic() - started < 45, "failed after the timeout, before the 60 s task ends"
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "soon"])
+def test_bad_no_worker_timeouts_are_refused(timeout):
+    with pytest.raises(ValueError, match="no_worker_timeout must be seconds > 0"):
+        DaskRunner(address="tcp://scheduler:8786", no_worker_timeout=timeout)
 
 
 def test_outputs_share_the_session_save_version_and_the_driver_loads_the_new_ones(

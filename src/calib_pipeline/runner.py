@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 import cloudpickle
@@ -82,6 +82,9 @@ REMOTE_TAGS = frozenset({"training", "logits", "shift"})
 # Loggers whose records a task sends to the driver.
 FORWARDED_LOGGERS = ("kedro", "calib_pipeline")
 GPU = "GPU"
+# How long a run waits while its cluster has no worker at all, and how often it looks.
+NO_WORKER_TIMEOUT = 120.0
+POLL_SECONDS = 2.0
 
 
 class DaskRunner(AbstractRunner):
@@ -89,7 +92,11 @@ class DaskRunner(AbstractRunner):
     where the pipeline allows, and every other node on the driver, in dependency order."""
 
     def __init__(
-        self, address: str | None = None, workers: int | None = None, is_async: bool = False
+        self,
+        address: str | None = None,
+        workers: int | None = None,
+        is_async: bool = False,
+        no_worker_timeout: float = NO_WORKER_TIMEOUT,
     ) -> None:
         """
         Args:
@@ -99,6 +106,9 @@ class DaskRunner(AbstractRunner):
             workers: worker processes of the local cluster; default one per visible GPU,
                 else one per CPU core, and never more than the run has remote nodes.
             is_async: load and save a node's datasets in threads (Kedro's ``--async``).
+            no_worker_timeout: seconds the cluster may have no worker while tasks wait before
+                the run fails (its tasks would otherwise wait for ever: a local cluster whose
+                workers the scheduler dropped, an attached one whose jobs ended).
         """
         super().__init__(is_async=is_async)
         self._address = address or dask.config.get("scheduler-address", None)
@@ -110,6 +120,9 @@ class DaskRunner(AbstractRunner):
                 f"at {self._address}, whose workers are started there (dask worker, dask-jobqueue)"
             )
         self._workers = workers
+        if not isinstance(no_worker_timeout, (int, float)) or not no_worker_timeout > 0:
+            raise ValueError(f"no_worker_timeout must be seconds > 0, got {no_worker_timeout!r}")
+        self._no_worker_timeout = float(no_worker_timeout)
 
     def _get_executor(self, max_workers: int) -> None:
         """Dask schedules the tasks: AbstractRunner's executor loop is not used."""
@@ -129,6 +142,7 @@ class DaskRunner(AbstractRunner):
             return
         with cluster_client(self._address, self._workers, len(remote)) as client:
             run = _DistributedRun(client, pipeline, catalog, hook_manager, run_id, self._is_async)
+            run.no_worker_timeout = self._no_worker_timeout
             try:
                 run.execute()
             except Exception:
@@ -402,6 +416,7 @@ class _DistributedRun:
     ) -> None:
         self.client, self.pipeline, self.catalog = client, pipeline, catalog
         self.hook_manager, self.run_id, self.is_async = hook_manager, run_id, is_async
+        self.no_worker_timeout = NO_WORKER_TIMEOUT
         self.done: set[Node] = set()
         self._in_flight: dict[distributed.Future, Node] = {}
         self._local_ready: list[Node] = []
@@ -448,7 +463,7 @@ class _DistributedRun:
                 if self._local_ready:
                     self._run_on_driver(self._local_ready.pop(0))
                 elif self._in_flight:
-                    distributed.wait(list(self._in_flight), return_when="FIRST_COMPLETED")
+                    self._wait_for_a_task()
                 elif todo:
                     names = sorted(n.name for n in todo)
                     raise RuntimeError(f"nodes {names} can never run: their inputs are never made")
@@ -456,6 +471,33 @@ class _DistributedRun:
             if self._in_flight:  # a node failed, or the run was interrupted
                 self.client.cancel(list(self._in_flight))
             self.client.unsubscribe_topic(self._context.log_topic)
+
+    def _wait_for_a_task(self) -> None:
+        """Until a task in flight finishes; fails the run once the cluster has had no worker
+        for ``no_worker_timeout`` seconds (its tasks would wait for ever)."""
+        without_workers_since = None
+        while True:
+            try:
+                distributed.wait(
+                    list(self._in_flight), timeout=POLL_SECONDS, return_when="FIRST_COMPLETED"
+                )
+                return
+            except TimeoutError:
+                pass
+            if self.client.scheduler_info()["workers"]:
+                without_workers_since = None
+                continue
+            without_workers_since = without_workers_since or monotonic()
+            if monotonic() - without_workers_since >= self.no_worker_timeout:
+                waiting = sorted(node.name for node in self._in_flight.values())
+                raise RuntimeError(
+                    f"the Dask cluster has had no worker for {self.no_worker_timeout:.0f} s while "
+                    f"{len(waiting)} task(s) wait ({', '.join(waiting[:3])}"
+                    f"{', ...' if len(waiting) > 3 else ''}): its workers were lost (the log's "
+                    "distributed warnings say why; a worker killed for memory, or dropped by "
+                    "the scheduler on an overloaded machine). What finished is saved; rerun to "
+                    "continue (runner option no_worker_timeout=<seconds> waits longer)"
+                )
 
     def _submit(self, node: Node) -> None:
         shared = {name: self._shared_input(name) for name in node.inputs if name in self._memory}
