@@ -453,6 +453,87 @@ def test_local_cluster_has_one_single_threaded_worker_per_gpu_each_declaring_it(
     ]
 
 
+def visible_devices() -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "none")
+
+
+def test_tasks_per_gpu_starts_worker_processes_that_share_each_gpu(monkeypatch):
+    """One "GPU" (the count is faked: the workers only need their environment), two tasks on
+    it: two single-threaded processes, each seeing the parent's first visible GPU and
+    declaring one GPU slot. (Dealing over several GPUs: the test below.)"""
+    monkeypatch.setattr(runner_module, "visible_gpu_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # the id the parent sees
+    with (
+        local_cluster(None, needed=10, tasks_per_gpu=2) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.wait_for_workers(2)
+        seen = client.run(visible_devices)
+        workers = client.scheduler_info()["workers"].values()
+        assert sorted(seen.values()) == ["3", "3"]
+        assert [w["resources"] for w in workers] == [{"GPU": 1}] * 2
+        assert {w["nthreads"] for w in workers} == {1}
+        assert len({w["id"] for w in workers}) == 2
+
+
+def test_tasks_per_gpu_never_starts_more_workers_than_the_run_has_tasks(monkeypatch):
+    made = []
+    monkeypatch.setattr(runner_module, "visible_gpu_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(distributed, "SpecCluster", lambda workers, scheduler: made.append(workers))
+    local_cluster(None, needed=3, tasks_per_gpu=4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the ids the parent sees
+    local_cluster(None, needed=10, tasks_per_gpu=2)
+    envs = [
+        [spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in specs.values()]
+        for specs in made
+    ]
+    assert envs[0] == ["0", "1", "0"], "three tasks: dealt over both GPUs"
+    assert envs[1] == ["3", "5", "3", "5"], "the parent's ids, two tasks per GPU"
+    with pytest.raises(ValueError, match=r"workers=9 exceeds 2 GPU\(s\) x tasks_per_gpu=4"):
+        local_cluster(9, needed=20, tasks_per_gpu=4)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tasks_per_gpu": 0}, "tasks_per_gpu must be a whole number >= 1, got 0"),
+        ({"tasks_per_gpu": 1.5}, "tasks_per_gpu must be a whole number >= 1, got 1.5"),
+        (
+            {"tasks_per_gpu": 2, "address": "tcp://scheduler:8786"},
+            "tasks_per_gpu=2 sizes the local cluster, but the run attaches",
+        ),
+    ],
+)
+def test_bad_tasks_per_gpu_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        DaskRunner(**options)
+
+
+def test_tasks_per_gpu_without_a_gpu_says_how_to_size_a_cpu_cluster(monkeypatch):
+    monkeypatch.setattr(runner_module, "visible_gpu_count", lambda: 0)
+    with pytest.raises(ValueError, match=r"no GPU is visible \(on CPUs, size the cluster with"):
+        local_cluster(None, needed=4, tasks_per_gpu=2)
+
+
+def test_a_local_cluster_slow_to_shut_down_is_a_warning_not_a_failed_run(caplog):
+    """Seen on a loaded machine: every node finished, then the nanny's kill timed out and
+    the complete run was reported as failed."""
+
+    def close():
+        raise TimeoutError
+
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline.runner"):
+        runner_module.shut_down(SimpleNamespace(close=close))
+    assert "did not shut down in time" in caplog.text and "results are complete" in caplog.text
+
+    def broken():
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        runner_module.shut_down(SimpleNamespace(close=broken))
+
+
 def test_gpus_without_dask_cuda_fail_with_the_install_command(monkeypatch):
     monkeypatch.setattr(runner_module, "visible_gpu_count", lambda: 2)
     monkeypatch.setitem(sys.modules, "dask_cuda", None)  # as if not installed

@@ -4,6 +4,7 @@ the driver, the ``kedro run`` process.
 
     kedro run --pipelines=focal_meta --runner=calib_pipeline.runner.DaskRunner
     kedro run ... --runner-params=workers=2                       # size of the local cluster
+    kedro run ... --runner-params=tasks_per_gpu=4                 # 4 tasks share each GPU
     kedro run ... --runner-params=address=tcp://scheduler:8786    # an existing cluster
     DASK_SCHEDULER_ADDRESS=tcp://scheduler:8786 kedro run ...     # the same, from Dask's config
 
@@ -85,6 +86,7 @@ GPU = "GPU"
 # How long a run waits while its cluster has no worker at all, and how often it looks.
 NO_WORKER_TIMEOUT = 120.0
 POLL_SECONDS = 2.0
+LOCALHOST = "127.0.0.1"
 
 
 class DaskRunner(AbstractRunner):
@@ -97,18 +99,24 @@ class DaskRunner(AbstractRunner):
         workers: int | None = None,
         is_async: bool = False,
         no_worker_timeout: float = NO_WORKER_TIMEOUT,
+        tasks_per_gpu: int = 1,
     ) -> None:
         """
         Args:
             address: the scheduler of an existing cluster (``tcp://host:8786``); default
                 Dask's ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``), else a
                 local cluster is started for the run.
-            workers: worker processes of the local cluster; default one per visible GPU,
-                else one per CPU core, and never more than the run has remote nodes.
+            workers: worker processes of the local cluster; default ``tasks_per_gpu`` per
+                visible GPU, else one per CPU core, and never more than the run has remote
+                nodes.
             is_async: load and save a node's datasets in threads (Kedro's ``--async``).
             no_worker_timeout: seconds the cluster may have no worker while tasks wait before
                 the run fails (its tasks would otherwise wait for ever: a local cluster whose
                 workers the scheduler dropped, an attached one whose jobs ended).
+            tasks_per_gpu: worker processes that share each GPU of the local cluster, one
+                task each: for small models that leave a GPU mostly idle (docs/scaling.md
+                says where it pays). Processes, not threads: a training sets torch's
+                process-wide settings (threads, deterministic kernels).
         """
         super().__init__(is_async=is_async)
         self._address = address or dask.config.get("scheduler-address", None)
@@ -123,6 +131,14 @@ class DaskRunner(AbstractRunner):
         if not isinstance(no_worker_timeout, (int, float)) or not no_worker_timeout > 0:
             raise ValueError(f"no_worker_timeout must be seconds > 0, got {no_worker_timeout!r}")
         self._no_worker_timeout = float(no_worker_timeout)
+        if type(tasks_per_gpu) is not int or tasks_per_gpu < 1:
+            raise ValueError(f"tasks_per_gpu must be a whole number >= 1, got {tasks_per_gpu!r}")
+        if tasks_per_gpu > 1 and self._address:
+            raise ValueError(
+                f"tasks_per_gpu={tasks_per_gpu} sizes the local cluster, but the run attaches to "
+                f"the cluster at {self._address}: start several workers per GPU there"
+            )
+        self._tasks_per_gpu = tasks_per_gpu
 
     def _get_executor(self, max_workers: int) -> None:
         """Dask schedules the tasks: AbstractRunner's executor loop is not used."""
@@ -140,7 +156,9 @@ class DaskRunner(AbstractRunner):
             logger.info("Dask: no training, logits or shift node to distribute; running here")
             SequentialRunner(is_async=self._is_async)._run(pipeline, catalog, hook_manager, run_id)
             return
-        with cluster_client(self._address, self._workers, len(remote)) as client:
+        with cluster_client(
+            self._address, self._workers, len(remote), self._tasks_per_gpu
+        ) as client:
             run = _DistributedRun(client, pipeline, catalog, hook_manager, run_id, self._is_async)
             run.no_worker_timeout = self._no_worker_timeout
             try:
@@ -161,10 +179,20 @@ def visible_gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def local_cluster(workers: int | None, needed: int) -> distributed.LocalCluster:
-    """One worker process per visible GPU (dask-cuda), else per CPU core; one thread each,
-    at most ``needed`` of them unless ``workers`` says how many."""
+def local_cluster(
+    workers: int | None, needed: int, tasks_per_gpu: int = 1
+) -> distributed.LocalCluster | distributed.SpecCluster:
+    """One worker process per visible GPU (dask-cuda), or ``tasks_per_gpu`` of them sharing
+    each GPU, else one per CPU core; one thread each, at most ``needed`` of them unless
+    ``workers`` says how many."""
     gpus = visible_gpu_count()
+    if tasks_per_gpu > 1:
+        if not gpus:
+            raise ValueError(
+                f"tasks_per_gpu={tasks_per_gpu} shares GPUs between tasks, but no GPU is visible "
+                "(on CPUs, size the cluster with workers=N)"
+            )
+        return shared_gpu_cluster(gpus, tasks_per_gpu, workers or min(gpus * tasks_per_gpu, needed))
     if gpus:
         try:
             from dask_cuda import LocalCUDACluster
@@ -182,9 +210,40 @@ def local_cluster(workers: int | None, needed: int) -> distributed.LocalCluster:
     )
 
 
+def shared_gpu_cluster(gpus: int, tasks_per_gpu: int, workers: int) -> distributed.SpecCluster:
+    """``workers`` single-threaded worker processes dealt round-robin over the visible GPUs,
+    at most ``tasks_per_gpu`` per GPU; each sees only its GPU (``CUDA_VISIBLE_DEVICES``, set
+    by its nanny before the process starts) and declares one ``GPU`` slot, so each runs one
+    task at a time. (dask-cuda's ``LocalCUDACluster`` starts one worker per GPU.)"""
+    if workers > gpus * tasks_per_gpu:
+        raise ValueError(f"workers={workers} exceeds {gpus} GPU(s) x tasks_per_gpu={tasks_per_gpu}")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    ids = [d.strip() for d in visible.split(",") if d.strip()][:gpus] or [
+        str(index) for index in range(gpus)
+    ]
+    specs = {}
+    for index in range(workers):
+        gpu = ids[index % gpus]
+        specs[f"gpu-{gpu}-task-{index // gpus}"] = {
+            "cls": distributed.Nanny,
+            "options": {
+                "nthreads": 1,
+                "resources": {GPU: 1},
+                "env": {"CUDA_VISIBLE_DEVICES": gpu},
+                "host": LOCALHOST,
+            },
+        }
+    # on the loopback interface, as LocalCluster does: no name lookup of this host's address
+    scheduler = {
+        "cls": distributed.Scheduler,
+        "options": {"dashboard_address": ":0", "host": LOCALHOST},
+    }
+    return distributed.SpecCluster(workers=specs, scheduler=scheduler)
+
+
 @contextlib.contextmanager
 def cluster_client(
-    address: str | None, workers: int | None, needed: int
+    address: str | None, workers: int | None, needed: int, tasks_per_gpu: int = 1
 ) -> Iterator[distributed.Client]:
     """A client of the cluster at ``address`` (left running afterwards), or of a local
     cluster started here and shut down when the run ends."""
@@ -198,20 +257,38 @@ def cluster_client(
             yield client
         return
     started = perf_counter()
-    with local_cluster(workers, needed) as cluster, distributed.Client(cluster) as client:
-        info = client.scheduler_info()["workers"].values()
-        kind = "GPU" if any(GPU in w.get("resources", {}) for w in info) else "CPU"
-        # the dashboard's pages need bokeh (the gpu extra brings it): no dead link otherwise
-        has_dashboard = importlib.util.find_spec("bokeh") is not None
-        dashboard = f"; dashboard {client.dashboard_link}" if has_dashboard else ""
-        logger.info(
-            "Dask: local cluster of %d %s worker(s) started in %.1f s%s",
-            len(info),
-            kind,
-            perf_counter() - started,
-            dashboard,
+    cluster = local_cluster(workers, needed, tasks_per_gpu)
+    try:
+        with distributed.Client(cluster) as client:
+            info = client.scheduler_info()["workers"].values()
+            kind = "GPU" if any(GPU in w.get("resources", {}) for w in info) else "CPU"
+            # the dashboard's pages need bokeh (the gpu extra brings it): no dead link otherwise
+            has_dashboard = importlib.util.find_spec("bokeh") is not None
+            dashboard = f"; dashboard {client.dashboard_link}" if has_dashboard else ""
+            logger.info(
+                "Dask: local cluster of %d %s worker(s) started in %.1f s%s",
+                len(info),
+                kind,
+                perf_counter() - started,
+                dashboard,
+            )
+            yield client
+    finally:
+        shut_down(cluster)
+
+
+def shut_down(cluster: distributed.deploy.Cluster) -> None:
+    """Close a local cluster after the run. A shutdown that times out (a worker process slow
+    to exit on a loaded machine) is a warning, not a failure: every node has finished, and
+    an exception here would report a complete run as failed."""
+    try:
+        cluster.close()
+    except TimeoutError:
+        logger.warning(
+            "Dask: the local cluster did not shut down in time (a worker process slow to exit); "
+            "the run's results are complete (check for left-over dask worker processes if the "
+            "machine stays busy)"
         )
-        yield client
 
 
 @dataclass
