@@ -11,9 +11,10 @@ same commands (``find_run_command``; ``__main__``).
 from __future__ import annotations
 
 import copy
-import importlib
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import click
@@ -119,9 +120,9 @@ def _checked_run(**options: Any) -> Any:
         raise ValueError(f"{error}; the namespaces of this run are {', '.join(valid)}") from None
 
 
-def first_phrase(module: str) -> str:
+def first_phrase(module: ModuleType) -> str:
     """The first phrase of ``module``'s docstring (up to its first ``:``, ``;`` or ``.``)."""
-    doc = " ".join((importlib.import_module(module).__doc__ or "").split("\n\n")[0].split())
+    doc = " ".join((module.__doc__ or "").split("\n\n")[0].split())
     ends = [i for i in (doc.find(": "), doc.find("; "), doc.find(". ")) if i > 0]
     return doc[: min(ends)] if ends else doc.rstrip(".")
 
@@ -161,7 +162,7 @@ def write_overview(formatter: click.HelpFormatter) -> None:
         rows.append((name, only + description))
     with formatter.section("Studies (--pipelines=<study>: every stage of one comparison)"):
         formatter.write_dl(rows)
-    stages = [(stage, first_phrase(f"calib_pipeline.pipelines.{stage}")) for stage in STAGE_ORDER]
+    stages = [(stage, first_phrase(stage_modules()[stage])) for stage in STAGE_ORDER]
     with formatter.section("Stages (--pipelines=<stage> for every study, <study>.<stage> for one)"):
         formatter.write_dl(stages)
     with formatter.section("Environments (--env=<env>: dataset, protocol)"):
@@ -177,11 +178,28 @@ def write_overview(formatter: click.HelpFormatter) -> None:
         formatter.write_dl([(runner, runner_description(runner)) for runner in RUNNERS])
 
 
+def stage_modules() -> dict[str, ModuleType]:
+    """Each stage's package under ``pipelines/``, by stage name."""
+    from calib_pipeline.pipelines import (
+        data_split,
+        logits,
+        posthoc,
+        replication,
+        reporting,
+        score,
+        shift,
+        training,
+    )
+
+    packages = (data_split, training, logits, shift, posthoc, reporting, replication, score)
+    return {package.__name__.rsplit(".", 1)[-1]: package for package in packages}
+
+
 def runner_description(runner: str) -> str:
     """What the project's own runner does (its module's first phrase); Kedro's runners go
     without one (their docstrings describe the class, not the use)."""
     module = load_obj(runner, "kedro.runner").__module__
-    return first_phrase(module) if module.startswith(f"{__package__}.") else ""
+    return first_phrase(sys.modules[module]) if module.startswith(f"{__package__}.") else ""
 
 
 class OverviewCommand(click.Command):
