@@ -59,8 +59,9 @@ notebook: $(STAMP)  ## Jupyter over the catalog of ENV (installs the notebook ex
 	$(BIN)/python -c "import notebook, ipywidgets" 2>/dev/null || $(BIN)/pip install --quiet -e ".[notebook]"
 	$(BIN)/kedro jupyter notebook --env=$(ENV)
 
-viz: $(STAMP)
-	$(BIN)/kedro viz run --no-browser --host 127.0.0.1
+# make viz PIPELINE=__default__: every study at once, a graph several screens wide
+viz: $(STAMP)  ## kedro-viz of PIPELINE (default: make run's study) in ENV at http://127.0.0.1:4141
+	$(BIN)/kedro viz run --no-browser --host 127.0.0.1 --env=$(ENV) --pipeline=$(PIPELINE)
 
 viz-build: $(STAMP)
 	$(BIN)/kedro viz build

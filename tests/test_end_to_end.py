@@ -362,6 +362,10 @@ def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
     assert curves.loc[curves["label"] == "FLγ-SECE", "test_gamma_std"].notna().all()
     verdicts = json.loads((report / "claims" / version / "claims" / "verdicts.json").read_text())
     readme_line_matches_the_protocol(verdicts)
+    # the run's reports are what LATEST.md points to (hooks/latest.py)
+    index = (report.parent / "LATEST.md").read_text()
+    assert f"(focal_meta/meta_tables/{version}/meta_tables/table1.md)" in index
+    assert f"`{verdicts['line']}`" in index
 
 
 README_LINE = re.compile(

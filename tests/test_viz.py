@@ -1,6 +1,7 @@
 """kedro-viz reads at a glance: the JSON that `kedro viz build` writes for conf/test lists
-the pipelines and namespaces, has the datasets in layers, and every method's box holds its
-own per-run artifacts (none leaves the box to come back in)."""
+the pipelines and namespaces, has the datasets in layers, every method's box holds its
+own per-run artifacts (none leaves the box to come back in), the top level has no dataset
+per run, and the tags are the stages'."""
 
 import json
 import os
@@ -93,7 +94,7 @@ def expected_layer(name: str) -> str | None:
     if name.startswith("split_") or name == "shift_sets":
         return "intermediate"
     kind = name.rsplit(".", 1)[-1]
-    if kind in ("resume", "checkpoint"):
+    if kind in ("resume_states", "checkpoint"):
         return "models"
     if kind in ("history", "logits", "shift_logits", "calibrators") or kind.startswith("runs_for_"):
         return "model_output"
@@ -117,9 +118,7 @@ def test_each_method_box_holds_its_per_run_artifacts(viz, pipeline):
         tasks = readers.get(id_, set()) | writers.get(id_, set())
         # every node that writes or reads a run's artifact is in the run's method box
         assert all(nodes[t]["modular_pipelines"] == [match["method"]] for t in tasks), node["name"]
-        if match["kind"] == "resume":  # the store a training reads: the box's input
-            assert id_ in box["inputs"] and id_ not in box["outputs"]
-        elif id_ in readers:  # drawn inside the box
+        if id_ in readers:  # drawn inside the box
             assert {"id": id_, "type": "data"} in box["children"], node["name"]
         else:  # a run's final artifact no study of this pipeline reads (a history)
             assert match["kind"] == "history" and id_ in box["outputs"], node["name"]
@@ -157,15 +156,40 @@ def test_a_study_reads_one_value_per_method(viz):
         for name, box in graph_["modular_pipelines"].items()
         if name not in ("__root__", "focal_meta")
     ]
-    # per method: its runs collected for the study, and each run's resume store
+    # per method: its runs collected for the study
     assert sorted(name for name in root if ".runs_for_" in name) == sorted(
         f"{m}.runs_for_focal_meta" for m in methods
     )
-    others = {name for name in root if not (".runs_for_" in name or name.endswith(".resume"))}
+    others = {name for name in root if ".runs_for_" not in name}
     # and the study's reports, its final outputs
     assert {name for name in others if not name.startswith("focal_meta.report_")} <= {
         "raw_data",
         "split_standard",
         "split_meta",
         "run_info",
+        "resume_states",
     }
+
+
+@pytest.mark.parametrize("pipeline", ["__default__", "focal_meta"])
+def test_the_top_level_has_no_dataset_per_run_one_resume_store_feeds_every_training(viz, pipeline):
+    """A dataset per (method, seed) at the top level made a row wider than the screen (one
+    resume store per run): every run's state is in one store, read by each training node."""
+    graph_ = graph(viz, pipeline)
+    nodes = {n["id"]: n for n in graph_["nodes"]}
+    root = [nodes[c["id"]]["name"] for c in graph_["modular_pipelines"]["__root__"]["children"]]
+    assert not [name for name in root if PER_RUN.match(name)]
+    readers, _ = consumers_and_producers(graph_)
+    store = next(id_ for id_, node in nodes.items() if node["name"] == "resume_states")
+    trainings = {id_ for id_, node in nodes.items() if re.search(r"train_seed_\d+$", node["name"])}
+    assert trainings and readers[store] == trainings
+
+
+def test_the_tags_are_the_stages(viz):
+    """kedro-viz shows a tag's name title-cased ("Method.fm Fl Gamma Dece" for a per-method
+    tag): the tags are the stages' (and evaluation's), one word or two each; a method is
+    picked by its namespace (--namespaces, the box)."""
+    from calib_pipeline.pipelines.artifacts import STAGE_ORDER
+
+    tags = {tag["id"] for tag in graph(viz, "__default__")["tags"]}
+    assert {"training", "posthoc", "reporting"} <= tags <= {*STAGE_ORDER, "evaluation"}

@@ -1,16 +1,20 @@
-"""The project's ``kedro run``: Kedro's own command -- its options, help and behaviour --
-with one refusal that only the command line can make.
+"""The project's ``kedro run``: Kedro's own command -- its options and behaviour -- with the
+refusals that only the command line can make, and a help that lists what there is to run
+(studies, stages, environments, runners), read from the configuration and the code; and
+``kedro studies``, the studies of one environment.
 
 Kedro loads a project's ``cli.py`` and lets its commands override the built-in ones
 (Kedro's docs, "how to add or modify CLI commands"); ``python -m calib_pipeline`` finds the
-same command (``find_run_command``).
+same commands (``find_run_command``; ``__main__``).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import click
@@ -78,10 +82,15 @@ def refuse_unknown_runner(runner: str | None) -> None:
         ) from None
 
 
+def environment_names(conf: Path) -> list[str]:
+    """The environments: the folders of ``conf``, sorted."""
+    return sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def refuse_unknown_env(env: str | None, conf: Path) -> None:
     """An ``--env`` without a ``conf/<env>`` folder, in one line with the existing ones."""
     if env and not (conf / env).is_dir():
-        envs = sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
+        envs = environment_names(conf)
         raise click.UsageError(
             f"--env={env}: no folder {conf / env}; the environments are {', '.join(envs)}. "
             "Nothing was run."
@@ -111,7 +120,100 @@ def _checked_run(**options: Any) -> Any:
         raise ValueError(f"{error}; the namespaces of this run are {', '.join(valid)}") from None
 
 
-run = click.Command(
+def first_phrase(module: ModuleType) -> str:
+    """The first phrase of ``module``'s docstring (up to its first ``:``, ``;`` or ``.``)."""
+    doc = " ".join((module.__doc__ or "").split("\n\n")[0].split())
+    ends = [i for i in (doc.find(": "), doc.find("; "), doc.find(". ")) if i > 0]
+    return doc[: min(ends)] if ends else doc.rstrip(".")
+
+
+def environment_overview(conf: Path, env: str) -> tuple[str, dict[str, str]]:
+    """``env``'s dataset and protocol in words, and its studies (name -> description)."""
+    from calib_pipeline.settings import config_loader
+
+    try:
+        loader = config_loader(env, conf.parent)
+        globals_, studies = loader["globals"], loader["parameters"]["studies"]
+    except Exception as error:  # noqa: BLE001 -- the listing names the fault and goes on
+        return f"its configuration cannot be read: {error}", {}
+    words = f"{globals_['dataset']['name']}, protocol {globals_['protocol']}"
+    return words, {name: (study or {}).get("description", "") for name, study in studies.items()}
+
+
+def write_overview(formatter: click.HelpFormatter) -> None:
+    """What there is to run: every environment's studies (those of only some environments
+    marked), the stages (``pipelines.artifacts.STAGE_ORDER``, described by their modules),
+    the environments (the ``conf`` folders) and the runners."""
+    from calib_pipeline.hooks import DEFAULT_RUN_ENV
+    from calib_pipeline.pipelines.artifacts import STAGE_ORDER
+    from calib_pipeline.settings import project_root
+
+    conf = Path(project_root()) / "conf"
+    envs = [env for env in environment_names(conf) if env != "base"]  # base: under every env
+    overviews = {env: environment_overview(conf, env) for env in envs}
+    studies: dict[str, str] = {}
+    for _, env_studies in overviews.values():
+        for name, description in env_studies.items():
+            studies.setdefault(name, description)
+    rows = []
+    for name, description in studies.items():
+        having = [env for env in envs if name in overviews[env][1]]
+        only = "" if len(having) == len(envs) else f"[only --env={','.join(having)}] "
+        rows.append((name, only + description))
+    with formatter.section("Studies (--pipelines=<study>: every stage of one comparison)"):
+        formatter.write_dl(rows)
+    stages = [(stage, first_phrase(stage_modules()[stage])) for stage in STAGE_ORDER]
+    with formatter.section("Stages (--pipelines=<stage> for every study, <study>.<stage> for one)"):
+        formatter.write_dl(stages)
+    with formatter.section("Environments (--env=<env>: dataset, protocol)"):
+        formatter.write_dl(
+            [
+                (env, overviews[env][0] + (" (the default)" if env == DEFAULT_RUN_ENV else ""))
+                for env in envs
+            ]
+        )
+    with formatter.section(
+        "Runners (--runner=<runner>; default SequentialRunner; docs/scaling.md)"
+    ):
+        formatter.write_dl([(runner, runner_description(runner)) for runner in RUNNERS])
+
+
+def stage_modules() -> dict[str, ModuleType]:
+    """Each stage's package under ``pipelines/``, by stage name."""
+    from calib_pipeline.pipelines import (
+        data_split,
+        logits,
+        posthoc,
+        replication,
+        reporting,
+        score,
+        shift,
+        training,
+    )
+
+    packages = (data_split, training, logits, shift, posthoc, reporting, replication, score)
+    return {package.__name__.rsplit(".", 1)[-1]: package for package in packages}
+
+
+def runner_description(runner: str) -> str:
+    """What the project's own runner does (its module's first phrase); Kedro's runners go
+    without one (their docstrings describe the class, not the use)."""
+    module = load_obj(runner, "kedro.runner").__module__
+    return first_phrase(sys.modules[module]) if module.startswith(f"{__package__}.") else ""
+
+
+class OverviewCommand(click.Command):
+    """A command whose help ends with :func:`write_overview`."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        write_overview(formatter)
+        formatter.write_paragraph()
+        formatter.write_text(f"One environment's studies in detail: {STUDIES_USAGE}.")
+
+
+STUDIES_USAGE = "kedro studies --env=<env> (or python -m calib_pipeline studies --env=<env>)"
+
+run = OverviewCommand(
     name="run",
     callback=_checked_run,
     params=[_remembering_run_file(p) if p.name == "config" else p for p in kedro_run.params],
@@ -127,3 +229,28 @@ def cli() -> None:
 
 
 cli.add_command(run)
+
+
+@cli.command("studies")
+@click.option("--env", "-e", default=None, help="The environment (default: KEDRO_ENV, else local).")
+def studies(env: str | None) -> None:
+    """The studies of one environment, as its pipeline registry builds them: each one's
+    methods (the namespaces of its runs), seeds and reports."""
+    from calib_pipeline.hooks import DEFAULT_RUN_ENV
+    from calib_pipeline.pipelines.config import parse_structure
+    from calib_pipeline.settings import config_loader, project_root
+
+    refuse_unknown_env(env, Path(project_root()) / "conf")
+    env = env or os.environ.get("KEDRO_ENV") or DEFAULT_RUN_ENV
+    loader = config_loader(env)
+    parameters = loader["parameters"]
+    structure = parse_structure(parameters)
+    dataset, protocol = loader["globals"]["dataset"]["name"], loader["globals"]["protocol"]
+    click.echo(f"--env={env}: {dataset}, protocol {protocol}; {len(structure.studies)} studies")
+    for name, study in structure.studies.items():
+        description = (parameters["studies"][name] or {}).get("description", "")
+        click.echo(f"\n{name}: {description}".rstrip(": "))
+        click.echo(f"  methods ({len(study.methods)}): {', '.join(study.methods)}")
+        click.echo(f"  seeds: {', '.join(map(str, study.seeds))}")
+        click.echo(f"  reports: {', '.join(study.reports)}")
+        click.echo(f"  run: kedro run --env={env} --pipelines={name}")

@@ -35,6 +35,7 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 from kedro.io.core import generate_timestamp
 
+from calib_pipeline.hooks.latest import INDEX, index_root
 from calib_pipeline.pipelines.artifacts import kind_of
 
 CONSOLE = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ class ConsoleHook:
         self._done = 0
         self._total = 0
         self._reports: dict[Path, set[str]] = {}
+        self._indexes: set[Path] = set()  # the LATEST.md files the run's reports rewrote
         self._version: str | None = None
         self._failure: dict[str, Any] | None = None
         self._loading: list[str] = []  # nodes whose inputs are loading (none runs yet)
@@ -259,6 +261,9 @@ class ConsoleHook:
             isinstance(folder, Path) and len(folder.parents) > 2
         ):  # <study>/<report>/<version>/<report>
             self._reports.setdefault(folder.parents[2], set()).add(folder.name)
+            root = index_root(dataset_name, folder)
+            if root is not None:
+                self._indexes.add(root / INDEX)
         with self._lock:
             pending = self._unsaved.get(node.name)
             if pending is None:
@@ -324,6 +329,8 @@ class ConsoleHook:
         CONSOLE.info("done: %d node(s) in %.1f s%s", self._done, seconds, repeats)
         for folder, reports in sorted(self._reports.items()):
             CONSOLE.info("reports: %s/{%s}/%s/", folder, ",".join(sorted(reports)), self._version)
+        for index in sorted(self._indexes):
+            CONSOLE.info("newest reports of every study: %s", index)
         location = getattr(self._tracking, "run_location", None)
         if location:
             CONSOLE.info("MLflow: %s", location)

@@ -211,7 +211,7 @@ def _write_manifest(folder: Path) -> None:
     (folder / REPORT_MANIFEST).write_text(json.dumps({"artifacts": sizes}, indent=2), "utf-8")
 
 
-def _report_artifacts(folder: Path) -> list[str]:
+def report_artifacts(folder: Path) -> list[str]:
     """The artifact file names of the report ``folder``, once its manifest vouches for them.
 
     Raises:
@@ -298,7 +298,7 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
 
         folder = versioned_load_path(self)
         out: dict[str, Any] = {}
-        for name in _report_artifacts(folder):
+        for name in report_artifacts(folder):
             path = folder / name
             if path.suffix == ".csv":
                 out[path.stem] = pd.read_csv(path)

@@ -20,6 +20,7 @@ os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
 from calib_pipeline.console import ConsoleHook
 from calib_pipeline.hooks import (
     DEFAULT_RUN_ENV,
+    LatestReportsHook,
     MlflowTrackingHook,
     OwnVersionsHook,
     RunInfoHook,
@@ -107,6 +108,7 @@ HOOKS = (
     RunInfoHook(),
     RunPreflightHook(),
     OwnVersionsHook(),
+    LatestReportsHook(),
     TRACKING,
     ConsoleHook(log_folder, tracking=TRACKING),
 )

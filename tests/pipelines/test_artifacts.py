@@ -18,6 +18,7 @@ from calib_pipeline.pipelines.artifacts import (
     kind_of,
     producing_stage,
     run_artifact,
+    run_folder,
 )
 from calib_pipeline.pipelines.run_info import RUN_INFO
 from calib_pipeline.settings import config_loader, project_root
@@ -97,7 +98,8 @@ def test_a_name_built_for_a_kind_is_recognised_as_that_kind_with_its_fields(kind
 
 def test_the_builders_write_the_catalogs_names():
     assert run_artifact("logits", "ce", 3) == "ce.seed_3.logits"
-    assert run_artifact("resume", "focal_gamma_3", 0) == "focal_gamma_3.seed_0.resume"
+    assert artifact_name("resume") == "resume_states"
+    assert run_folder("focal_gamma_3", 0) == "focal_gamma_3/seed_0"
     assert collected_runs("ce", "focal") == "ce.runs_for_focal"
     assert artifact_name("split", split="meta") == "split_meta"
     assert artifact_name("report", study="focal", report="claims") == "focal.report_claims"

@@ -70,10 +70,7 @@ def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
         if isinstance(value, dict):
             for sub, item in value.items():
                 datasets[f"params:{key}.{sub}"] = MemoryDataset(item)
-    for method, seed in structure.runs():
-        datasets[f"{method}.seed_{seed}.resume"] = MemoryDataset(
-            CheckpointStore(tmp_path / method), copy_mode="assign"
-        )
+    datasets["resume_states"] = MemoryDataset(CheckpointStore(tmp_path), copy_mode="assign")
     # the runner releases in-memory intermediates; persist the ones the test inspects
     for name in (
         "mini.metrics",
@@ -140,7 +137,7 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0
-    resume = [p.parent.name for p in (tmp_path / "ce").glob("*/latest.pt")]
+    resume = [p.parent.name for p in (tmp_path / "ce" / "seed_0").glob("*/latest.pt")]
     assert resume == [fingerprint(checkpoint["config"])], "one resume folder per configuration"
     history = catalog.load("ce.seed_0.history")
     assert list(history["epoch"]) == [1, 2]

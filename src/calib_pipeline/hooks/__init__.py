@@ -5,6 +5,7 @@
 - :mod:`~calib_pipeline.hooks.preflight`: the compute a run uses, and the refusals of a run
   that cannot succeed, before any node runs;
 - :mod:`~calib_pipeline.hooks.versions`: each run reads one consistent set of versions;
+- :mod:`~calib_pipeline.hooks.latest`: ``LATEST.md``, the newest reports of each study;
 - :mod:`~calib_pipeline.hooks.tracking`: MLflow tracking, through
   :mod:`~calib_pipeline.hooks.mlflow_client` (timeouts, locking, a Dask worker's clients);
 - the console lines and log file: :mod:`calib_pipeline.console`.
@@ -12,6 +13,7 @@
 ``settings.HOOKS`` registers them; docs/architecture.md, "Kedro integration".
 """
 
+from calib_pipeline.hooks.latest import LatestReportsHook
 from calib_pipeline.hooks.mlflow_client import mask_credentials
 from calib_pipeline.hooks.preflight import MissingInputsError, RunPreflightHook, producing_stage
 from calib_pipeline.hooks.session import DEFAULT_RUN_ENV, RunInfoHook, SessionConfigHook
@@ -20,6 +22,7 @@ from calib_pipeline.hooks.versions import OwnVersionsHook
 
 __all__ = [
     "DEFAULT_RUN_ENV",
+    "LatestReportsHook",
     "MissingInputsError",
     "MlflowTrackingHook",
     "OwnVersionsHook",

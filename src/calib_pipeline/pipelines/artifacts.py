@@ -81,7 +81,8 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     "raw_data": ArtifactKind("raw_data", None, "raw"),
     "split": ArtifactKind("split_{split}", "data_split", "intermediate"),
     "shift_sets": ArtifactKind("shift_sets", "shift", "intermediate"),
-    "resume": ArtifactKind("{method}.{seed}.resume", "training", "models", prerequisite=False),
+    # one store for every run; a run's state is in its run_folder under it
+    "resume": ArtifactKind("resume_states", "training", "models", prerequisite=False),
     "checkpoint": ArtifactKind("{method}.{seed}.checkpoint", "training", "models"),
     # stored with the models, drawn in model_output: calibrators are fitted on logits
     "calibrators": ArtifactKind("{method}.{seed}.calibrators", "posthoc", "model_output"),
@@ -118,6 +119,12 @@ def run_artifact(kind: str, method: str, seed: int) -> str:
     """The catalog name of a (method, seed) run's artifact: ``<method>.seed_<k>.<kind>``;
     messages name the run's artifacts by it."""
     return artifact_name(kind, method=method, seed=f"seed_{seed}")
+
+
+def run_folder(method: str, seed: int) -> str:
+    """The folder of a (method, seed) run under a store of every run's files
+    (``<method>/seed_<k>``, as the catalog's per-run paths)."""
+    return f"{method}/seed_{seed}"
 
 
 def collected_runs(method: str, study: str) -> str:

@@ -1,4 +1,4 @@
-"""The replication stage: every study's claims of the environment in one report."""
+"""Every study's claims of the environment in one report (the replication stage)."""
 
 from calib_pipeline.pipelines.replication.pipeline import create_pipeline
 

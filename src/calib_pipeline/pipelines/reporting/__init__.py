@@ -1,4 +1,5 @@
-"""Kedro wiring of the reporting stage; the science is in :mod:`calib_pipeline.reports`."""
+"""Each study's tidy metrics table and its reports (tables, figures, claims): the Kedro
+wiring; the science is in :mod:`calib_pipeline.reports`."""
 
 from calib_pipeline.pipelines.reporting.pipeline import create_pipeline
 

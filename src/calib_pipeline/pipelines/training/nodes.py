@@ -8,6 +8,7 @@ import pandas as pd
 
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.data import ImageData
+from calib_pipeline.pipelines.artifacts import run_folder
 from calib_pipeline.pipelines.provenance import check_split_definition
 from calib_pipeline.training import CheckpointStore, train_run
 
@@ -16,7 +17,7 @@ def train_method(
     data: ImageData,
     split: dict[str, list[int]],
     split_definition: dict[str, Any],
-    store: CheckpointStore,
+    resume_states: CheckpointStore,
     model_params: dict[str, Any],
     training_params: dict[str, Any],
     run_info: dict[str, str],
@@ -30,7 +31,8 @@ def train_method(
         data: the dataset.
         split: index split of the training part.
         split_definition: the ``splits.<method.split>`` parameters ``split`` was made with.
-        store: resume store of this run (the catalog decides where it lives).
+        resume_states: the store of every run's resumable state (the catalog decides where
+            it lives); this run's is its ``run_folder``.
         model_params: ``{"name": ..., "params": {...}}``, overridden by the method's ``model``.
         training_params: ``TrainConfig`` fields, overridden by the method's ``training``.
         run_info: the session's ``run_id``, ``env`` and ``protocol``, recorded in the run's
@@ -50,7 +52,7 @@ def train_method(
         data,
         split,
         split_definition,
-        store,
+        CheckpointStore(resume_states.directory / run_folder(method.key, seed)),
         method=method,
         seed=seed,
         model_params=model_params,

@@ -17,7 +17,7 @@ def training_node(structure: Structure, method: str, seed: int):
             artifact_name("raw_data"),
             artifact_name("split", split=spec.split),
             f"params:splits.{spec.split}",
-            run_artifact("resume", method, seed),
+            artifact_name("resume"),
             "params:model",
             "params:training",
             RUN_INFO,
@@ -25,7 +25,7 @@ def training_node(structure: Structure, method: str, seed: int):
         outputs=[run_artifact("checkpoint", method, seed), run_artifact("history", method, seed)],
         name=f"train_seed_{seed}",
         namespace=method,
-        tags=["training", f"method.{method}"],
+        tags=["training"],
     )
 
 
