@@ -9,6 +9,12 @@ from calib_pipeline.calibration.precision import check_precision
 from calib_pipeline.registry import check_bool, check_int, check_range
 
 SELECTION_RULES = ("last", "best_val_error", "best_val_nll")
+# ``reuse``: a finished training of the run's configuration is reused only when the code it
+# depends on is unchanged (``same_code``), or whatever that code (``ignore_code``, recorded
+# in the run's provenance); docs/reliability.md, "Reuse and code changes".
+REUSE_POLICIES = ("same_code", "ignore_code")
+# Settings that decide whether a run trains, not what it learns: no part of a configuration.
+SESSION_POLICIES = ("reuse",)
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,10 @@ class TrainConfig:
     conv nets) and ``compile`` (``torch.compile``; CUDA graphs on a GPU) change how fast a
     step runs, not what it computes up to float rounding; docs/performance.md gives their
     measured effects.
+
+    ``reuse`` (one of :data:`REUSE_POLICIES`) says whether a finished training of the same
+    configuration is reused after the code it depends on changed; it is a policy of the
+    session, not a setting of the run (:meth:`as_dict` leaves it out).
     """
 
     epochs: int = 30
@@ -44,6 +54,7 @@ class TrainConfig:
     track_test: bool = True
     checkpoint_every: int = 1
     num_threads: int | None = None
+    reuse: str = "same_code"
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, low=1)
@@ -86,6 +97,11 @@ class TrainConfig:
         check_precision(self.precision)
         check_bool("channels_last", self.channels_last)
         check_bool("compile", self.compile)
+        if self.reuse not in REUSE_POLICIES:
+            raise ValueError(
+                f"reuse must be one of {', '.join(map(repr, REUSE_POLICIES))}, got "
+                f"{self.reuse!r} (ignore_code reuses a finished training whose code changed)"
+            )
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
@@ -110,4 +126,5 @@ class TrainConfig:
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The run's settings: every field but the session's policies."""
+        return {k: v for k, v in asdict(self).items() if k not in SESSION_POLICIES}

@@ -54,6 +54,10 @@ SELECTION_SCORES = {
 }
 
 
+class NoFinishedState(LookupError):
+    """``train_model(..., reuse_only=True)`` found no finished state of its settings."""
+
+
 @dataclass
 class Split:
     """Images (stored dtype) and labels of one split."""
@@ -140,6 +144,7 @@ def train_model(
     record_epoch_logits: bool = False,
     description: str = "",
     stop_after_epoch: int | None = None,
+    reuse_only: bool = False,
 ) -> TrainResult:
     """Train ``model`` with ``learner`` under ``config``.
 
@@ -161,6 +166,8 @@ def train_model(
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
+        reuse_only: return the store's finished state of these settings, or raise
+            :class:`NoFinishedState` -- nothing is trained, the store is not written.
 
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every
@@ -177,7 +184,7 @@ def train_model(
         run = _setup(
             model, learner, config, splits, normalization, seed, record_epoch_logits, description
         )
-        return _train_stored(run, store, fingerprint, stop_after_epoch)
+        return _train_stored(run, store, fingerprint, stop_after_epoch, reuse_only)
     finally:
         # config.num_threads is this run's: torch's setting is process-wide, and a later run
         # (the next node, a reused Dask worker, a notebook cell) must not inherit it
@@ -185,15 +192,21 @@ def train_model(
 
 
 def _train_stored(
-    run: _Run, store: CheckpointStore | None, fingerprint: str, stop_after_epoch: int | None
+    run: _Run,
+    store: CheckpointStore | None,
+    fingerprint: str,
+    stop_after_epoch: int | None,
+    reuse_only: bool = False,
 ) -> TrainResult:
     """Train ``run``: without a store from its first epoch, else under the store's lock from
-    where the store's state of ``fingerprint`` ended."""
+    where the store's state of ``fingerprint`` ended (``reuse_only``: only a finished one)."""
     if store is None:
         _train_epochs(run, None, fingerprint, stop_after_epoch)
         return _result(run)
     with store.lock(run.description):  # one process per run folder; another waits, told by whom
         _resume(run, store, fingerprint)
+        if reuse_only and run.start_epoch <= run.config.epochs:
+            raise NoFinishedState(f"{store.directory} holds no finished state of these settings")
         _train_epochs(run, store, fingerprint, stop_after_epoch)
     return _result(run)
 
@@ -255,7 +268,7 @@ def _state_fingerprint(
     return checkpoint_fingerprint(
         {
             "caller": caller,
-            "config": dataclasses.asdict(config),
+            "config": config.as_dict(),
             "seed": seed,
             "normalization": normalization,
             "sizes": {k: None if v is None else len(v.labels) for k, v in splits.items()},
