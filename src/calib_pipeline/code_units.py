@@ -15,9 +15,11 @@ does. What a unit refers to:
   registers into it -- decorated with ``@X.register(...)``, or a top-level statement that
   calls ``X.register`` or a function of the package that does.
 
-Imports, ``if TYPE_CHECKING`` blocks and docstrings of modules are no units. Code reached
-only through a name computed at run time outside a registry (``getattr(module, name)``,
-``importlib``) is not seen.
+Annotations count: a parameter's annotation is what names the class whose methods a
+function calls on it (``store: CheckpointStore`` ... ``store.save(...)``). Imports,
+``if TYPE_CHECKING`` blocks and docstrings of modules are no units. Code reached only
+through a name computed at run time outside a registry (``getattr(module, name)``,
+``importlib``), or through an object whose class the code never names, is not seen.
 """
 
 from __future__ import annotations
@@ -41,11 +43,19 @@ class Unit:
 
     name: str  # "<path relative to the package>::<defined name or statement label>"
     node: ast.stmt
-    digest: str
+    top_level_calls: set[str]  # names called outside function bodies (decorators included)
+    redefines: list[str] = field(default_factory=list)  # earlier units binding the same name
+    # filled by ``analysed()`` when a closure first reaches the unit
+    digest: str = ""
     free_names: set[str] = field(default_factory=set)  # free names read as values
     attributes: set[tuple[str, str]] = field(default_factory=set)  # (free name, attribute)
-    top_level_calls: set[str] = field(default_factory=set)  # free names called outside defs
-    redefines: list[str] = field(default_factory=list)  # earlier units binding the same name
+
+    def analysed(self) -> Unit:
+        """The unit with its digest, free names and attribute reads."""
+        if not self.digest:
+            self.digest = unit_digest(self.node)
+            _FreeNames(self).visit(self.node)
+        return self
 
 
 @dataclass
@@ -78,6 +88,7 @@ class SourceIndex:
             parts = [self.package, *relative.with_suffix("").parts]
             dotted = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             self._modules[dotted] = _read_module(relative.as_posix(), dotted, path.read_text())
+        self._by_path = {m.path: m for m in self._modules.values()}
         self._by_name = {u.name: u for m in self._modules.values() for u in _all_units(m)}
         self._entries = self._registry_entries()
 
@@ -89,7 +100,7 @@ class SourceIndex:
 
     def unit_at(self, path: str, line: int) -> Unit:
         """The top-level unit of file ``path`` (relative to the root) spanning ``line``."""
-        module = next((m for m in self._modules.values() if m.path == path), None)
+        module = self._by_path.get(path)
         for unit in _all_units(module) if module else ():
             first = min([unit.node.lineno, *(d.lineno for d in _decorators(unit.node))])
             if first <= line <= (unit.node.end_lineno or unit.node.lineno):
@@ -101,7 +112,7 @@ class SourceIndex:
         in the registries ``not_followed`` (unit names) do not add their entries."""
         skipped, seen, todo = set(not_followed), {}, list(roots)
         while todo:
-            unit = self.unit(todo.pop())
+            unit = self.unit(todo.pop()).analysed()
             if unit.name in seen:
                 continue
             seen[unit.name] = unit.digest
@@ -133,8 +144,7 @@ class SourceIndex:
                 yield from self._entries[target.name]
 
     def _module_of(self, unit: Unit) -> _Module:
-        path = unit.name.split("::")[0]
-        return next(m for m in self._modules.values() if m.path == path)
+        return self._by_path[unit.name.split("::")[0]]
 
     def _resolve(self, module: _Module, name: str, depth: int = 0) -> Unit | _Module | None:
         """What ``name`` means in ``module``: one of its units, a module of the package, a
@@ -168,9 +178,9 @@ class SourceIndex:
         entries: dict[str, list[str]] = {r: [] for r in registries}
         for unit in self._by_name.values():
             called = {self._target_name(unit, n) for n in unit.top_level_calls}
+            own = self._registered(unit, _registrations_outside_body(unit))
             for registry in registries:
-                own = registry in self._registered(unit, _registrations_outside_body(unit))
-                if own or called & registrars[registry]:
+                if registry in own or called & registrars[registry]:
                     entries[registry].append(unit.name)
         return entries
 
@@ -275,9 +285,15 @@ def _statement_label(node: ast.stmt) -> str:
 
 
 def _unit(name: str, node: ast.stmt) -> Unit:
-    unit = Unit(name, node, unit_digest(node))
-    _FreeNames(unit).visit_top(node)
-    return unit
+    defines = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    top_level = _decorators(node) if defines else [node]
+    calls = [
+        n.func
+        for part in top_level
+        for n in _walk_outside_functions(part)
+        if isinstance(n, ast.Call)
+    ]
+    return Unit(name, node, {f.id for f in calls if isinstance(f, ast.Name)})
 
 
 def _registrations_outside_body(unit: Unit) -> set[str]:
@@ -300,26 +316,13 @@ def _registrations(nodes: Iterable[ast.AST]) -> set[str]:
 
 
 class _FreeNames(ast.NodeVisitor):
-    """Fills a unit's free names read as values, attributes read from free names and the
-    calls it makes outside function bodies. A name bound anywhere in a function (argument,
+    """Fills a unit's free names read as values and the attributes read from free names.
+    A name bound anywhere in a function (argument,
     assignment, loop target, ...) is local to that function, as Python scopes it."""
 
     def __init__(self, unit: Unit) -> None:
         self.unit = unit
         self.scopes: list[tuple[set[str], bool]] = []  # (bound names, is a class body)
-
-    def visit_top(self, node: ast.stmt) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for decorator in _decorators(node):
-                self._top_level(decorator)
-            self.visit(node)
-        else:
-            self._top_level(node)
-
-    def _top_level(self, node: ast.AST) -> None:
-        calls = [n.func for n in _walk_outside_functions(node) if isinstance(n, ast.Call)]
-        self.unit.top_level_calls |= {f.id for f in calls if isinstance(f, ast.Name)}
-        self.visit(node)
 
     def _free(self, name: str) -> bool:
         """Not bound in an enclosing function, nor in the class body it is read in (a
