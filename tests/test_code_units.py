@@ -162,5 +162,5 @@ def test_an_unknown_unit_or_line_is_refused_by_name(package):
     index = SourceIndex(package)
     with pytest.raises(ValueError, match=r"no top-level definition 'losses.py::_missing'"):
         index.closure(["losses.py::_missing"])
-    with pytest.raises(ValueError, match="no top-level statement of pkg/losses.py spans line 1"):
+    with pytest.raises(ValueError, match=r"no top-level statement of pkg/losses\.py spans line 1"):
         index.unit_at("losses.py", 1)

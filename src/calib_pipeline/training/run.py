@@ -154,7 +154,8 @@ def _train_or_reuse(
             reused = _reuse_other_code(run, other, record, changed)
             if reused is not None:
                 reuse = {"policy": policy, "changed": changed, "code_now": run_config["code"]}
-                return reused, record["config"], reuse
+                # the same settings (compared above), trained under the recorded code
+                return reused, {**run_config, "code": record["config"]["code"]}, reuse
         else:
             _announce_retraining(run, other, changed, finished)
     own.save_record({"config": run_config, "code_units": code})
