@@ -166,8 +166,7 @@ def train_model(
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
-        reuse_only: return the store's finished state of these settings, or raise
-            :class:`NoFinishedState` -- nothing is trained, the store is not written.
+        reuse_only: only reuse a finished state (else :class:`NoFinishedState`, nothing written).
 
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every

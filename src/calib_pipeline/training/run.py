@@ -69,11 +69,9 @@ def train_run(
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """Train one (method, seed) run, reusing or resuming a stored state of its configuration.
 
-    A configuration includes the digests of the code the run depends on
-    (``training.code_dependencies``); when a finished training of the same settings exists
-    under other code, the log names the changed units and the run trains again -- or, with
-    ``training.reuse: ignore_code``, reuses it and records that in its provenance
-    (``provenance["reuse"]``).
+    The configuration holds digests of the code the run depends on (``code_dependencies``):
+    a finished training under other code is named and trained again, or reused with
+    ``training.reuse: ignore_code`` (recorded as ``provenance["reuse"]``).
 
     Args:
         data: the dataset.
