@@ -107,16 +107,20 @@ class SourceIndex:
                 return unit
         raise ValueError(f"no top-level statement of {self.package}/{path} spans line {line}")
 
-    def closure(self, roots: Iterable[str], not_followed: Iterable[str] = ()) -> dict[str, str]:
+    def closure(
+        self, roots: Iterable[str], not_followed: Iterable[str] = (), excluded: Iterable[str] = ()
+    ) -> dict[str, str]:
         """The units ``roots`` depend on, themselves included, as name -> digest; lookups
-        in the registries ``not_followed`` (unit names) do not add their entries."""
-        skipped, seen, todo = set(not_followed), {}, list(roots)
+        in the registries ``not_followed`` (unit names) do not add their entries, and the
+        units ``excluded`` are left out with what only they refer to."""
+        skipped, left_out, seen, todo = set(not_followed), set(excluded), {}, list(roots)
         while todo:
             unit = self.unit(todo.pop()).analysed()
             if unit.name in seen:
                 continue
             seen[unit.name] = unit.digest
-            todo += [u for u in self._references(unit, skipped) if u not in seen]
+            references = self._references(unit, skipped)
+            todo += [u for u in references if u not in seen and u not in left_out]
         return dict(sorted(seen.items()))
 
     def _references(self, unit: Unit, skipped: set[str]) -> Iterator[str]:

@@ -136,6 +136,12 @@ def test_an_edit_of_the_engine_changes_the_engine_part_of_every_method(sources):
     }
 
 
+def test_the_reuse_decision_and_its_messages_are_no_part_of_the_engine(sources):
+    ce = code_of(CE, sources)
+    edit(sources / "training" / "run.py", "Training it again in", "Retraining it in")
+    assert code_of(CE, sources) == ce
+
+
 def test_the_parts_are_the_engine_the_method_the_model_and_the_data_path():
     code = training_code(**CE)
     assert set(code) == {"engine", "objective", "model", "data"}

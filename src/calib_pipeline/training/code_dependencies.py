@@ -7,12 +7,14 @@ the units it refers to, transitively) of its roots:
 ========================  ====================================================================
 part                      roots
 ========================  ====================================================================
-``engine``                ``training/run.py::train_run``: the run, the loop, checkpoint and
-                          resume, optimiser and schedule, per-epoch evaluation, splitting into
-                          tensors and augmentation (``training/data.py``). The registries in
-                          :data:`DISPATCHED` are not followed from it: the engine builds only
-                          the run's own objective or meta-learner, model and dataset (parts of
-                          their own), and of the metrics only ``ece``, which it names.
+``engine``                ``training/run.py::train_run`` and ``::_train``: the run, the loop,
+                          checkpoint and resume, optimiser and schedule, per-epoch evaluation,
+                          splitting into tensors and augmentation (``training/data.py``). The
+                          registries in :data:`DISPATCHED` are not followed from it: the engine
+                          builds only the run's own objective or meta-learner, model and
+                          dataset (parts of their own), and of the metrics only ``ece``, which
+                          it names. The reuse decision (:data:`REUSE_DECISION`) is left out: it
+                          decides whether to train, not what is learned.
 ``objective``             the factory registered under the run's objective name
 (or ``meta_learner``)     (``calibration.losses.OBJECTIVES``; ``calibration.meta.META_LEARNERS``)
 ``model``                 the factory registered under the run's model name
@@ -42,8 +44,15 @@ from calib_pipeline.data.datasets import DATASETS
 from calib_pipeline.models.registry import MODELS
 from calib_pipeline.registry import Registry
 
-ENGINE_ROOTS = ("training/run.py::train_run",)
+ENGINE_ROOTS = ("training/run.py::train_run", "training/run.py::_train")
 DATA_ROOTS = ("data/datasets.py::load_dataset",)
+# Which stored training to use and what to say about it -- and this table itself: left out of
+# the engine (``_train``, which runs the engine, is a root of its own).
+REUSE_DECISION = (
+    "training/run.py::_train_or_reuse",
+    "training/code_dependencies.py::training_code",
+    "training/code_dependencies.py::part_digests",
+)
 # Registries whose lookups in the engine (and in the data path) are not followed: the run's
 # own entry is its own part. ``metrics`` too: the engine scores with ``metrics.ece``, whose
 # registering statement is in its closure.
@@ -89,7 +98,7 @@ def training_code(
     index = source_index(Path(root))
     method = ("objective", objective) if objective is not None else ("meta_learner", meta_learner)
     return {
-        "engine": index.closure(ENGINE_ROOTS, not_followed=DISPATCHED),
+        "engine": index.closure(ENGINE_ROOTS, not_followed=DISPATCHED, excluded=REUSE_DECISION),
         method[0]: _entry_closure(index, method[0], str(method[1])),
         "model": _entry_closure(index, "model", model),
         "data": {

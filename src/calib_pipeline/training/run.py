@@ -211,20 +211,21 @@ def _announce_retraining(
     run: _Training, other: CheckpointStore, changed: dict[str, list[str]], finished: bool
 ) -> None:
     what = "finished" if finished else "unfinished"
-    hint = (
-        "reuse it anyway with --params=training.reuse=ignore_code (recorded in provenance)"
+    instead = (
+        "to reuse the finished one instead, run with --params=training.reuse=ignore_code "
+        "(recorded in its provenance)"
         if finished
         else "an unfinished state is never continued under other code"
     )
     logger.warning(
         "%s seed %d: the code it depends on changed since its %s training in %s:\n%s\n"
-        "Training it again in a folder of its own (%s).",
+        "Training it again in a folder of its own; %s.",
         run.method.key,
         run.seed,
         what,
         other.directory,
         _change_lines(changed),
-        hint,
+        instead,
     )
 
 
