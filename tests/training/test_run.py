@@ -253,3 +253,33 @@ def test_a_bad_reuse_value_is_refused_before_training(tmp_path):
     ):
         train_ce(CheckpointStore(tmp_path / "resume"), reuse="x")
     assert not (tmp_path / "resume").exists()
+
+
+def test_reuse_ignore_code_trains_again_when_the_changed_code_builds_another_model(
+    sources, tmp_path, caplog, monkeypatch
+):
+    """The engine's own check: a finished state is reused only by the model it started from."""
+    store = CheckpointStore(tmp_path / "resume")
+    first, _ = train_ce(store)
+    kept = store.for_configuration(first["provenance"]["fingerprint"])
+    written = kept.path.stat().st_mtime_ns
+    built = run_module.model_from_config
+
+    def other_initialisation(data, model_params):  # what an edited init would build
+        model = built(data, model_params)
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+        return model
+
+    monkeypatch.setattr(run_module, "model_from_config", other_initialisation)
+    edit_source(
+        sources / "models" / "small_cnn.py",
+        "    return SmallCNN(",
+        "    edited = 1\n    return SmallCNN(",
+    )
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline"):
+        again, _ = train_ce(store, reuse="ignore_code")
+    assert again["resumed_after_epoch"] == 0 and "reuse" not in again["provenance"]
+    assert "does not match what the changed code builds" in caplog.text
+    assert "  model: models/small_cnn.py::small_cnn" in caplog.text
+    assert kept.path.stat().st_mtime_ns == written, "the earlier training is left as it was"

@@ -191,9 +191,10 @@ def _reuse_other_code(
         logger.warning(
             "%s: training.reuse=ignore_code, but the finished training in %s does not match "
             "what the changed code builds (initial weights, normalisation or split sizes); "
-            "training it again",
+            "training it again. Changed since:\n%s",
             name,
             other.directory,
+            _change_lines(changed),
         )
         return None
     logger.warning(
