@@ -164,3 +164,37 @@ def test_an_unknown_unit_or_line_is_refused_by_name(package):
         index.closure(["losses.py::_missing"])
     with pytest.raises(ValueError, match=r"no top-level statement of pkg/losses\.py spans line 1"):
         index.unit_at("losses.py", 1)
+
+
+def test_a_name_bound_twice_at_top_level_depends_on_both_bindings(tmp_path):
+    package = write_package(
+        tmp_path,
+        extended="""
+        NAMES = ["a"]
+        NAMES += ["b"]
+
+
+        def names():
+            return NAMES
+        """,
+    )
+    closure = SourceIndex(package).closure(["extended.py::names"])
+    assert set(closure) == {"extended.py::names", "extended.py::NAMES", "extended.py::NAMES @3"}
+
+
+def test_a_method_reads_the_modules_name_not_its_class_attribute(tmp_path):
+    package = write_package(
+        tmp_path,
+        scoped="""
+        def scale():
+            return 2
+
+
+        class Loss:
+            scale = 1.0
+
+            def __call__(self, x):
+                return scale() * x
+        """,
+    )
+    assert "scoped.py::scale" in SourceIndex(package).closure(["scoped.py::Loss"])
