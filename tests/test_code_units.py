@@ -198,3 +198,29 @@ def test_a_method_reads_the_modules_name_not_its_class_attribute(tmp_path):
         """,
     )
     assert "scoped.py::scale" in SourceIndex(package).closure(["scoped.py::Loss"])
+
+
+def test_a_class_decorated_by_a_registering_function_is_an_entry(tmp_path):
+    package = write_package(
+        tmp_path,
+        registry=REGISTRY,
+        calibrators="""
+        from pkg.registry import Registry
+
+        CALIBRATORS = Registry("calibrator")
+
+
+        def register(cls):
+            return CALIBRATORS.register(cls.__name__)(cls)
+
+
+        @register
+        class Temperature:
+            pass
+
+
+        def build(name):
+            return CALIBRATORS.build(name)
+        """,
+    )
+    assert "calibrators.py::Temperature" in SourceIndex(package).closure(["calibrators.py::build"])

@@ -43,7 +43,7 @@ class Unit:
 
     name: str  # "<path relative to the package>::<defined name or statement label>"
     node: ast.stmt
-    top_level_calls: set[str]  # names called outside function bodies (decorators included)
+    top_level_calls: set[str]  # names called outside function bodies, decorators included
     redefines: list[str] = field(default_factory=list)  # earlier units binding the same name
     # filled by ``analysed()`` when a closure first reaches the unit
     digest: str = ""
@@ -178,7 +178,8 @@ class SourceIndex:
         for unit in self._by_name.values():
             if isinstance(unit.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for registry in self._registered(unit, _registrations(unit.node.body)):
-                    registrars[registry].add(unit.name)
+                    if registry in registrars:  # ``x.register`` of something else is no registry
+                        registrars[registry].add(unit.name)
         entries: dict[str, list[str]] = {r: [] for r in registries}
         for unit in self._by_name.values():
             called = {self._target_name(unit, n) for n in unit.top_level_calls}
@@ -297,7 +298,8 @@ def _unit(name: str, node: ast.stmt) -> Unit:
         for n in _walk_outside_functions(part)
         if isinstance(n, ast.Call)
     ]
-    return Unit(name, node, {f.id for f in calls if isinstance(f, ast.Name)})
+    decorators = [d for d in _decorators(node) if isinstance(d, ast.Name)]  # ``@register``
+    return Unit(name, node, {f.id for f in [*calls, *decorators] if isinstance(f, ast.Name)})
 
 
 def _registrations_outside_body(unit: Unit) -> set[str]:
