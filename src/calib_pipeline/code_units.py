@@ -12,8 +12,8 @@ does. What a unit refers to:
 - through a :class:`~calib_pipeline.registry.Registry` used otherwise than as
   ``X.register`` (``X.build(name)``, ``X.factory(name)``, passed as a value), every entry
   of that registry: which one is used is known only at run time. An entry is a unit that
-  registers into it -- decorated with ``@X.register(...)``, or a top-level statement that
-  calls ``X.register`` or a function of the package that does.
+  registers into it -- decorated with ``@X.register(...)`` or with a function of the package
+  that calls ``X.register`` (``@register``), or a top-level statement that calls either.
 
 Annotations count: a parameter's annotation is what names the class whose methods a
 function calls on it (``store: CheckpointStore`` ... ``store.save(...)``). Imports,
