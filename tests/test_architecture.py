@@ -32,7 +32,7 @@ SOURCES = {p.relative_to(SRC).as_posix(): p.read_text() for p in sorted((SRC / R
 
 # (layer, the top-level modules and packages under calib_pipeline/ that form it), bottom up
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("registry and tensor I/O", ("registry", "tensor_io")),
+    ("registry and tensor I/O", ("registry", "tensor_io", "code_units")),
     ("models", ("models",)),
     ("data", ("data",)),
     ("calibration", ("calibration",)),

@@ -732,7 +732,8 @@ def test_a_node_failing_in_a_worker_fails_kedro_run_with_its_error_and_traceback
         "the failure report names the node and its worker"
     )
     run_log = next((tmp_path / "data" / "logs").glob("*.log")).read_text()
-    assert "checkpoint.py" in run_log and "in lock" in run_log, (
+    # the first write into the run's resume folder: its configuration record
+    assert "checkpoint.py" in run_log and "in save_record" in run_log, (
         "the worker's traceback, down to the failing call"
     )
     assert not (tmp_path / "data" / "08_reporting").exists(), "nothing downstream ran"

@@ -3,8 +3,8 @@
 Safe with the user's data: a file is loaded with ``weights_only=True`` (tensors, numbers,
 strings and containers only -- a crafted file cannot run code) and written to a temporary
 file unique to the writing process, then renamed, so no reader sees a partial file.
-A fingerprint is a short stable hash: of a configuration (:func:`fingerprint`) or of the
-code a training result depends on (:func:`code_fingerprint`).
+A fingerprint is a short stable hash of a configuration (:func:`fingerprint`); the code a
+training depends on is hashed by ``training.code_dependencies``.
 """
 
 from __future__ import annotations
@@ -15,26 +15,32 @@ import os
 import pickle
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-
-PACKAGE = Path(__file__).resolve().parent
-# What a trained state depends on: the science packages below reports/, and this module,
-# which saves, loads and fingerprints the state.
-TRAINING_CODE = ("calibration", "data", "models", "training", "tensor_io.py")
 
 
 def save_tensors(data: Any, path: str | Path) -> None:
     """``torch.save(data)`` to ``path`` atomically: written to a hidden temporary file
     unique to the writing process, then renamed, so a reader (or a run killed mid-write)
     never sees a partial file at ``path``; the folder is created if missing."""
-    path = Path(path)
+    _write_atomically(Path(path), lambda tmp: torch.save(data, tmp))
+
+
+def save_json(data: Any, path: str | Path) -> None:
+    """``data`` as indented, key-sorted JSON at ``path``, written atomically as
+    :func:`save_tensors` writes."""
+    text = json.dumps(data, indent=1, sort_keys=True, default=str)
+    _write_atomically(Path(path), lambda tmp: tmp.write_text(text + "\n"))
+
+
+def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        torch.save(data, tmp)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -82,15 +88,3 @@ def fingerprint(payload: dict[str, Any]) -> str:
     """A stable hash of a run's configuration (decides whether a checkpoint may be resumed)."""
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def code_fingerprint() -> str:
-    """A hash of the code a training result depends on (:data:`TRAINING_CODE`'s sources):
-    a completed or half-trained state is reused only by the code that wrote it."""
-    digest = hashlib.sha256()
-    for name in TRAINING_CODE:
-        source = PACKAGE / name
-        for path in sorted(source.rglob("*.py")) if source.is_dir() else [source]:
-            digest.update(path.relative_to(PACKAGE).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]

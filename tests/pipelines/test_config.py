@@ -203,6 +203,10 @@ def test_bad_structure_is_rejected(parameters, mutate, message):
             r"method 'ce': unknown training parameter\(s\) \['epochz'\]",
         ),
         (
+            lambda p: p["methods"]["ce"].update({"training": {"reuse": "always"}}),
+            r"method 'ce': reuse must be one of 'same_code', 'ignore_code', got 'always'",
+        ),
+        (
             lambda p: p["calibrators"].update({"x": {"name": "temperature_nll", "params": [1]}}),
             "calibrator 'x': .*mapping",
         ),

@@ -236,6 +236,7 @@ def test_best_val_error_selection_keeps_the_best_epoch(digits):
         ({"milestones": [5, 3]}, "milestones must be increasing"),
         ({"select": "best"}, "select must be one of"),
         ({"augment": "cutout"}, "augment must be one of"),
+        ({"reuse": "yes"}, "reuse must be one of 'same_code', 'ignore_code', got 'yes'"),
         ({"learning_rate": 0.1}, r"unknown training parameter\(s\) \['learning_rate'\]"),
         ({"lr": "fast"}, "lr must be a number, got 'fast'"),
         ({"milestones": [10, "x"]}, "milestones must be an integer >= 1, got 'x'"),

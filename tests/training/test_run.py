@@ -3,6 +3,10 @@ does), it returns what the training pipeline's node returns."""
 
 from __future__ import annotations
 
+import logging
+import shutil
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -11,11 +15,14 @@ import torch
 import yaml
 
 from calib_pipeline.calibration.methods import MethodSpec
+from calib_pipeline.code_units import PACKAGE, source_index
 from calib_pipeline.data import load_dataset
 from calib_pipeline.data.splits import split_dataset
 from calib_pipeline.pipelines.run_info import run_info
 from calib_pipeline.pipelines.training.nodes import train_method
 from calib_pipeline.training import CheckpointStore, train_run
+from calib_pipeline.training import run as run_module
+from calib_pipeline.training.code_dependencies import training_code
 from calib_pipeline.training.predict import checkpoint_logits
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -122,3 +129,174 @@ def test_train_run_reuses_the_finished_state_of_its_configuration(tmp_path):
     assert again["provenance"]["fingerprint"] == first["provenance"]["fingerprint"]
     with pytest.raises(KeyError, match="fractions"):
         train_run(data, split, {"seed": 0}, store, **settings)
+
+
+CE = MethodSpec(key="ce", objective="cross_entropy", label="CE")
+EPOCHS = TEST_PARAMETERS["training"]["epochs"]
+APPENDED_OBJECTIVE = """
+
+@OBJECTIVES.register("squared_margin")
+def _squared_margin() -> Objective:
+    return Objective("squared_margin", {}, elementwise.mse)
+"""
+
+
+@pytest.fixture
+def sources(tmp_path, monkeypatch) -> Iterator[Path]:
+    """A copy of the package's sources that the training reads its code digests from, as
+    a researcher's checkout that is edited between two runs."""
+    copy = tmp_path / "sources" / "calib_pipeline"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(run_module, "training_code", partial(training_code, root=copy))
+    yield copy
+    source_index.cache_clear()
+
+
+def edit_source(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+    source_index.cache_clear()
+
+
+def train_ce(store: CheckpointStore, **training: object) -> tuple[dict, pd.DataFrame]:
+    data = load_dataset("digits")
+    return train_run(
+        data,
+        split_dataset(data, SPLIT_DEFINITION),
+        SPLIT_DEFINITION,
+        store,
+        method=CE,
+        seed=0,
+        model_params=TEST_PARAMETERS["model"],
+        training_params={**TEST_PARAMETERS["training"], **training},
+        **SESSION,
+    )
+
+
+def test_adding_an_objective_keeps_the_finished_training_of_another_method(
+    sources, tmp_path, caplog
+):
+    store = CheckpointStore(tmp_path / "resume")
+    first, _ = train_ce(store)
+    losses = sources / "calibration" / "losses.py"
+    edit_source(losses, "def _mse() -> Objective:", "def _mse() -> Objective:  # unchanged")
+    losses.write_text(losses.read_text() + APPENDED_OBJECTIVE)
+    source_index.cache_clear()
+    with caplog.at_level(logging.INFO, logger="calib_pipeline"):
+        again, _ = train_ce(store)
+    assert again["resumed_after_epoch"] == EPOCHS, "reused, not trained"
+    assert again["provenance"]["fingerprint"] == first["provenance"]["fingerprint"]
+    assert again["config"]["code"] == first["config"]["code"]
+    assert set(first["config"]["code"]) == {"engine", "objective", "model", "data"}
+    assert "already trained for this configuration" in caplog.text
+    assert "changed" not in caplog.text
+
+
+def test_editing_a_methods_objective_retrains_it_and_names_the_changed_unit(
+    sources, tmp_path, caplog
+):
+    store = CheckpointStore(tmp_path / "resume")
+    first, _ = train_ce(store)
+    edit_source(
+        sources / "calibration" / "losses.py",
+        'return Objective("cross_entropy", {}, elementwise.cross_entropy)',
+        'return Objective("cross_entropy", dict(), elementwise.cross_entropy)',
+    )
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline"):
+        again, history = train_ce(store)
+    assert again["resumed_after_epoch"] == 0 and len(history) == EPOCHS, "trained afresh"
+    (warning,) = [r.getMessage() for r in caplog.records if "code it depends on" in r.getMessage()]
+    assert "ce seed 0: the code it depends on changed since its finished training" in warning
+    assert "  objective: calibration/losses.py::_cross_entropy\n" in warning
+    assert "Training it again" in warning and "--params=training.reuse=ignore_code" in warning
+    before, now = first["config"]["code"], again["config"]["code"]
+    assert [part for part in now if now[part] != before[part]] == ["objective"]
+    assert again["provenance"]["fingerprint"] != first["provenance"]["fingerprint"]
+    assert "reuse" not in again["provenance"]
+    folders = sorted(p.name for p in (tmp_path / "resume").iterdir())
+    assert folders == sorted(
+        [first["provenance"]["fingerprint"], again["provenance"]["fingerprint"]]
+    ), "the earlier training is kept: reverting the edit reuses it"
+
+
+def test_reuse_ignore_code_reuses_the_finished_training_and_records_it(sources, tmp_path, caplog):
+    store = CheckpointStore(tmp_path / "resume")
+    first, first_history = train_ce(store)
+    edit_source(
+        sources / "calibration" / "losses.py",
+        'return Objective("cross_entropy", {}, elementwise.cross_entropy)',
+        'return Objective("cross_entropy", dict(), elementwise.cross_entropy)',
+    )
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline"):
+        again, history = train_ce(store, reuse="ignore_code")
+    assert again["resumed_after_epoch"] == EPOCHS, "reused, not trained"
+    assert same(again["state_dict"], first["state_dict"])
+    assert again["config"] == first["config"], "the code it was trained with"
+    assert again["provenance"]["fingerprint"] == first["provenance"]["fingerprint"]
+    reuse = again["provenance"]["reuse"]
+    assert reuse["policy"] == "ignore_code"
+    assert reuse["changed"] == {"objective": ["calibration/losses.py::_cross_entropy"]}
+    assert reuse["code_now"]["objective"] != first["config"]["code"]["objective"]
+    assert set(history["fingerprint"]) == set(first_history["fingerprint"])
+    assert "REUSED UNDER CHANGED CODE (training.reuse=ignore_code)" in caplog.text
+    assert "calibration/losses.py::_cross_entropy" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "resume").iterdir()) == [
+        first["provenance"]["fingerprint"]
+    ], "nothing trained, no folder of the changed code"
+
+
+def test_reuse_ignore_code_does_not_continue_an_unfinished_training(sources, tmp_path, caplog):
+    store = CheckpointStore(tmp_path / "resume")
+    first, _ = train_ce(store)
+    state = store.for_configuration(first["provenance"]["fingerprint"])
+    unfinished = state.load()
+    unfinished["complete"] = False
+    state.save(unfinished)
+    edit_source(
+        sources / "training" / "engine.py", '"complete": epoch ==', '"complete": 0 + epoch =='
+    )
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline"):
+        again, _ = train_ce(store, reuse="ignore_code")
+    assert again["resumed_after_epoch"] == 0
+    assert "since its unfinished training" in caplog.text
+    assert "engine: training/engine.py::_save_state" in caplog.text
+    assert "an unfinished state is never continued under other code" in caplog.text
+
+
+def test_a_bad_reuse_value_is_refused_before_training(tmp_path):
+    with pytest.raises(
+        ValueError, match="reuse must be one of 'same_code', 'ignore_code', got 'x'"
+    ):
+        train_ce(CheckpointStore(tmp_path / "resume"), reuse="x")
+    assert not (tmp_path / "resume").exists()
+
+
+def test_reuse_ignore_code_trains_again_when_the_changed_code_builds_another_model(
+    sources, tmp_path, caplog, monkeypatch
+):
+    """The engine's own check: a finished state is reused only by the model it started from."""
+    store = CheckpointStore(tmp_path / "resume")
+    first, _ = train_ce(store)
+    kept = store.for_configuration(first["provenance"]["fingerprint"])
+    written = kept.path.stat().st_mtime_ns
+    built = run_module.model_from_config
+
+    def other_initialisation(data, model_params):  # what an edited init would build
+        model = built(data, model_params)
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+        return model
+
+    monkeypatch.setattr(run_module, "model_from_config", other_initialisation)
+    edit_source(
+        sources / "models" / "small_cnn.py",
+        "    return SmallCNN(",
+        "    edited = 1\n    return SmallCNN(",
+    )
+    with caplog.at_level(logging.WARNING, logger="calib_pipeline"):
+        again, _ = train_ce(store, reuse="ignore_code")
+    assert again["resumed_after_epoch"] == 0 and "reuse" not in again["provenance"]
+    assert "does not match what the changed code builds" in caplog.text
+    assert "  model: models/small_cnn.py::small_cnn" in caplog.text
+    assert kept.path.stat().st_mtime_ns == written, "the earlier training is left as it was"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from calib_pipeline.tensor_io import load_tensors, save_tensors
+from calib_pipeline.tensor_io import load_tensors, save_json, save_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,34 @@ class CheckpointStore:
         then reuses or resumes the state); runs of different configurations never touch
         each other's state, whatever order they run or stop in."""
         return CheckpointStore(self.directory / fingerprint)
+
+    def configurations(self) -> list[CheckpointStore]:
+        """The stores of this run's configurations (subfolders), newest state first."""
+        folders = (
+            [p for p in self.directory.iterdir() if p.is_dir()] if self.directory.is_dir() else []
+        )
+        stores = [
+            CheckpointStore(folder) for folder in folders if folder.joinpath("latest.pt").exists()
+        ]
+        return sorted(stores, key=lambda store: store.path.stat().st_mtime, reverse=True)
+
+    @property
+    def record_path(self) -> Path:
+        return self.directory / "configuration.json"
+
+    def save_record(self, record: dict[str, Any]) -> None:
+        """What the state in this folder belongs to (the run's configuration and the code
+        units it depends on), as JSON beside it: a later run under changed code compares
+        its own with it to say what changed."""
+        save_json(record, self.record_path)
+
+    def load_record(self) -> dict[str, Any] | None:
+        """The record of :meth:`save_record`; None when there is none or it is unreadable
+        (a folder written before records were kept)."""
+        try:
+            return json.loads(self.record_path.read_text())
+        except (OSError, ValueError):
+            return None
 
     def save(self, state: dict[str, Any]) -> None:
         save_tensors(state, self.path)

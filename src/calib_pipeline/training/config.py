@@ -9,6 +9,12 @@ from calib_pipeline.calibration.precision import check_precision
 from calib_pipeline.registry import check_bool, check_int, check_range
 
 SELECTION_RULES = ("last", "best_val_error", "best_val_nll")
+# ``reuse``: a finished training of the run's configuration is reused only when the code it
+# depends on is unchanged (``same_code``), or whatever that code (``ignore_code``, recorded
+# in the run's provenance); docs/reliability.md, "Reuse and code changes".
+REUSE_POLICIES = ("same_code", "ignore_code")
+# Settings that decide whether a run trains, not what it learns: no part of a configuration.
+SESSION_POLICIES = ("reuse",)
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,10 @@ class TrainConfig:
     conv nets) and ``compile`` (``torch.compile``; CUDA graphs on a GPU) change how fast a
     step runs, not what it computes up to float rounding; docs/performance.md gives their
     measured effects.
+
+    ``reuse`` (one of :data:`REUSE_POLICIES`) says whether a finished training of the same
+    configuration is reused after the code it depends on changed; it is a policy of the
+    session, not a setting of the run (:meth:`as_dict` leaves it out).
     """
 
     epochs: int = 30
@@ -45,6 +55,7 @@ class TrainConfig:
     checkpoint_every: int = 1
     num_threads: int | None = None
     deterministic: bool = False
+    reuse: str = "same_code"
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, low=1)
@@ -88,6 +99,11 @@ class TrainConfig:
         check_bool("channels_last", self.channels_last)
         check_bool("compile", self.compile)
         check_bool("deterministic", self.deterministic)
+        if self.reuse not in REUSE_POLICIES:
+            raise ValueError(
+                f"reuse must be one of {', '.join(map(repr, REUSE_POLICIES))}, got "
+                f"{self.reuse!r} (ignore_code reuses a finished training whose code changed)"
+            )
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> TrainConfig:
@@ -112,9 +128,10 @@ class TrainConfig:
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field, but ``deterministic`` only when set: the run configurations and
-        resume states stored before that setting existed keep their fingerprints."""
-        fields_ = asdict(self)
+        """The run's settings: every field but the session's policies, and
+        ``deterministic`` only when set (run configurations and resume states stored before
+        that setting existed keep their fingerprints)."""
+        settings = {k: v for k, v in asdict(self).items() if k not in SESSION_POLICIES}
         if not self.deterministic:
-            del fields_["deterministic"]
-        return fields_
+            del settings["deterministic"]
+        return settings

@@ -55,6 +55,10 @@ SELECTION_SCORES = {
 }
 
 
+class NoFinishedState(LookupError):
+    """``train_model(..., reuse_only=True)`` found no finished state of its settings."""
+
+
 @dataclass
 class Split:
     """Images (stored dtype) and labels of one split."""
@@ -146,6 +150,7 @@ def train_model(
     record_epoch_logits: bool = False,
     description: str = "",
     stop_after_epoch: int | None = None,
+    reuse_only: bool = False,
 ) -> TrainResult:
     """Train ``model`` with ``learner`` under ``config``.
 
@@ -167,6 +172,7 @@ def train_model(
         record_epoch_logits: keep val/test logits of every epoch (for per-epoch analyses).
         description: progress-bar label (method and seed).
         stop_after_epoch: stop (as if interrupted) after this epoch -- for tests of resume.
+        reuse_only: only reuse a finished state (else :class:`NoFinishedState`, nothing written).
 
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every
@@ -186,7 +192,7 @@ def train_model(
         run = _setup(
             model, learner, config, splits, normalization, seed, record_epoch_logits, description
         )
-        return _train_stored(run, store, fingerprint, stop_after_epoch)
+        return _train_stored(run, store, fingerprint, stop_after_epoch, reuse_only)
     finally:
         # config.num_threads and config.deterministic are this run's: torch's settings are
         # process-wide, and a later run (the next node, a reused Dask worker, a notebook
@@ -206,15 +212,21 @@ def _use_deterministic_algorithms() -> None:
 
 
 def _train_stored(
-    run: _Run, store: CheckpointStore | None, fingerprint: str, stop_after_epoch: int | None
+    run: _Run,
+    store: CheckpointStore | None,
+    fingerprint: str,
+    stop_after_epoch: int | None,
+    reuse_only: bool = False,
 ) -> TrainResult:
     """Train ``run``: without a store from its first epoch, else under the store's lock from
-    where the store's state of ``fingerprint`` ended."""
+    where the store's state of ``fingerprint`` ended (``reuse_only``: only a finished one)."""
     if store is None:
         _train_epochs(run, None, fingerprint, stop_after_epoch)
         return _result(run)
     with store.lock(run.description):  # one process per run folder; another waits, told by whom
         _resume(run, store, fingerprint)
+        if reuse_only and run.start_epoch <= run.config.epochs:
+            raise NoFinishedState(f"{store.directory} holds no finished state of these settings")
         _train_epochs(run, store, fingerprint, stop_after_epoch)
     return _result(run)
 
