@@ -417,14 +417,15 @@ def test_recording_epoch_logits_is_a_configuration_of_its_own(digits, tmp_path):
             method=method,
             seed=0,
         )
-    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2, "two configurations"
+    configurations = [p for p in (tmp_path / "ce" / "seed_0").iterdir() if p.is_dir()]
+    assert len(configurations) == 2, "two configurations of the run"
     assert (
         not outputs[False][0]["epoch_logits"] and len(outputs[True][0]["epoch_logits"]["val"]) == 1
     )
     assert set(outputs[True][1]["run_id"]) == {SESSION["run_info"]["run_id"]}, "history says who"
     assert set(outputs[True][1]["fingerprint"]) == {outputs[True][0]["provenance"]["fingerprint"]}
     # the folder is the provenance's fingerprint (retention keeps a state by it)
-    folders = {p.name for p in tmp_path.iterdir() if p.is_dir()}
+    folders = {p.name for p in configurations}
     assert {out[0]["provenance"]["fingerprint"] for out in outputs.values()} == folders
 
 

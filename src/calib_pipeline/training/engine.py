@@ -9,12 +9,14 @@ step protocol (``calibration.methods.Learner``), so the loop has a single path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,19 +186,25 @@ def train_model(
         fingerprint = _state_fingerprint(
             fingerprint, model, learner, config, splits, seed, normalization, record_epoch_logits
         )
+    with _settings_of_this_run(config):
+        run = _setup(
+            model, learner, config, splits, normalization, seed, record_epoch_logits, description
+        )
+        return _train_stored(run, store, fingerprint, stop_after_epoch, reuse_only)
+
+
+@contextlib.contextmanager
+def _settings_of_this_run(config: TrainConfig) -> Iterator[None]:
+    """``config.num_threads`` and ``config.deterministic`` for the run only: torch's settings
+    are process-wide, and a later run (the next node, a reused Dask worker, a notebook cell)
+    must not inherit them."""
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
     try:
         if config.deterministic:
             _use_deterministic_algorithms()
-        run = _setup(
-            model, learner, config, splits, normalization, seed, record_epoch_logits, description
-        )
-        return _train_stored(run, store, fingerprint, stop_after_epoch, reuse_only)
+        yield
     finally:
-        # config.num_threads and config.deterministic are this run's: torch's settings are
-        # process-wide, and a later run (the next node, a reused Dask worker, a notebook
-        # cell) must not inherit them
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic[0])
         torch.backends.cudnn.benchmark = deterministic[1]
