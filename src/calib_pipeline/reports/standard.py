@@ -10,7 +10,15 @@ import pandas as pd
 from matplotlib.collections import PolyCollection
 
 from calib_pipeline.registry import MAX_BINS, check_bins
-from calib_pipeline.reports.common import mean_std_table, method_colors, paper_view, units_note
+from calib_pipeline.reports.common import (
+    MEAN_OVER_SEEDS,
+    POOLED_OVER_SEEDS,
+    SEEDS_AVERAGED,
+    mean_std_table,
+    method_colors,
+    paper_view,
+    units_note,
+)
 from calib_pipeline.reports.registry import (
     METRIC,
     Option,
@@ -65,9 +73,10 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     wide = mean_std_table(results.metrics, metrics)
     header = (
         f"# {results.study} on {results.dataset_label}\n\n"
-        f"Clean test split, mean ± std over {len(results.seeds)} seed(s). {units_note(metrics)}\n"
+        f"Clean test split, mean ± std over {len(results.seeds)} seed(s) {SEEDS_AVERAGED}. "
+        f"{units_note(metrics)}\n"
         "`none` = uncalibrated; other calibrators were fitted on the validation split. "
-        "table.csv also holds each cell's numbers (`<metric>[_pct|_x100]_mean`, `..._std`, "
+        "table.csv also holds each cell's numbers (`<column>[_pct|_x100]_mean`, `..._std`, "
         "`n_seeds`).\n\n"
     )
     warnings = fit_warnings(results)
@@ -199,7 +208,7 @@ def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: 
     ax.text(
         0.04,
         0.95,
-        f"ECE {100 * pooled_ece(pooled):.2f}%",
+        f"ECE {100 * pooled_ece(pooled):.2f}% (pooled)",
         transform=ax.transAxes,
         va="top",
         fontsize=8,
@@ -234,12 +243,16 @@ def _share_axes(
 
 
 def seeds_note(bins: pd.DataFrame, seed: int | None) -> str:
-    """What a reliability figure pools: one seed, or every seed of the table (count-weighted)."""
+    """What a reliability figure pools: one seed, or every seed of the table (count-weighted);
+    with several seeds, that its ECE is not the tables' mean over seeds."""
     if seed is not None:
         return f"seed {seed} only"
     seeds = sorted(bins["seed"].unique().tolist())
     listed = ", ".join(map(str, seeds))
-    return f"seeds pooled (count-weighted bins of {len(seeds)} seed(s): {listed})"
+    note = f"{POOLED_OVER_SEEDS} (count-weighted bins of {len(seeds)} seed(s): {listed})"
+    if len(seeds) > 1:
+        note += f"; ECE of the pooled bins, not the tables' {MEAN_OVER_SEEDS} of each seed's ECE"
+    return note
 
 
 def reliability_figure(
