@@ -234,6 +234,19 @@ dece = _register("dece", soft.dece, unit="%", name="DECE")
 smooth_ece = _register("smooth_ece", soft.smooth_ece, unit="%", name="smECE")
 
 
+def metric_text(key: str, value: float, digits: int = 2) -> str:
+    """``value`` (a fraction, as computed) of metric ``key`` as a console line or caption
+    shows it: the metric's name (:data:`METRIC_NAMES`) and the number in its unit.
+
+    >>> metric_text("accuracy", 0.98625), metric_text("brier", 0.1234), metric_text("nll", 0.3)
+    ('Accuracy 98.62%', 'Brier 12.34 (×100)', 'NLL 0.30')
+    """
+    unit = METRIC_UNITS[key]
+    number = f"{100 * value if unit else value:.{digits}f}"
+    suffix = {"%": "%", "×100": " (×100)", "": ""}[unit]
+    return f"{METRIC_NAMES[key]} {number}{suffix}"
+
+
 def build_metric(name: str, **options: Any) -> Metric:
     """The metric registered as ``name`` with ``options`` fixed (defaults for the rest).
 
