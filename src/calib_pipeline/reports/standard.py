@@ -16,6 +16,7 @@ from calib_pipeline.reports.common import (
     SEEDS_AVERAGED,
     mean_std_table,
     method_colors,
+    metric_name,
     paper_view,
     units_note,
 )
@@ -171,11 +172,19 @@ def _bars(
     ax.add_collection(PolyCollection(corners, **style), autolim=False)
 
 
-def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: Any) -> None:
+def reliability_axes(
+    ax: plt.Axes,
+    hist: plt.Axes,
+    pooled: pd.DataFrame,
+    color: Any,
+    *,
+    seeds_pooled: bool = False,
+) -> None:
     """One reliability diagram as the papers draw it: accuracy bars per bin (the method's
     colour), the gap to the bin's mean confidence shaded, the diagonal, the ECE in the
-    panel; below it (``hist``) the share of samples per bin, so a bin of one sample reads
-    as light as it is."""
+    panel (marked ``(pooled)`` when ``seeds_pooled``: the bins of several seeds, whose ECE
+    is not the tables' mean over seeds); below it (``hist``) the share of samples per bin,
+    so a bin of one sample reads as light as it is."""
     left = pooled["lower"].to_numpy(dtype=float)
     width = (pooled["upper"] - pooled["lower"]).to_numpy(dtype=float)
     accuracy = pooled["accuracy"].to_numpy(dtype=float)
@@ -208,7 +217,8 @@ def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: 
     ax.text(
         0.04,
         0.95,
-        f"ECE {100 * pooled_ece(pooled):.2f}% (pooled)",
+        f"{metric_name('ece')} {100 * pooled_ece(pooled):.2f}%"
+        + (" (pooled)" if seeds_pooled else ""),
         transform=ax.transAxes,
         va="top",
         fontsize=8,
@@ -277,7 +287,13 @@ def reliability_figure(
         ax = fig.add_subplot(cell[0])
         hist = fig.add_subplot(cell[1], sharex=ax)
         rows_of = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
-        reliability_axes(ax, hist, pooled_bins(rows_of), (colors or {}).get(label, "#4C72B0"))
+        reliability_axes(
+            ax,
+            hist,
+            pooled_bins(rows_of),
+            (colors or {}).get(label, "#4C72B0"),
+            seeds_pooled=rows_of["seed"].nunique() > 1,
+        )
         ax.set_title(f"{label} · {cal}", fontsize=9)
         if index % columns == 0:
             ax.set_ylabel("accuracy", fontsize=8)
