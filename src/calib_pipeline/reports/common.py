@@ -115,6 +115,20 @@ def units_note(metrics: Iterable[str]) -> str:
     return "Units: " + "; ".join(parts) + "."
 
 
+def table_units_note(table: pd.DataFrame, metrics: Iterable[str]) -> str:
+    """:func:`units_note` of those ``metrics`` that head a column of ``table``'s layout (a
+    metric the metrics table lacks has no column, and the line names no column it lacks).
+
+    Raises:
+        ValueError: none of ``metrics`` heads a column.
+    """
+    columns = set(paper_view(table).columns)
+    shown = [m for m in metrics if metric_name(m) in columns]
+    if not shown:
+        raise ValueError(f"no column of the table is one of the metrics {list(metrics)}")
+    return units_note(shown)
+
+
 # --- cells -------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from calib_pipeline.reports.common import (
     method_colors,
     metric_name,
     paper_view,
-    units_note,
+    table_units_note,
     with_numbers,
 )
 from calib_pipeline.reports.published import published_artifacts
@@ -108,15 +108,16 @@ def meta_tables(
     """Table 1 (every method; ``calibrated`` adds e.g. {fm_ce: ts} as "CE (TS)") and Table 2
     (the ``ablation`` pair, FL_γ vs FL_γ-SECE): Error, NLL, ECE, MCE, AdaECE (the paper's ACE:
     adaptive, equal-mass), Classwise-ECE on the test split, mean ± std over seeds, % except
-    NLL; and
-    ``published`` (the paper's Tables 1-2 beside ours) when the study's dataset and
+    NLL; and ``published`` (the paper's Tables 1-2 beside ours) when the study's dataset and
     architecture are the paper's (ResNet-18 on CIFAR-10 / 100, Tiny-ImageNet)."""
     table1 = paper_table(results.metrics, results.methods, calibrated)
     out: dict[str, Any] = {"table1": table1}
     text = [
         f"# {results.study} on {results.dataset_label}: Table 1\n",
-        f"Test split, mean ± std over seeds {SEEDS_AVERAGED}. {units_note(TABLE_METRICS)} "
-        f"{EQUAL_MASS_NOTE}\n",
+        f"Test split, mean ± std over seeds {SEEDS_AVERAGED}. "
+        f"{table_units_note(table1, TABLE_METRICS)}"
+        + (f" {EQUAL_MASS_NOTE}" if metric_name("ece_em") in table1 else "")
+        + "\n",
         paper_view(table1).to_markdown(index=False),
     ]
     if ablation:

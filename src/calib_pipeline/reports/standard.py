@@ -18,7 +18,7 @@ from calib_pipeline.reports.common import (
     method_colors,
     metric_name,
     paper_view,
-    units_note,
+    table_units_note,
 )
 from calib_pipeline.reports.registry import (
     METRIC,
@@ -75,7 +75,7 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     header = (
         f"# {results.study} on {results.dataset_label}\n\n"
         f"Clean test split, mean ± std over {len(results.seeds)} seed(s) {SEEDS_AVERAGED}. "
-        f"{units_note(metrics)}\n"
+        f"{table_units_note(wide, metrics)}\n"
         "`none` = uncalibrated; other calibrators were fitted on the validation split. "
         "table.csv also holds each cell's numbers (`<column>[_pct|_x100]_mean`, `..._std`, "
         "`n_seeds`).\n\n"
