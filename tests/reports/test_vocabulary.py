@@ -107,3 +107,17 @@ def test_meta_figures_label_units_and_the_mean_over_seeds(focal_results):
     figure5 = build_report("bin_robustness", focal_results, n_bins=[10, 20])["figure5"]
     assert [ax.get_ylabel() for ax in figure5.axes] == ["ECE (%)", "MCE (%)"]
     assert all("mean over seeds" in ax.get_title() for ax in figure5.axes)
+
+
+def test_docs_list_every_metric_under_its_report_name_and_unit():
+    """docs/metrics.md's key table is where a reader looks a name up: it must not drift."""
+    from pathlib import Path
+
+    from calib_pipeline.reports.common import metric_unit
+
+    text = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    keys = text[text.index("## Keys") : text.index("### Differentiable estimators")]
+    documented = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", keys, flags=re.M))
+    units = {"%": "%", "×100": "×100", "": "as computed"}
+    for key, name in METRIC_NAMES.items():
+        assert documented[key].startswith(f"{name}, {units[metric_unit(key)]}"), key
