@@ -503,7 +503,7 @@ def overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{study}: {label} over training ({MEAN_OVER_SEEDS})", fontsize=10)
+    fig.suptitle(f"{study}: {label} over training ({MEAN_OVER_SEEDS}, ±1 std band)", fontsize=10)
     fig.tight_layout()
     return fig
 
