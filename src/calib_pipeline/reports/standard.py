@@ -261,7 +261,7 @@ def seeds_note(bins: pd.DataFrame, seed: int | None) -> str:
     listed = ", ".join(map(str, seeds))
     note = f"{POOLED_OVER_SEEDS} (count-weighted bins of {len(seeds)} seed(s): {listed})"
     if len(seeds) > 1:
-        note += f"; ECE of the pooled bins, not the tables' {MEAN_OVER_SEEDS} of each seed's ECE"
+        note += f"; ECE of the pooled bins, not the tables' {MEAN_OVER_SEEDS}"
     return note
 
 
