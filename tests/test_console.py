@@ -75,13 +75,12 @@ def test_a_training_line_gives_the_selected_epoch_not_the_last():
         {"epoch": [1, 2, 3], "val_accuracy": [0.5, 0.9, 0.8], "test_accuracy": [0.4, 0.88, 0.7]}
     )
     outputs = {"ce.seed_0.checkpoint": {"selected_epoch": 2}, "ce.seed_0.history": history}
-    assert node_result(outputs) == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800"
+    # accuracy as every report shows it: by its name, in %
+    selected = "epoch 2 of 3 selected: val Accuracy 90.00%, test Accuracy 88.00%"
+    assert node_result(outputs) == selected
     # a rerun says when it did not train (docs/reliability.md: it "says so")
     reused = {**outputs, "ce.seed_0.checkpoint": {"selected_epoch": 2, "resumed_after_epoch": 3}}
-    assert (
-        node_result(reused)
-        == "epoch 2 of 3 selected: val acc 0.9000, test acc 0.8800 (reused: trained earlier)"
-    )
+    assert node_result(reused) == f"{selected} (reused: trained earlier)"
     resumed = {**outputs, "ce.seed_0.checkpoint": {"selected_epoch": 2, "resumed_after_epoch": 1}}
     assert node_result(resumed).endswith("(resumed after epoch 1)")
     claims = {"verdicts": {"line": "focal on digits: 2 of 18 paper claims hold"}}
@@ -193,13 +192,13 @@ def test_a_run_prints_a_line_per_node_and_where_its_outputs_are_and_logs_the_res
     assert not [line for line in lines if "Traceback" in line or "WARNING" in line], "\n".join(
         lines
     )
-    assert "ce.train_seed_0" in " ".join(lines) and "selected: val acc" in " ".join(lines)
+    assert "ce.train_seed_0" in " ".join(lines) and "selected: val Accuracy" in " ".join(lines)
     summary = " ".join(lines[-4:])
     assert f"reports: {data_dir}/08_reporting/test/baseline/" in summary and "summary" in summary
     assert "MLflow: parent run" in summary and f"log: {data_dir}/logs/" in summary
     log = run_log(data_dir)
     assert "Loading data from raw_data" in log and "Running node: train_seed_0" in log
-    assert "ce seed 0: val acc" in log and "ts learned" in log, (
+    assert "ce seed 0: val Accuracy" in log and "ts learned" in log, (
         "the project's INFO messages stay in the log"
     )
 

@@ -302,7 +302,7 @@ def test_analysis_notebook_executes_over_the_catalog(project_run, monkeypatch):
     text = "".join(o.get("text", "") for o in outputs)
     assert "version(s); loaded" in text and "architecture: small_cnn" in text
     assert "logits and calibrators of training run 20" in text, "checked as one training's"
-    assert "Units: accuracy, ece, ece_em, classwise_ece in %; nll as computed." in text
+    assert "Units: Accuracy, ECE, AdaECE, Classwise-ECE in %; NLL as computed." in text
     shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
     # no warning of any kind (tqdm's "IProgress not found" without ipywidgets, a deprecation...)
     assert not [o for o in outputs if o.get("name") == "stderr"], "nothing on stderr"
@@ -337,14 +337,14 @@ def test_focal_meta_study_runs_end_to_end_on_conf_test(tmp_path):
         "NLL",
         "ECE",
         "MCE",
-        "ACE",
-        "Classwise ECE",
+        "AdaECE",
+        "Classwise-ECE",
     ]
     assert {"ece_pct_mean", "ece_pct_std", "nll_mean", "n_seeds"} <= set(
         table1.columns
     )  # the cells' numbers
     latex = (report / "meta_tables" / version / "meta_tables" / "table1.tex").read_text()
-    assert "Classwise ECE" in latex and "mean" not in latex  # LaTeX: the paper layout alone
+    assert "Classwise-ECE" in latex and "mean" not in latex  # LaTeX: the paper layout alone
     assert {"CE", "CE (TS)", "FLγ-SECE", "CE-DECE"} <= set(table1["Methods"])
     # one seed on conf/test: the std columns are NaN, nothing else may be
     assert not table1.drop(columns=[c for c in table1 if c.endswith("_std")]).isna().any().any(), (

@@ -648,7 +648,7 @@ def test_mlflow_shows_a_dask_run_as_the_sequential_run_with_training_in_worker_p
         )
     assert reference[method].data.tags["calib.pid"] == reference_parent.data.tags["calib.pid"]
     run_log = next((baseline_runs["dask"].data / "logs").glob("*.log")).read_text()
-    assert "ce seed 0: val acc" in run_log, "worker logs reach the driver (and its run log)"
+    assert "ce seed 0: val Accuracy" in run_log, "worker logs reach the driver (and its run log)"
     node_lines = [
         line
         for line in baseline_runs["dask"].output.splitlines()

@@ -476,9 +476,13 @@ def node_result(outputs: dict[str, Any]) -> str:
 
 
 def _training_result(history: Any, checkpoint: dict[str, Any]) -> str:
-    """``epoch 11 of 20 selected: val acc 0.991, test acc 0.981`` (the selected epoch's row),
-    then ``(reused: trained earlier)`` or ``(resumed after epoch k)`` where the training
-    found a stored state."""
+    """``epoch 11 of 20 selected: val Accuracy 99.10%, test Accuracy 98.10%`` (the selected
+    epoch's row; each metric by its report name and unit), then ``(reused: trained earlier)``
+    or ``(resumed after epoch k)`` where the training found a stored state."""
+    # imported here: they load torch, which only a finished training needs
+    from calib_pipeline.calibration.metrics import metric_text
+    from calib_pipeline.training.artifacts import training_reuse
+
     selected = checkpoint.get("selected_epoch")
     rows = (
         history[history["epoch"] == selected]
@@ -487,14 +491,11 @@ def _training_result(history: Any, checkpoint: dict[str, Any]) -> str:
     )
     row = (rows if len(rows) else history).iloc[-1]
     accuracies = ", ".join(
-        f"{split} acc {row[f'{split}_accuracy']:.4f}"
+        f"{split} {metric_text('accuracy', row[f'{split}_accuracy'])}"
         for split in ("val", "test")
         if f"{split}_accuracy" in row
     )
     line = f"epoch {int(row['epoch'])} of {len(history)} selected: {accuracies}"
-    # imported here: it loads torch, which only a finished training needs
-    from calib_pipeline.training.artifacts import training_reuse
-
     reuse = training_reuse(checkpoint, epochs=len(history))
     if reuse == "reused":
         return f"{line} (reused: trained earlier)"

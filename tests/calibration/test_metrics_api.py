@@ -412,5 +412,16 @@ def test_every_metric_declares_how_reports_show_it():
     assert metric_unit("ece") == metric_unit("classwise_ece") == "%"
     assert (metric_unit("brier"), metric_unit("nll")) == ("×100", "")
     with pytest.raises(TypeError, match="unit must be one of"):
-        M._register("ece_probe", lambda pred: pred, unit="percent")
+        M._register("ece_probe", lambda pred: pred, unit="percent", name="ECE probe")
     assert "ece_probe" not in M.METRICS.names()
+
+
+def test_every_metric_has_one_name_no_other_metric_goes_by():
+    """The report name is declared at registration, one per metric: equal-mass ECE is
+    "AdaECE" everywhere, never "ACE" in one table and ``ece_em`` in another."""
+    assert set(M.METRIC_NAMES) == set(M.METRICS.names())
+    assert len(set(M.METRIC_NAMES.values())) == len(M.METRIC_NAMES)
+    assert (M.METRIC_NAMES["ece_em"], M.METRIC_NAMES["ece_l2"]) == ("AdaECE", "L2-ECE")
+    with pytest.raises(TypeError, match="name 'AdaECE' is already metric 'ece_em'"):
+        M._register("ece_probe", lambda pred: pred, unit="%", name="AdaECE")
+    assert "ece_probe" not in M.METRICS.names() and "ece_probe" not in M.METRIC_NAMES

@@ -122,9 +122,9 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
     assert list(summary["table"].columns) == [
         "label",
         "calibrator",
-        "accuracy",
-        "nll",
-        "ece",  # the cells, as the Markdown shows them
+        "Accuracy",
+        "NLL",
+        "ECE",  # the cells, as the Markdown shows them, each metric by its name
         "accuracy_pct_mean",
         "accuracy_pct_std",
         "nll_mean",
@@ -133,7 +133,7 @@ def test_study_runs_end_to_end_in_memory(small_digits, tmp_path):
         "ece_pct_std",
         "n_seeds",
     ]
-    assert "Units: accuracy, ece in %; nll as computed." in summary["summary"]
+    assert "Units: Accuracy, ECE in %; NLL as computed." in summary["summary"]
     assert set(catalog.load("mini.report_reliability")) == {"reliability_10_bins"}
     checkpoint = catalog.load("ce.seed_0.checkpoint")
     assert checkpoint["architecture"]["name"] == "small_cnn" and checkpoint["seed"] == 0

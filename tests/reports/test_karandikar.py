@@ -19,29 +19,29 @@ def test_karandikar_table_layout_and_cells(soft_results):
         "Primary",
         "Secondary",
         "Accuracy",
-        "ECE",
-        "ECE+TS",
-        "ECE+TS-SB-ECE",
-    ]
+        "L2-ECE",
+        "L2-ECE+TS",
+        "L2-ECE+TS-SB-ECE",
+    ]  # the paper's ECE columns, under the metric's one name
     assert table[["Primary", "Secondary"]].values.tolist() == [
         ["NLL", "none"],
         ["NLL", "MMCE"],
         ["Focal", "none"],
         ["Focal", "SB-ECE"],
     ]
-    assert table.loc[0, "ECE"] == cell([0.09, 0.10, 0.11], "sem")
+    assert table.loc[0, "L2-ECE"] == cell([0.09, 0.10, 0.11], "sem")
     assert table.loc[0, "Accuracy"] == cell([0.78, 0.79, 0.80], "sem")
-    assert table.loc[1, "ECE"] == cell([0.04, 0.05, 0.07], "sem")  # the selected beta = 1 member
+    assert table.loc[1, "L2-ECE"] == cell([0.04, 0.05, 0.07], "sem")  # the selected beta = 1 member
     assert out["selection"]["method"].tolist() == ["sc_nll_mmce_beta_1"]
-    grid = out["grid_ece"].set_index("Primary")
+    grid = out["grid_l2_ece"].set_index("Primary")
     assert paper_view(grid).columns.tolist() == ["none", "MMCE", "SB-ECE"]
-    assert grid.loc["NLL", "mmce_pct_mean"] == table.loc[1, "ece_pct_mean"]
-    assert grid.loc["NLL", "MMCE"] == table.loc[1, "ECE"] and pd.isna(grid.loc["NLL", "SB-ECE"])
-    assert {"grid_accuracy", "grid_ece_ts", "grid_ece_ts_sb_ece"} <= set(out)
-    assert f"**{table.loc[3, 'ECE']}**" in out["karandikar_table"]  # lowest ECE in bold
+    assert grid.loc["NLL", "mmce_pct_mean"] == table.loc[1, "l2_ece_pct_mean"]
+    assert grid.loc["NLL", "MMCE"] == table.loc[1, "L2-ECE"] and pd.isna(grid.loc["NLL", "SB-ECE"])
+    assert {"grid_accuracy", "grid_l2_ece_ts", "grid_l2_ece_ts_sb_ece"} <= set(out)
+    assert f"**{table.loc[3, 'L2-ECE']}**" in out["karandikar_table"]  # lowest ECE in bold
     # std instead of SEM, and a post-hoc column dropped
     plain = build_report("karandikar_table", soft_results, spread="std", ts_sb_ece=None)["table"]
-    assert plain.loc[0, "ECE"] == cell([0.09, 0.10, 0.11]) and "ECE+TS-SB-ECE" not in plain
+    assert plain.loc[0, "L2-ECE"] == cell([0.09, 0.10, 0.11]) and "L2-ECE+TS-SB-ECE" not in plain
 
 
 def test_karandikar_table_loss_mapping_and_failures(soft_results):

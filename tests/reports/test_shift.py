@@ -114,13 +114,14 @@ def test_shift_tables_layout(tables):
         "calibrator",
         "corruption",
         "severity",
-        "accuracy",
-        "ece",
-        "ece_em",
-        "nll",
-        "brier",
-        "auroc",
-    ]
+        "Accuracy",
+        "ECE",
+        "AdaECE",
+        "NLL",
+        "Brier",
+        "AUROC",
+    ]  # each metric by its one name (reports.common.metric_name)
+    assert "adaece_pct_mean" in per.columns
     assert len(per) == 2 * 2 * (3 * 5 + 2)
     means = tables["mean_over_corruptions"]
     assert list(means.columns[:4]) == ["source", "label", "calibrator", "level"]
@@ -138,16 +139,16 @@ def test_mean_over_corruptions_is_mean_and_sem_across_types_of_seed_means(tables
     means = tables["mean_over_corruptions"]
     # seed means 0.031, 0.032, 0.033 -> mean 3.20 %, SEM 0.1 / sqrt(3) = 0.06 %
     assert (
-        cell(means, "ece", source="generated", label="CE", calibrator="none", level="3")
+        cell(means, "ECE", source="generated", label="CE", calibrator="none", level="3")
         == "3.20 ± 0.06"
     )
     assert (
-        cell(means, "ece", source="generated", label="FL", calibrator="ts", level="3")
+        cell(means, "ECE", source="generated", label="FL", calibrator="ts", level="3")
         == "3.40 ± 0.06"
     )
     # one official corruption: its own rows, no SEM, the generated ones are not in it
     assert (
-        cell(means, "ece", source="cifar10_c", label="CE", calibrator="none", level="2") == "7.10"
+        cell(means, "ECE", source="cifar10_c", label="CE", calibrator="none", level="2") == "7.10"
     )
     clean = tidy()
     clean_ece = clean[
@@ -158,7 +159,7 @@ def test_mean_over_corruptions_is_mean_and_sem_across_types_of_seed_means(tables
         & (clean["calibrator"] == "none")
     ]["value"].mean()
     assert (
-        cell(means, "ece", source="generated", label="CE", calibrator="none", level="clean")
+        cell(means, "ECE", source="generated", label="CE", calibrator="none", level="clean")
         == f"{clean_ece * 100:.2f}"
     )
 
@@ -169,7 +170,7 @@ def test_within_sem_removes_the_corruption_type_effect():
     assert (
         cell(
             tables["mean_over_corruptions"],
-            "ece",
+            "ECE",
             source="generated",
             label="CE",
             calibrator="none",
@@ -225,7 +226,7 @@ def test_natural_shift_table_in_singh_layout():
     assert list(paper_view(table).columns) == ["label", "calibrator"] + [
         f"{s} {m}"
         for s in ("cifar10_1", "cifar10_2")
-        for m in ("accuracy", "brier", "ece", "auroc")
+        for m in ("Accuracy", "Brier", "ECE", "AUROC")
     ]
     assert table[["label", "calibrator"]].values.tolist() == [
         ["CE", "none"],
@@ -234,8 +235,8 @@ def test_natural_shift_table_in_singh_layout():
         ["FL", "ts"],
     ]
     # seeds 0.001 * 7 + {0, 0.002}: mean 0.8 %, std 0.14 %; Brier is x100 too (Singh)
-    assert cell(table, "cifar10_1 ece", label="CE", calibrator="none") == "0.80 ± 0.14"
-    assert cell(table, "cifar10_1 brier", label="FL", calibrator="ts") == "1.00 ± 0.14"
+    assert cell(table, "cifar10_1 ECE", label="CE", calibrator="none") == "0.80 ± 0.14"
+    assert cell(table, "cifar10_1 Brier", label="FL", calibrator="ts") == "1.00 ± 0.14"
     assert (
         "| CE" in out["natural_shift_table"]
         and "`cifar10_1`, `cifar10_2`" in out["natural_shift_table"]
@@ -246,9 +247,9 @@ def test_natural_shift_table_in_singh_layout():
     assert list(paper_view(with_clean).columns) == [
         "label",
         "calibrator",
-        "test ece",
-        "cifar10_1 ece",
-        "cifar10_2 ece",
+        "test ECE",
+        "cifar10_1 ECE",
+        "cifar10_2 ECE",
     ]
 
 

@@ -51,7 +51,7 @@ def panels(fig):
 
 
 def ece_of(text):
-    return float(re.fullmatch(r"ECE (\d+\.\d+)%", text).group(1)) / 100
+    return float(re.fullmatch(r"ECE (\d+\.\d+)%( \(pooled\))?", text).group(1)) / 100
 
 
 def test_grid_fits_a_page_and_each_panel_prints_its_pooled_ece(results):
@@ -68,9 +68,11 @@ def test_grid_fits_a_page_and_each_panel_prints_its_pooled_ece(results):
         label, cal = title.split(" · ")
         cell = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
         assert ece_of(text) == pytest.approx(expected_ece(cell), abs=5e-5), title
+        assert text.endswith("(pooled)"), "the panel's ECE says it pools the seeds"
         assert np.allclose(color[:3], colors[label][:3])
     title = fig._suptitle.get_text()
     assert "15 bins" in title and "seeds pooled" in title and "3 seed(s): 0, 1, 2" in title
+    assert "not the tables' mean over seeds" in title  # so Table 1's ECE may differ
     assert fig.legends and [t.get_text() for t in fig.legends[0].texts] == [
         "perfect calibration",
         "accuracy",
@@ -86,7 +88,9 @@ def test_one_seed_is_drawn_alone_and_said_so(results):
         label, cal = title.split(" · ")
         cell = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
         assert ece_of(text) == pytest.approx(expected_ece(cell), abs=5e-5), title
+        assert "pooled" not in text
     assert "seed 1 only" in fig._suptitle.get_text()
+    assert "mean over seeds" not in fig._suptitle.get_text()
     plt.close(fig)
 
 

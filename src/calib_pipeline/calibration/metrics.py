@@ -139,13 +139,19 @@ def _checked_options(settings: Mapping[str, Any], nullable: Collection[str] = ()
 #: metric is registered, so a new metric cannot be shown in another unit than its siblings.
 METRIC_UNITS: dict[str, str] = {}
 _UNITS = ("%", "×100", "")
+#: The one name a metric goes by in every report table header, figure label, units line and
+#: console line (the key stays the name in code, the tidy table and MLflow). Where a paper
+#: calls the same quantity otherwise (Mukhoti et al.'s AdaECE is the meta-regularisation
+#: paper's ACE), a reproduced paper table says so in a note; docs/metrics.md lists them all.
+METRIC_NAMES: dict[str, str] = {}
 
 
 def _register(
-    key: str, compute: Callable[..., torch.Tensor], *, unit: str
+    key: str, compute: Callable[..., torch.Tensor], *, unit: str, name: str
 ) -> Callable[..., torch.Tensor]:
     """Register ``compute(pred: Predictions, **options) -> R-vector`` as metric ``key``,
-    shown in reports in ``unit`` (see :data:`METRIC_UNITS`).
+    shown in reports in ``unit`` (see :data:`METRIC_UNITS`) under ``name``
+    (:data:`METRIC_NAMES`; no two metrics share one).
 
     Returns the public function ``key(logits, labels, *, inputs="logits", **options)``
     with ``compute``'s documented options: it builds the metric (checking the options) and
@@ -153,6 +159,9 @@ def _register(
     """
     if unit not in _UNITS:
         raise TypeError(f"metric {key!r}: unit must be one of {_UNITS}, got {unit!r}")
+    named = {shown: other for other, shown in METRIC_NAMES.items()}
+    if name in named:
+        raise TypeError(f"metric {key!r}: name {name!r} is already metric {named[name]!r}'s")
     options = list(inspect.signature(compute).parameters.values())[1:]
     defaults = {option.name: option.default for option in options}
     unchecked = sorted(set(defaults) - set(_OPTION_CHECKS))
@@ -171,6 +180,7 @@ def _register(
     )
     METRICS.register(key, validate=validate)(factory)
     METRIC_UNITS[key] = unit
+    METRIC_NAMES[key] = name
 
     def metric(
         logits: Any, labels: Any, *, inputs: str = "logits", **settings: Any
@@ -194,28 +204,47 @@ def _register(
     return metric
 
 
-accuracy = _register("accuracy", hard.accuracy, unit="%")
-error = _register("error", hard.error, unit="%")
-nll = _register("nll", hard.nll, unit="")
-brier = _register("brier", hard.brier, unit="×100")
-mean_confidence = _register("mean_confidence", hard.mean_confidence, unit="%")
-mean_entropy = _register("mean_entropy", hard.mean_entropy, unit="")
-ece = _register("ece", hard.ece, unit="%")
-ece_em = _register("ece_em", hard.ece_em, unit="%")
-mce = _register("mce", hard.mce, unit="%")
-ece_l2 = _register("ece_l2", hard.ece_l2, unit="%")
-ece_lb = _register("ece_lb", hard.ece_lb, unit="%")
-classwise_ece = _register("classwise_ece", hard.classwise_ece, unit="%")
-overconfidence_error = _register("overconfidence_error", hard.overconfidence_error, unit="%")
-debiased_ece_l2 = _register("debiased_ece_l2", hard.debiased_ece_l2, unit="%")
-auroc = _register("auroc", hard.auroc, unit="%")
-decomp_alpha = _register("decomp_alpha", hard.decomp_alpha, unit="%")
-decomp_beta = _register("decomp_beta", hard.decomp_beta, unit="%")
-decomp_gamma = _register("decomp_gamma", hard.decomp_gamma, unit="%")
-sece = _register("sece", soft.sece, unit="%")
-sb_ece = _register("sb_ece", soft.sb_ece, unit="%")
-dece = _register("dece", soft.dece, unit="%")
-smooth_ece = _register("smooth_ece", soft.smooth_ece, unit="%")
+accuracy = _register("accuracy", hard.accuracy, unit="%", name="Accuracy")
+error = _register("error", hard.error, unit="%", name="Error")
+nll = _register("nll", hard.nll, unit="", name="NLL")
+brier = _register("brier", hard.brier, unit="×100", name="Brier")
+mean_confidence = _register(
+    "mean_confidence", hard.mean_confidence, unit="%", name="Mean confidence"
+)
+mean_entropy = _register("mean_entropy", hard.mean_entropy, unit="", name="Mean entropy")
+ece = _register("ece", hard.ece, unit="%", name="ECE")
+ece_em = _register("ece_em", hard.ece_em, unit="%", name="AdaECE")
+mce = _register("mce", hard.mce, unit="%", name="MCE")
+ece_l2 = _register("ece_l2", hard.ece_l2, unit="%", name="L2-ECE")
+ece_lb = _register("ece_lb", hard.ece_lb, unit="%", name="LB-ECE")
+classwise_ece = _register("classwise_ece", hard.classwise_ece, unit="%", name="Classwise-ECE")
+overconfidence_error = _register(
+    "overconfidence_error", hard.overconfidence_error, unit="%", name="Overconfidence error"
+)
+debiased_ece_l2 = _register(
+    "debiased_ece_l2", hard.debiased_ece_l2, unit="%", name="Debiased L2-ECE"
+)
+auroc = _register("auroc", hard.auroc, unit="%", name="AUROC")
+decomp_alpha = _register("decomp_alpha", hard.decomp_alpha, unit="%", name="α")
+decomp_beta = _register("decomp_beta", hard.decomp_beta, unit="%", name="β")
+decomp_gamma = _register("decomp_gamma", hard.decomp_gamma, unit="%", name="γ")
+sece = _register("sece", soft.sece, unit="%", name="SECE")
+sb_ece = _register("sb_ece", soft.sb_ece, unit="%", name="SB-ECE")
+dece = _register("dece", soft.dece, unit="%", name="DECE")
+smooth_ece = _register("smooth_ece", soft.smooth_ece, unit="%", name="smECE")
+
+
+def metric_text(key: str, value: float, digits: int = 2) -> str:
+    """``value`` (a fraction, as computed) of metric ``key`` as a console line or caption
+    shows it: the metric's name (:data:`METRIC_NAMES`) and the number in its unit.
+
+    >>> metric_text("accuracy", 0.98625), metric_text("brier", 0.1234), metric_text("nll", 0.3)
+    ('Accuracy 98.62%', 'Brier 12.34 (×100)', 'NLL 0.30')
+    """
+    unit = METRIC_UNITS[key]
+    number = f"{100 * value if unit else value:.{digits}f}"
+    suffix = {"%": "%", "×100": " (×100)", "": ""}[unit]
+    return f"{METRIC_NAMES[key]} {number}{suffix}"
 
 
 def build_metric(name: str, **options: Any) -> Metric:

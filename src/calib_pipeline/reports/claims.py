@@ -60,7 +60,7 @@ from calib_pipeline.reports.claim_specs import (
     parse_claim,
     study_claims,
 )
-from calib_pipeline.reports.common import METRIC_NAMES, UNCALIBRATED, UNSHIFTED
+from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED, metric_name
 from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
@@ -456,7 +456,7 @@ def judge(
 def _metric_text(terms: tuple[tuple[str, float], ...]) -> str:
     parts = []
     for index, (name, weight) in enumerate(terms):
-        label = METRIC_NAMES.get(name, name)
+        label = metric_name(name)
         factor = "" if abs(weight) == 1 else f"{abs(weight):g}·"
         sign = ("−" if weight < 0 else "") if index == 0 else (" − " if weight < 0 else " + ")
         parts.append(f"{sign}{factor}{label}")

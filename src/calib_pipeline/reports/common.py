@@ -28,6 +28,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
+from calib_pipeline.calibration.metrics import METRIC_NAMES as REGISTERED_NAMES
 from calib_pipeline.calibration.metrics import METRIC_UNITS
 
 if TYPE_CHECKING:
@@ -43,22 +44,21 @@ PERCENT_METRICS = tuple(key for key, unit in {**METRIC_UNITS, **DERIVED_UNITS}.i
 UNIT_NAMES = {"%": "pct", "×100": "x100"}
 SPREADS = ("std", "sem")
 MISSING_CELL = "–"
-# Column headers of the metrics in the paper layouts.
-METRIC_NAMES = {
-    "accuracy": "Accuracy",
-    "error": "Error",
-    "ece": "ECE",
-    "ece_em": "AdaECE",
-    "ece_l2": "ECE",
-    "classwise_ece": "Classwise-ECE",
-    "brier": "Brier",
-    "auroc": "AUROC",
-    "nll": "NLL",
-    "decomp_alpha": "α",
-    "decomp_beta": "β",
-    "decomp_gamma": "γ",
-    "decomp_ece": "α − β − γ",
-}
+# The one name of each metric in every table header, figure label and units line: the name
+# declared with the metric (calibration.metrics METRIC_NAMES), and the α − β − γ column.
+METRIC_NAMES = {**REGISTERED_NAMES, "decomp_ece": "α − β − γ"}
+# Under a table with the equal-mass ECE: the papers' own names of that one quantity.
+EQUAL_MASS_NOTE = (
+    "AdaECE = the equal-mass (adaptive) ECE, `ece_em`: Mukhoti et al.'s AdaECE, the "
+    "meta-regularisation paper's ACE (not Nixon et al.'s classwise ACE)."
+)
+# The two ways a number over seeds is made, named alike wherever a title or caption could be
+# read either way: tables average each seed's metric; reliability diagrams and the γ histogram
+# pool the seeds' samples (their ECE is that of the pooled bins, not a mean of per-seed ECEs).
+# SEEDS_AVERAGED follows a table's "mean ± std over N seed(s)" to say which.
+MEAN_OVER_SEEDS = "mean over seeds"
+POOLED_OVER_SEEDS = "seeds pooled"
+SEEDS_AVERAGED = "(each seed's value, then the mean; a reliability diagram pools the seeds instead)"
 # A Markdown table is for reading; beyond this many rows only the CSV is written (the tidy
 # metrics tables have ~10^5 rows, slow for tabulate to render: docs/performance.md).
 MARKDOWN_MAX_ROWS = 2000
@@ -77,21 +77,56 @@ def metric_unit(metric: str) -> str:
     return {**METRIC_UNITS, **DERIVED_UNITS}.get(metric, "")
 
 
-def units_note(metrics: Iterable[str]) -> str:
-    """One line stating the units of ``metrics`` as the reports show them.
+def metric_name(metric: str) -> str:
+    """The name ``metric`` goes by in every report (:data:`METRIC_NAMES`); a key without a
+    registered name (e.g. a history column) as it is.
 
-    >>> units_note(["accuracy", "nll", "ece", "brier"])
-    'Units: accuracy, ece in %; brier ×100; nll as computed.'
+    >>> metric_name("ece_em"), metric_name("classwise_ece"), metric_name("temperature")
+    ('AdaECE', 'Classwise-ECE', 'temperature')
+    """
+    return METRIC_NAMES.get(metric, metric)
+
+
+def axis_label(metric: str) -> str:
+    """``metric``'s name and unit, as a figure's axis shows it.
+
+    >>> axis_label("ece_em"), axis_label("brier"), axis_label("nll")
+    ('AdaECE (%)', 'Brier (×100)', 'NLL')
+    """
+    unit = metric_unit(metric)
+    return f"{metric_name(metric)} ({unit})" if unit else metric_name(metric)
+
+
+def units_note(metrics: Iterable[str]) -> str:
+    """One line stating the units of ``metrics`` as the reports show them, each by its name
+    (:func:`metric_name`: the name of its column).
+
+    >>> units_note(["accuracy", "nll", "ece", "ece_em", "brier"])
+    'Units: Accuracy, ECE, AdaECE in %; Brier ×100; NLL as computed.'
     """
     by_unit: dict[str, list[str]] = {"%": [], "×100": [], "": []}
     for metric in dict.fromkeys(metrics):
-        by_unit[metric_unit(metric)].append(metric)
+        by_unit[metric_unit(metric)].append(metric_name(metric))
     parts = [
         f"{', '.join(names)} {'in %' if unit == '%' else unit or 'as computed'}"
         for unit, names in by_unit.items()
         if names
     ]
     return "Units: " + "; ".join(parts) + "."
+
+
+def table_units_note(table: pd.DataFrame, metrics: Iterable[str]) -> str:
+    """:func:`units_note` of those ``metrics`` that head a column of ``table``'s layout (a
+    metric the metrics table lacks has no column, and the line names no column it lacks).
+
+    Raises:
+        ValueError: none of ``metrics`` heads a column.
+    """
+    columns = set(paper_view(table).columns)
+    shown = [m for m in metrics if metric_name(m) in columns]
+    if not shown:
+        raise ValueError(f"no column of the table is one of the metrics {list(metrics)}")
+    return units_note(shown)
 
 
 # --- cells -------------------------------------------------------------------------------
@@ -311,9 +346,11 @@ def mean_std_table(
     table: pd.DataFrame, metrics: list[str], *, split: str = "test", shift: str = UNSHIFTED
 ) -> pd.DataFrame:
     """:func:`cell_table` with its numbers (:func:`with_numbers`): columns ``label,
-    calibrator, *metrics`` (formatted), then ``<metric>[_<unit>]_mean`` / ``_std`` per
-    metric and ``n_seeds``."""
-    return with_numbers(cell_table(table, metrics, split=split, shift=shift))
+    calibrator`` and one per metric headed by its name (:func:`metric_name`, formatted),
+    then ``<name>[_<unit>]_mean`` / ``_std`` per metric (``adaece_pct_mean`` for ``ece_em``)
+    and ``n_seeds``."""
+    wide = cell_table(table, metrics, split=split, shift=shift)
+    return with_numbers(wide.rename(columns={m: metric_name(m) for m in metrics}))
 
 
 # --- rows of the tidy table --------------------------------------------------------------

@@ -12,11 +12,17 @@ import torch
 
 from calib_pipeline.calibration.metrics import calibration_metrics_batched
 from calib_pipeline.reports.common import (
+    EQUAL_MASS_NOTE,
+    MEAN_OVER_SEEDS,
+    POOLED_OVER_SEEDS,
+    SEEDS_AVERAGED,
     UNCALIBRATED,
+    axis_label,
     cell_table,
     method_colors,
+    metric_name,
     paper_view,
-    units_note,
+    table_units_note,
     with_numbers,
 )
 from calib_pipeline.reports.published import published_artifacts
@@ -32,15 +38,8 @@ from calib_pipeline.reports.registry import (
 )
 
 TABLE_METRICS = ["error", "nll", "ece", "mce", "ece_em", "classwise_ece"]
-TABLE_HEADERS = {
-    "label": "Methods",
-    "error": "Error",
-    "nll": "NLL",
-    "ece": "ECE",
-    "mce": "MCE",
-    "ece_em": "ACE",
-    "classwise_ece": "Classwise ECE",
-}
+# The paper's "Methods" column, then each metric by its name (the paper's ACE is AdaECE).
+TABLE_HEADERS = {"label": "Methods", **{m: metric_name(m) for m in TABLE_METRICS}}
 BIN_COUNTS = [10, 20, 50, 100, 200, 500, 1000]
 CURVE_COLUMNS = (
     "test_ece",
@@ -64,7 +63,8 @@ def paper_table(
             right after its method.
 
     Returns:
-        Columns Methods, Error, NLL, ECE, MCE, ACE, Classwise ECE: mean ± std over seeds
+        Columns Methods, Error, NLL, ECE, MCE, AdaECE (the paper's ACE), Classwise-ECE:
+        mean ± std over seeds
         on the test split, % except NLL; then their numbers (``error_pct_mean``,
         ``error_pct_std``, ..., ``nll_mean``, ..., ``n_seeds``: :func:`~.common.with_numbers`).
     """
@@ -106,15 +106,18 @@ def meta_tables(
     ablation: list[str] | None = None,
 ) -> dict[str, Any]:
     """Table 1 (every method; ``calibrated`` adds e.g. {fm_ce: ts} as "CE (TS)") and Table 2
-    (the ``ablation`` pair, FL_γ vs FL_γ-SECE): Error, NLL, ECE, MCE, ACE (adaptive,
-    equal-mass), classwise ECE on the test split, mean ± std over seeds, % except NLL; and
-    ``published`` (the paper's Tables 1-2 beside ours) when the study's dataset and
+    (the ``ablation`` pair, FL_γ vs FL_γ-SECE): Error, NLL, ECE, MCE, AdaECE (the paper's ACE:
+    adaptive, equal-mass), Classwise-ECE on the test split, mean ± std over seeds, % except
+    NLL; and ``published`` (the paper's Tables 1-2 beside ours) when the study's dataset and
     architecture are the paper's (ResNet-18 on CIFAR-10 / 100, Tiny-ImageNet)."""
     table1 = paper_table(results.metrics, results.methods, calibrated)
     out: dict[str, Any] = {"table1": table1}
     text = [
         f"# {results.study} on {results.dataset_label}: Table 1\n",
-        f"Test split, mean ± std over seeds. {units_note(TABLE_METRICS)}\n",
+        f"Test split, mean ± std over seeds {SEEDS_AVERAGED}. "
+        f"{table_units_note(table1, TABLE_METRICS)}"
+        + (f" {EQUAL_MASS_NOTE}" if metric_name("ece_em") in table1 else "")
+        + "\n",
         paper_view(table1).to_markdown(index=False),
     ]
     if ablation:
@@ -169,9 +172,11 @@ def curves_figure(curves: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
         if "test_gamma_mean" in frame and frame["test_gamma_mean"].notna().any():
             axes[1].plot(frame["epoch"], frame["test_gamma_mean"], label=label, color=colors[label])
             axes[2].plot(frame["epoch"], frame["test_gamma_std"], label=label, color=colors[label])
-    axes[0].set(title="test ECE (%) per epoch", xlabel="epoch", ylabel="ECE (%)")
-    axes[1].set(title="mean of γ on test", xlabel="epoch", ylabel="mean γ")
-    axes[2].set(title="std of γ on test", xlabel="epoch", ylabel="std γ")
+    axes[0].set(
+        title=f"test ECE per epoch, {MEAN_OVER_SEEDS}", xlabel="epoch", ylabel=axis_label("ece")
+    )
+    axes[1].set(title=f"mean of γ on test, {MEAN_OVER_SEEDS}", xlabel="epoch", ylabel="mean γ")
+    axes[2].set(title=f"std of γ on test, {MEAN_OVER_SEEDS}", xlabel="epoch", ylabel="std γ")
     axes[0].legend(fontsize=7)
     if axes[1].lines:
         axes[1].legend(fontsize=7)
@@ -248,12 +253,12 @@ def bins_figure(table: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
         axes[1].plot(
             frame["n_bins"], 100 * frame["mce"], marker="o", label=label, color=colors[method]
         )
-    for ax, name in zip(axes, ("ECE", "MCE")):
+    for ax, metric in zip(axes, ("ece", "mce")):
         ax.set(
             xscale="log",
             xlabel="number of bins",
-            ylabel=f"{name} (%)",
-            title=f"test {name} vs number of bins",
+            ylabel=axis_label(metric),
+            title=f"test {metric_name(metric)} vs number of bins, {MEAN_OVER_SEEDS}",
         )
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -308,7 +313,9 @@ def gamma_figure(gammas: dict[str, np.ndarray], bins: int, colors: dict[str, Any
     for label, values in gammas.items():
         ax.hist(values, bins=bins, alpha=0.55, label=label, color=colors[label])
     ax.set(
-        xlabel="learned γ on test", ylabel="samples", title="distribution of the learned focal γ"
+        xlabel="learned γ on test",
+        ylabel="samples",
+        title=f"distribution of the learned focal γ, {POOLED_OVER_SEEDS}",
     )
     ax.legend(fontsize=8)
     return fig

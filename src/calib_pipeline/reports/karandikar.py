@@ -31,6 +31,7 @@ from calib_pipeline.reports.common import (
     calibrator_key,
     clean_rows,
     method_order,
+    metric_name,
     paper_header,
     paper_view,
     percent_scaled,
@@ -146,11 +147,14 @@ def _axes(cells: Cells) -> tuple[list[str], list[str]]:
 def table_columns(
     tidy: pd.DataFrame, metric: str, ts: str | None, ts_sb_ece: str | None
 ) -> dict[str, tuple[str, str]]:
-    """Column header -> (metric, calibrator) of Table 2; a ``None`` calibrator drops its column."""
-    columns = {"Accuracy": ("accuracy", UNCALIBRATED), "ECE": (metric, UNCALIBRATED)}
-    for name, key in (("ECE+TS", ts), ("ECE+TS-SB-ECE", ts_sb_ece)):
+    """Column header -> (metric, calibrator) of Table 2, each metric by its name (the paper's
+    "ECE", "ECE+TS" are ``L2-ECE``, ``L2-ECE+TS`` with the default ``ece_l2``); a ``None``
+    calibrator drops its column."""
+    name = metric_name(metric)
+    columns = {metric_name("accuracy"): ("accuracy", UNCALIBRATED), name: (metric, UNCALIBRATED)}
+    for suffix, key in (("+TS", ts), ("+TS-SB-ECE", ts_sb_ece)):
         if key is not None:
-            columns[name] = (metric, calibrator_key(tidy, key))
+            columns[name + suffix] = (metric, calibrator_key(tidy, key))
     return columns
 
 
@@ -176,10 +180,10 @@ def table(
         digits: decimals.
 
     Returns:
-        ``(table, means)``: the table (Primary, Secondary, Accuracy, ECE, ECE+TS,
-        ECE+TS-SB-ECE formatted; rows by primary, then secondary with ``none`` first; then
-        their numbers, :func:`~.common.with_numbers`) and the seed means of its cells in
-        the layout.
+        ``(table, means)``: the table (Primary, Secondary, Accuracy, <metric name>,
+        <metric name>+TS, <metric name>+TS-SB-ECE formatted (:func:`table_columns`); rows
+        by primary, then secondary with ``none`` first; then their numbers,
+        :func:`~.common.with_numbers`) and the seed means of its cells in the layout.
     """
     check_choice("spread", spread, SPREADS)
     require_metrics(tidy, ["accuracy", metric])
@@ -280,10 +284,10 @@ def karandikar_table(
             rule (lowest val ``ece_l2`` less than 1 point below the best val accuracy).
 
     Returns:
-        ``table`` (Primary, Secondary, Accuracy, ECE, ECE+TS, ECE+TS-SB-ECE; clean test
-        split), ``grid_<column>`` (rows primary, columns secondary, one per column),
-        ``karandikar_table`` (Markdown, best ECE of each column in bold) and
-        ``selection``.
+        ``table`` (Primary, Secondary, Accuracy, L2-ECE, L2-ECE+TS, L2-ECE+TS-SB-ECE with
+        the default metric: the paper's ECE columns; clean test split), ``grid_<column>``
+        (rows primary, columns secondary, one per column), ``karandikar_table`` (Markdown,
+        best value of each of those columns in bold) and ``selection``.
     """
     selected, record, cells = _selected_cells(results, selection, selection_metric, losses)
     wide, means = table(
@@ -297,11 +301,11 @@ def karandikar_table(
         results, "Karandikar et al. Table 2: primary × secondary losses", spread, record
     )
     text += (
-        f"Clean test split; ECE = `{metric}`. {units_note(['accuracy', metric])} "
+        f"Clean test split; {metric_name(metric)} = `{metric}`, in the paper's columns ECE, "
+        f"ECE+TS, ECE+TS-SB-ECE. {units_note(['accuracy', metric])} "
         f"Post-hoc columns: {calibrated or 'none'}, "
-        "fitted on the validation split. Bold: lowest mean in each ECE column.\n\n"
-        + bold_lowest(wide, means).to_markdown(index=False)
-        + "\n"
+        f"fitted on the validation split. Bold: lowest mean in each {metric_name(metric)} "
+        "column.\n\n" + bold_lowest(wide, means).to_markdown(index=False) + "\n"
     )
     return with_selection({"table": wide, **grids(wide, cells), "karandikar_table": text}, record)
 
@@ -422,9 +426,9 @@ def effects(
     return pd.DataFrame(found)[EFFECT_COLUMNS]
 
 
-def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
-    """Grouped bars of Cohen's d: secondary losses along x, one bar per primary loss, a
-    panel per calibrator of ``frame`` (:func:`effects`)."""
+def effects_figure(frame: pd.DataFrame, study: str, metric: str = "ece_l2") -> plt.Figure:
+    """Grouped bars of Cohen's d on ``metric``: secondary losses along x, one bar per primary
+    loss, a panel per calibrator of ``frame`` (:func:`effects`)."""
     calibrators = list(dict.fromkeys(frame["calibrator"]))
     fig, axes = plt.subplots(
         1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True
@@ -449,7 +453,7 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
         ax.set_title(
             "no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9
         )
-    axes[0, 0].set_ylabel("Cohen's d (positive = lower ECE)", fontsize=8)
+    axes[0, 0].set_ylabel(f"Cohen's d (positive = lower {metric_name(metric)})", fontsize=8)
     axes[0, 0].legend(fontsize=7, title="primary", title_fontsize=7)
     fig.suptitle(f"{study}: effect size of secondary losses (dashed: d = 0.8)", fontsize=10)
     fig.tight_layout()
@@ -528,7 +532,7 @@ def karandikar_effects(
     )
     text += _effects_legend(metric, "paired" if paired else test, alpha)
     text += frame.to_markdown(index=False, floatfmt=".3g") + "\n"
-    figure = effects_figure(frame, results.study)
+    figure = effects_figure(frame, results.study, metric)
     return with_selection(
         {"effects": frame, "effect_sizes": figure, "karandikar_effects": text}, record
     )

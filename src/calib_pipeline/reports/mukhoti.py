@@ -23,7 +23,8 @@ from matplotlib.ticker import MaxNLocator
 
 from calib_pipeline.registry import check_choice
 from calib_pipeline.reports.common import (
-    METRIC_NAMES,
+    EQUAL_MASS_NOTE,
+    MEAN_OVER_SEEDS,
     SPREADS,
     UNCALIBRATED,
     as_cells,
@@ -32,6 +33,8 @@ from calib_pipeline.reports.common import (
     method_colors,
     method_labels,
     method_order,
+    metric_name,
+    metric_unit,
     paper_header,
     paper_view,
     require_metrics,
@@ -65,17 +68,15 @@ CURVE_PANELS = (
     "entropy_incorrect",
     "head_weight_norm",
 )
+# Panel titles of quantities that are not metrics (a metric's panel is titled by its name).
 CURVE_TITLES = {
-    "nll": "NLL",
     "nll_correct": "NLL (correct)",
     "nll_incorrect": "NLL (incorrect)",
     "entropy_correct": "entropy (correct)",
     "entropy_incorrect": "entropy (incorrect)",
     "head_weight_norm": "last-layer weight norm",
-    "accuracy": "accuracy",
-    "ece": "ECE",
     "train_loss": "train loss (objective)",
-    "train_accuracy": "train accuracy",
+    "train_accuracy": "train Accuracy",
     "lr": "learning rate",
 }
 
@@ -205,9 +206,9 @@ def _layout(
     for method in order:
         t = mean_t.get(method, math.nan)
         suffix = "" if math.isnan(t) else f" ({t:.{temperature_digits}f})"
-        row = {"Method": labels[method], "Error": cell[method, UNCALIBRATED, "error"]}
+        row = {"Method": labels[method], metric_name("error"): cell[method, UNCALIBRATED, "error"]}
         for metric in metrics:
-            name = METRIC_NAMES.get(metric, metric)
+            name = metric_name(metric)
             row[f"{name} Pre T"] = cell[method, UNCALIBRATED, metric]
             row[f"{name} Post T"] = cell[method, key, metric] + suffix
         out_rows.append(row)
@@ -231,8 +232,10 @@ def paper_orientation(
     cell_frame = as_cells(wide)
     out = {}
     for metric in ["error", *metrics]:
-        name = METRIC_NAMES.get(metric, metric)
-        columns = ["Error"] if metric == "error" else [f"{name} Pre T", f"{name} Post T"]
+        name = metric_name(metric)
+        columns = (
+            [metric_name("error")] if metric == "error" else [f"{name} Pre T", f"{name} Post T"]
+        )
         stacked = cell_frame.set_index("Method")[columns].stack()
         names = [m if len(columns) == 1 else f"{m} {c}" for m, c in stacked.index]
         out[f"paper_{metric}"] = with_numbers(
@@ -340,7 +343,11 @@ def _table_text(
     return text + (
         f"Clean test split. {units_note(['error', *metrics])} Post T: calibrator `{key}` "
         "fitted on the validation split; its temperature (mean over seeds) in parentheses. "
-        "Error is unchanged by TS.\n\n" + paper_view(wide).to_markdown(index=False) + "\n"
+        "Error is unchanged by TS."
+        + (f" {EQUAL_MASS_NOTE}" if "ece_em" in metrics else "")
+        + "\n\n"
+        + paper_view(wide).to_markdown(index=False)
+        + "\n"
     )
 
 
@@ -399,14 +406,41 @@ def epoch_summary(history: pd.DataFrame, columns: dict[str, str]) -> pd.DataFram
     return seed_stats(long, ["method", "quantity", "epoch"])
 
 
-def draw_curve(ax: plt.Axes, curve: pd.DataFrame, label: str, color: Any = None) -> None:
-    """Mean over seeds with a ±1 std band where there are several seeds."""
-    (line,) = ax.plot(curve["epoch"], curve["mean"], label=label, linewidth=1.2, color=color)
+def curve_unit(quantity: str) -> str:
+    """The unit a figure shows history quantity ``quantity`` in: its metric's
+    (:func:`~.common.metric_unit`; ``train_accuracy`` as accuracy), else as computed.
+
+    >>> curve_unit("ece"), curve_unit("train_accuracy"), curve_unit("nll_correct")
+    ('%', '%', '')
+    """
+    return metric_unit(quantity.removeprefix("train_"))
+
+
+def curve_title(quantity: str) -> str:
+    """A panel's title: the quantity's name (a metric's :func:`~.common.metric_name`) and
+    its unit.
+
+    >>> curve_title("ece"), curve_title("nll_correct"), curve_title("train_accuracy")
+    ('ECE (%)', 'NLL (correct)', 'train Accuracy (%)')
+    """
+    title = CURVE_TITLES.get(quantity, metric_name(quantity))
+    unit = curve_unit(quantity)
+    return f"{title} ({unit})" if unit else title
+
+
+def draw_curve(
+    ax: plt.Axes, curve: pd.DataFrame, label: str, color: Any = None, unit: str = ""
+) -> None:
+    """Mean over seeds with a ±1 std band where there are several seeds; a quantity of unit
+    ``"%"`` or ``"×100"`` (the history holds fractions) drawn ×100."""
+    scale = 100.0 if unit else 1.0
+    mean, std = scale * curve["mean"], scale * curve["std"].fillna(0)
+    (line,) = ax.plot(curve["epoch"], mean, label=label, linewidth=1.2, color=color)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     band = curve["n"] > 1
     if band.any():
-        low = curve["mean"] - curve["std"].fillna(0)
-        high = curve["mean"] + curve["std"].fillna(0)
+        low = mean - std
+        high = mean + std
         ax.fill_between(
             curve["epoch"], low, high, where=band, color=line.get_color(), alpha=0.2, linewidth=0
         )
@@ -430,8 +464,8 @@ def panel_figure(
     for ax, name in zip(axes.flat, names):
         for method in methods:
             part = curves[(curves["method"] == method) & (curves["quantity"] == name)]
-            draw_curve(ax, part, labels[method], colors.get(method))
-        title = CURVE_TITLES.get(name, name)
+            draw_curve(ax, part, labels[method], colors.get(method), curve_unit(name))
+        title = curve_title(name)
         ax.set_title(f"{split} {title}" if columns[name].startswith(split) else title, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
     for ax in list(axes.flat)[len(names) :]:
@@ -443,31 +477,33 @@ def panel_figure(
 
 
 def overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -> plt.Figure:
-    """Fig. 1 for one method: train loss vs NLL, entropies, train / eval error and ECE."""
+    """Fig. 1 for one method: train loss vs NLL, entropies, train / eval error and ECE (in %),
+    each the mean over seeds."""
     wanted = {
         "train loss (objective)": "train_loss",
-        f"{split} NLL": f"{split}_nll",
+        f"{split} {metric_name('nll')}": f"{split}_nll",
         f"{split} entropy (correct)": f"{split}_entropy_correct",
         f"{split} entropy (incorrect)": f"{split}_entropy_incorrect",
-        "train error": "train_accuracy",
-        f"{split} error": f"{split}_accuracy",
-        f"{split} ECE": f"{split}_ece",
+        f"train {metric_name('error')}": "train_accuracy",
+        f"{split} {metric_name('error')}": f"{split}_accuracy",
+        f"{split} {metric_name('ece')}": f"{split}_ece",
     }
     present = {k: v for k, v in wanted.items() if v in history.columns}
     summary = epoch_summary(history, present)
     names = list(wanted)
-    panels = [("loss", names[:2]), ("entropy", names[2:4]), ("error / ECE", names[4:])]
+    rates = f"{metric_name('error')} / {metric_name('ece')} ({metric_unit('ece')})"
+    panels = [("loss", names[:2]), ("entropy", names[2:4]), (rates, names[4:])]
     fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2), squeeze=False)
     for ax, (title, quantities) in zip(axes[0], panels):
         for name in [n for n in quantities if n in present]:
             curve = summary[summary["quantity"] == name].copy()
             if present[name].endswith("accuracy"):
                 curve["mean"] = 1.0 - curve["mean"]
-            draw_curve(ax, curve, name)
+            draw_curve(ax, curve, name, unit=metric_unit("ece") if title == rates else "")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{study}: {label} over training", fontsize=10)
+    fig.suptitle(f"{study}: {label} over training ({MEAN_OVER_SEEDS}, ±1 std band)", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -30,13 +30,13 @@ import yaml
 
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.reports.common import (
-    METRIC_NAMES,
     MISSING_CELL,
     PERCENT_METRICS,
     UNCALIBRATED,
     Cell,
     clean_rows,
     mean_std_cell,
+    metric_name,
     metric_unit,
     paper_view,
     with_numbers,
@@ -205,7 +205,7 @@ def side_by_side(
                 "Calibrator": cell.calibrator
                 if study_key == cell.calibrator
                 else f"{cell.calibrator} ({study_key})",
-                "Metric": METRIC_NAMES.get(cell.metric, cell.metric),
+                "Metric": metric_name(cell.metric),
                 "Unit": metric_unit(cell.metric),
                 "Ours": Cell(mean_std_cell(mean, std, int(n)), mean, std, int(n)),
                 "Paper": Cell(mean_std_cell(cell.value, cell.std), cell.value, cell.std, 1),

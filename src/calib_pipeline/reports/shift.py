@@ -36,12 +36,14 @@ import pandas as pd
 from calib_pipeline.data.shift_suites import parse_shift
 from calib_pipeline.registry import check_choice
 from calib_pipeline.reports.common import (
+    MEAN_OVER_SEEDS,
     PERCENT_METRICS,
     UNCALIBRATED,
     UNSHIFTED,
+    axis_label,
     cell_table,
     method_colors,
-    metric_unit,
+    metric_name,
     paper_view,
     seed_stats,
     stat_cells,
@@ -227,14 +229,16 @@ def format_wide(
     count: str = "n_seeds",
 ) -> pd.DataFrame:
     """``mean ± spread`` cells in each metric's unit (the mean alone where the spread is
-    undefined), one column per metric, rows in the first-seen order of ``keys``; then their
-    numbers and ``count`` (how many values each mean is over: :func:`~.common.with_numbers`)."""
+    undefined), one column per metric headed by its name (:func:`~.common.metric_name`),
+    rows in the first-seen order of ``keys``; then their numbers and ``count`` (how many
+    values each mean is over: :func:`~.common.with_numbers`)."""
     scale = np.where(stats["metric"].isin(PERCENT_METRICS), 100.0, 1.0)
     scaled = stats.assign(mean=stats["mean"] * scale, **{spread: stats[spread] * scale})
     wide = scaled.assign(cell=stat_cells(scaled, spread)).pivot(
         index=keys, columns="metric", values="cell"
     )
     wide = wide.reindex(columns=[m for m in metrics if m in wide.columns]).reset_index()
+    wide = wide.rename(columns={m: metric_name(m) for m in metrics})
     wide.columns.name = None
     return with_numbers(stats[keys].drop_duplicates().merge(wide, on=keys, how="left"), count)
 
@@ -378,14 +382,14 @@ def natural_table(tidy: pd.DataFrame, sets: list[str], metrics: list[str]) -> pd
         metrics: metric keys, each in its unit (:func:`~.common.metric_unit`).
 
     Returns:
-        Columns label, calibrator and ``"<set> <metric>"``, mean ± std over seeds; then
+        Columns label, calibrator and ``"<set> <metric name>"``, mean ± std over seeds; then
         their numbers (:func:`~.common.with_numbers`).
     """
     table = None
     for shift in sets:
         wide = cell_table(tidy, metrics, shift=shift)
         name = "test" if shift == UNSHIFTED else shift
-        wide = wide.rename(columns={m: f"{name} {m}" for m in metrics})
+        wide = wide.rename(columns={m: f"{name} {metric_name(m)}" for m in metrics})
         table = wide if table is None else table.merge(wide, on=CONDITION, how="outer", sort=False)
     table.columns.name = None
     return with_numbers(table)
@@ -407,7 +411,7 @@ def natural_shift_table(
         include_clean: also show the clean test split first.
 
     Returns:
-        ``table`` (columns ``"<set> <metric>"``) and the Markdown ``natural_shift_table``;
+        ``table`` (columns ``"<set> <metric name>"``) and the Markdown ``natural_shift_table``;
         only the Markdown note when the study has no natural-shift rows.
     """
     metrics = list(metrics or DEFAULT_NATURAL_METRICS)
@@ -432,12 +436,6 @@ def natural_shift_table(
 
 def _scaled(metric: str) -> float:
     return 100.0 if metric in PERCENT_METRICS else 1.0
-
-
-def _axis_label(metric: str) -> str:
-    """``metric`` and its unit, as an axis names them: ``ece (%)``, ``brier (×100)``."""
-    unit = metric_unit(metric)
-    return f"{metric} ({unit})" if unit else metric
 
 
 def severity_lines(
@@ -479,7 +477,7 @@ def severity_lines(
         ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         ax.set_xlabel("severity", fontsize=8)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{_axis_label(metric)}, mean ± SEM ({sem})", fontsize=8)
+    axes[0][0].set_ylabel(f"{axis_label(metric)}, mean ± SEM ({sem})", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -524,7 +522,7 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
         ax.set_xlabel("severity", fontsize=8)
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"{_axis_label(metric)} over corruption types", fontsize=8)
+    axes[0][0].set_ylabel(f"{axis_label(metric)} over corruption types", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -558,10 +556,14 @@ def accuracy_scatter(
                 part["accuracy"] * 100, part[metric] * _scaled(metric), s=9, c=colour, label=label
             )
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
-        ax.set_xlabel("accuracy (%)", fontsize=8)
+        ax.set_xlabel(axis_label("accuracy"), fontsize=8)
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(_axis_label(metric), fontsize=8)
-    fig.suptitle(f"{title}: accuracy vs {metric} (darker = more severe)", fontsize=10)
+    axes[0][0].set_ylabel(axis_label(metric), fontsize=8)
+    fig.suptitle(
+        f"{title}: {metric_name('accuracy')} vs {metric_name(metric)}, {MEAN_OVER_SEEDS} "
+        "(darker = more severe)",
+        fontsize=10,
+    )
     return fig
 
 

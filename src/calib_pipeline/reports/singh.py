@@ -21,7 +21,8 @@ from calib_pipeline.calibration.posthoc import calibrated_scores
 from calib_pipeline.calibration.stats import T_TESTS, significance_direction, t_test
 from calib_pipeline.registry import check_choice, check_int
 from calib_pipeline.reports.common import (
-    METRIC_NAMES,
+    MEAN_OVER_SEEDS,
+    POOLED_OVER_SEEDS,
     SPREADS,
     UNCALIBRATED,
     UNSHIFTED,
@@ -29,6 +30,7 @@ from calib_pipeline.reports.common import (
     clean_rows,
     method_labels,
     method_order,
+    metric_name,
     paper_header,
     paper_view,
     require_metrics,
@@ -168,9 +170,7 @@ def table(
     plain, tests = [], []
     for method, cal in _table_rows(base, order, key, calibrated):
         label = labels[method] if cal == UNCALIBRATED else f"{labels[method]} + {cal}"
-        plain.append(
-            {"Method": label, **{METRIC_NAMES.get(m, m): cell[method, cal, m] for m in names}}
-        )
+        plain.append({"Method": label, **{metric_name(m): cell[method, cal, m] for m in names}})
         if (method, cal) != (base, UNCALIBRATED):
             compared = [m for m in names if m in LOWER_IS_BETTER]
             tests += [
@@ -220,7 +220,7 @@ def bold_worse(plain: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
     for method, metric in comparisons.loc[
         comparisons["worse"].astype(bool), ["method", "metric"]
     ].itertuples(index=False):
-        column = METRIC_NAMES[metric]
+        column = metric_name(metric)
         marked.loc[method, column] = f"**{marked.loc[method, column]}**"
     return marked.reset_index(drop=True)
 
@@ -447,7 +447,10 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
                 )
             value = auroc.get((method, cal), math.nan)
             name = "uncalibrated" if cal == UNCALIBRATED else cal
-            ax.set_title(f"{cell['label'].iloc[0]}, {name}: AUROC {100 * value:.1f}%", fontsize=8)
+            ax.set_title(
+                f"{cell['label'].iloc[0]}, {name}: {metric_name('auroc')} {100 * value:.1f}%",
+                fontsize=8,
+            )
             if i == len(methods) - 1:
                 ax.set_xlabel("top-label confidence", fontsize=8)
             if j == 0:
@@ -507,7 +510,10 @@ def singh_density(
     histograms = confidence_histograms(results, seeds, method_labels(selected), key, split, bins)
     auroc = clean_rows(selected, split)
     auroc = auroc[auroc["metric"] == "auroc"].groupby(["method", "calibrator"])["value"].mean()
-    title = f"{results.study}: confidence of correct vs incorrect {split} predictions"
+    title = (
+        f"{results.study}: confidence of correct vs incorrect {split} predictions\n"
+        f"densities: {POOLED_OVER_SEEDS}; {metric_name('auroc')}: {MEAN_OVER_SEEDS}"
+    )
     return with_selection(
         {"histograms": histograms, "confidence_density": density_figure(histograms, auroc, title)},
         record,

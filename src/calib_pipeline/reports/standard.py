@@ -10,7 +10,16 @@ import pandas as pd
 from matplotlib.collections import PolyCollection
 
 from calib_pipeline.registry import MAX_BINS, check_bins
-from calib_pipeline.reports.common import mean_std_table, method_colors, paper_view, units_note
+from calib_pipeline.reports.common import (
+    MEAN_OVER_SEEDS,
+    POOLED_OVER_SEEDS,
+    SEEDS_AVERAGED,
+    mean_std_table,
+    method_colors,
+    metric_name,
+    paper_view,
+    table_units_note,
+)
 from calib_pipeline.reports.registry import (
     METRIC,
     Option,
@@ -65,9 +74,10 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     wide = mean_std_table(results.metrics, metrics)
     header = (
         f"# {results.study} on {results.dataset_label}\n\n"
-        f"Clean test split, mean ± std over {len(results.seeds)} seed(s). {units_note(metrics)}\n"
+        f"Clean test split, mean ± std over {len(results.seeds)} seed(s) {SEEDS_AVERAGED}. "
+        f"{table_units_note(wide, metrics)}\n"
         "`none` = uncalibrated; other calibrators were fitted on the validation split. "
-        "table.csv also holds each cell's numbers (`<metric>[_pct|_x100]_mean`, `..._std`, "
+        "table.csv also holds each cell's numbers (`<column>[_pct|_x100]_mean`, `..._std`, "
         "`n_seeds`).\n\n"
     )
     warnings = fit_warnings(results)
@@ -162,11 +172,19 @@ def _bars(
     ax.add_collection(PolyCollection(corners, **style), autolim=False)
 
 
-def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: Any) -> None:
+def reliability_axes(
+    ax: plt.Axes,
+    hist: plt.Axes,
+    pooled: pd.DataFrame,
+    color: Any,
+    *,
+    seeds_pooled: bool = False,
+) -> None:
     """One reliability diagram as the papers draw it: accuracy bars per bin (the method's
     colour), the gap to the bin's mean confidence shaded, the diagonal, the ECE in the
-    panel; below it (``hist``) the share of samples per bin, so a bin of one sample reads
-    as light as it is."""
+    panel (marked ``(pooled)`` when ``seeds_pooled``: the bins of several seeds, whose ECE
+    is not the tables' mean over seeds); below it (``hist``) the share of samples per bin,
+    so a bin of one sample reads as light as it is."""
     left = pooled["lower"].to_numpy(dtype=float)
     width = (pooled["upper"] - pooled["lower"]).to_numpy(dtype=float)
     accuracy = pooled["accuracy"].to_numpy(dtype=float)
@@ -199,7 +217,8 @@ def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: 
     ax.text(
         0.04,
         0.95,
-        f"ECE {100 * pooled_ece(pooled):.2f}%",
+        f"{metric_name('ece')} {100 * pooled_ece(pooled):.2f}%"
+        + (" (pooled)" if seeds_pooled else ""),
         transform=ax.transAxes,
         va="top",
         fontsize=8,
@@ -234,12 +253,16 @@ def _share_axes(
 
 
 def seeds_note(bins: pd.DataFrame, seed: int | None) -> str:
-    """What a reliability figure pools: one seed, or every seed of the table (count-weighted)."""
+    """What a reliability figure pools: one seed, or every seed of the table (count-weighted);
+    with several seeds, that its ECE is not the tables' mean over seeds."""
     if seed is not None:
         return f"seed {seed} only"
     seeds = sorted(bins["seed"].unique().tolist())
     listed = ", ".join(map(str, seeds))
-    return f"seeds pooled (count-weighted bins of {len(seeds)} seed(s): {listed})"
+    note = f"{POOLED_OVER_SEEDS} (count-weighted bins of {len(seeds)} seed(s): {listed})"
+    if len(seeds) > 1:
+        note += f"; ECE of the pooled bins, not the tables' {MEAN_OVER_SEEDS}"
+    return note
 
 
 def reliability_figure(
@@ -264,7 +287,13 @@ def reliability_figure(
         ax = fig.add_subplot(cell[0])
         hist = fig.add_subplot(cell[1], sharex=ax)
         rows_of = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
-        reliability_axes(ax, hist, pooled_bins(rows_of), (colors or {}).get(label, "#4C72B0"))
+        reliability_axes(
+            ax,
+            hist,
+            pooled_bins(rows_of),
+            (colors or {}).get(label, "#4C72B0"),
+            seeds_pooled=rows_of["seed"].nunique() > 1,
+        )
         ax.set_title(f"{label} · {cal}", fontsize=9)
         if index % columns == 0:
             ax.set_ylabel("accuracy", fontsize=8)

@@ -33,6 +33,7 @@ from calib_pipeline.calibration import metrics, posthoc
 from calib_pipeline.calibration.stats import significance_direction, t_test
 from calib_pipeline.registry import check_choice, check_int
 from calib_pipeline.reports.common import (
+    MEAN_OVER_SEEDS,
     MISSING_CELL,
     UNCALIBRATED,
     method_colors,
@@ -760,7 +761,7 @@ def validation_size_sweep(
     runs, skipped = validation_size_runs(results, sizes, subsample_seeds, specs, stratified)
     table, stats = validation_size_table(runs, sizes)
     colors = method_colors(results.methods)
-    title = f"{results.study}: ECE vs validation size (mean ± std)"
+    title = f"{results.study}: ECE vs validation size (mean ± std over seeds and subsamples)"
     figure = size_figure(stats, list(paper_view(table).columns[4:]), colors, results.labels, title)
     markdown = _validation_size_markdown(results, table, runs, skipped, stratified, subsample_seeds)
     return {
@@ -968,7 +969,7 @@ def optimal_ece_per_epoch(
             "the bound may be loose there"
         )
     lines += ["", summary.round(3).to_markdown(index=False)]
-    title = f"{results.study}: optimal (oracle) ECE per epoch"
+    title = f"{results.study}: optimal (oracle) ECE per epoch, {MEAN_OVER_SEEDS} (band: min–max)"
     return {
         "optimal_ece": summary,
         "optimal_ece_runs": runs,

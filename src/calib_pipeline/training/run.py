@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from calib_pipeline.calibration.methods import MethodSpec, build_method
+from calib_pipeline.calibration.metrics import METRIC_NAMES, metric_text
 from calib_pipeline.data import ImageData
 from calib_pipeline.data.splits import split_fingerprint, split_tensors
 from calib_pipeline.tensor_io import fingerprint
@@ -300,12 +301,17 @@ def _log_outcome(key: str, seed: int, result: TrainResult) -> None:
     selected = next(
         (row for row in result.history if row["epoch"] == result.selected_epoch), result.history[-1]
     )
+    test = (
+        metric_text("accuracy", selected["test_accuracy"])
+        if "test_accuracy" in selected
+        else f"{METRIC_NAMES['accuracy']} n/a"
+    )
     logger.info(
-        "%s seed %d: val acc %.4f, test acc %s (selected epoch %d of %d)",
+        "%s seed %d: val %s, test %s (selected epoch %d of %d)",
         key,
         seed,
-        selected["val_accuracy"],
-        f"{selected['test_accuracy']:.4f}" if "test_accuracy" in selected else "n/a",
+        metric_text("accuracy", selected["val_accuracy"]),
+        test,
         result.selected_epoch,
         len(result.history),
     )
