@@ -255,11 +255,12 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
 
     Saving a dict writes each entry by type (:func:`calib_pipeline.reports.common.write_artifacts`:
     a DataFrame as CSV, Markdown and LaTeX, a string as Markdown, a figure as PDF and PNG
-    (``dpi``, default 300), a dict/list as JSON) into a hidden temporary folder, adds a manifest of the files last, and renames
-    the folder into its version: a save that fails or is killed leaves no version folder.
-    Only folders with a manifest count as versions, so "latest" is always a complete
-    report. Loading returns DataFrames from the CSVs, strings from the Markdown files and
-    paths of the PNGs and JSON files (a figure's PDF is the PNG's path with ``.pdf``).
+    (``dpi``, default 300), a dict/list as JSON) into a hidden temporary folder, adds a
+    manifest of the files last, and renames the folder into its version: a save that fails
+    or is killed leaves no version folder. Only folders with a manifest count as versions,
+    so "latest" is always a complete report. Loading returns DataFrames from the CSVs,
+    strings from the Markdown files and paths of the PNGs and JSON files (a figure's PDF is
+    the PNG's path with ``.pdf``).
     """
 
     def __init__(

@@ -472,6 +472,12 @@ def legend_outside(fig: Figure, ax: Axes | None = None, **options: Any) -> None:
             return
 
 
+def legend_beside(ax: Axes) -> None:
+    """The legend of ``ax`` right of it, outside its data (a panel whose lines differ from
+    its neighbours'; constrained layout makes room)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+
+
 # --- paper reports ------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from calib_pipeline.reports.common import (
     as_cells,
     calibrator_key,
     clean_rows,
+    legend_outside,
     method_order,
     paper_header,
     paper_view,
@@ -427,7 +428,12 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
     panel per calibrator of ``frame`` (:func:`effects`)."""
     calibrators = list(dict.fromkeys(frame["calibrator"]))
     fig, axes = plt.subplots(
-        1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True
+        1,
+        len(calibrators),
+        figsize=(4.5 * len(calibrators) + 1.2, 3.4),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
     )
     primaries = list(dict.fromkeys(frame["primary"]))
     secondaries = list(dict.fromkeys(frame["secondary"]))
@@ -450,9 +456,8 @@ def effects_figure(frame: pd.DataFrame, study: str) -> plt.Figure:
             "no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9
         )
     axes[0, 0].set_ylabel("Cohen's d (positive = lower ECE)", fontsize=8)
-    axes[0, 0].legend(fontsize=7, title="primary", title_fontsize=7)
+    legend_outside(fig, axes[0, 0], title="primary", title_fontsize=7)
     fig.suptitle(f"{study}: effect size of secondary losses (dashed: d = 0.8)", fontsize=10)
-    fig.tight_layout()
     return fig
 
 

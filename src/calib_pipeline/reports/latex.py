@@ -63,11 +63,13 @@ _SYMBOLS = {
     "\u00a0": (False, "~"),
 }
 # Greek capitals with a LaTeX command; the others look like Latin capitals.
-_GREEK_CAPITALS = {"gamma", "delta", "theta", "lambda", "xi", "pi", "sigma", "upsilon", "phi"}
-_GREEK_CAPITALS |= {"psi", "omega"}
-_LATIN_LOOKALIKES = dict(
-    zip("alpha beta epsilon zeta eta iota kappa mu nu omicron rho tau chi".split(), "ABEZHIKMNOPTX")
-)
+_GREEK_CAPITALS = {
+    "gamma", "delta", "theta", "lambda", "xi", "pi", "sigma", "upsilon", "phi", "psi", "omega",
+}  # fmt: skip
+_LATIN_LOOKALIKES = {
+    "alpha": "A", "beta": "B", "epsilon": "E", "zeta": "Z", "eta": "H", "iota": "I", "kappa": "K",
+    "mu": "M", "nu": "N", "omicron": "O", "rho": "P", "tau": "T", "chi": "X",
+}  # fmt: skip
 # Combining marks (what NFD splits an accented letter into) -> accent command.
 _ACCENTS = {
     "\u0300": "`",

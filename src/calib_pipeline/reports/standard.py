@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -122,6 +123,17 @@ MAX_COLUMNS = 4  # panels per row: 4 panels of PANEL_WIDTH inches fit a page's w
 PANEL_WIDTH = 2.4  # inches; a panel is a reliability diagram over its count histogram
 PANEL_HEIGHT = 2.7
 GAP_COLOR = "#D62728"
+TITLE_SIZE = 9  # points
+# Characters of a title line that fit a panel's width (an average glyph ~0.6 em wide).
+TITLE_CHARACTERS = int(PANEL_WIDTH * 72 / (0.6 * TITLE_SIZE))
+
+
+def panel_title(label: str, calibrator: str) -> str:
+    """A panel's title, ``<label> · <calibrator>``, wrapped to the panel's width (a long
+    file name of the score pipeline, a long calibrator key): constrained layout makes room
+    for the lines but never shortens one, so a line wider than its panel would be cut
+    off at the figure's edge or run into its neighbour."""
+    return "\n".join(textwrap.wrap(f"{label} · {calibrator}", TITLE_CHARACTERS))
 
 
 def pooled_ece(pooled: pd.DataFrame) -> float:
@@ -265,7 +277,7 @@ def reliability_figure(
         hist = fig.add_subplot(cell[1], sharex=ax)
         rows_of = bins[(bins["label"] == label) & (bins["calibrator"] == cal)]
         reliability_axes(ax, hist, pooled_bins(rows_of), (colors or {}).get(label, "#4C72B0"))
-        ax.set_title(f"{label} · {cal}", fontsize=9)
+        ax.set_title(panel_title(label, cal), fontsize=TITLE_SIZE)
         if index % columns == 0:
             ax.set_ylabel("accuracy", fontsize=8)
             hist.set_ylabel("share", fontsize=8)
