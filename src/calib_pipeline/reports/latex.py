@@ -241,7 +241,7 @@ def latex_table(frame: pd.DataFrame) -> str:
         if c in cells and best_rows(frame, c)
     ]
     note = "% needs \\usepackage{booktabs}" + (
-        f"; bold: the best mean per column, {', '.join(bolded)}" if bolded else ""
+        f"; bold: the best value of each column, {', '.join(bolded)}" if bolded else ""
     )
     return "\n".join(
         [

@@ -124,8 +124,9 @@ PANEL_WIDTH = 2.4  # inches; a panel is a reliability diagram over its count his
 PANEL_HEIGHT = 2.7
 GAP_COLOR = "#D62728"
 TITLE_SIZE = 9  # points
-# Characters of a title line that fit a panel's width (an average glyph ~0.6 em wide).
-TITLE_CHARACTERS = int(PANEL_WIDTH * 72 / (0.6 * TITLE_SIZE))
+# Characters of a title line that fit a panel: its width less ~0.6 in of tick labels, an
+# average glyph ~0.6 em wide.
+TITLE_CHARACTERS = int((PANEL_WIDTH - 0.6) * 72 / (0.6 * TITLE_SIZE))
 
 
 def panel_title(label: str, calibrator: str) -> str:
