@@ -1,5 +1,6 @@
 """LaTeX tables: escaped, booktabs, aligned, best value bold -- and they compile."""
 
+import re
 import shutil
 import subprocess
 
@@ -60,6 +61,10 @@ def test_every_metric_says_which_way_is_better():
         ("ls_0.1 50% #1 {x} a&b", "ls\\_0.1 50\\% \\#1 \\{x\\} a\\&b"),
         ("–", "--"),
         ("Müller é", "M\\\"{u}ller \\'{e}"),
+        ("Inverse focal (γ̄=1)", "Inverse focal ($\\bar{\\gamma}$=1)"),  # a combining macron
+        ("Table 1, §5.1", "Table 1, \\S{}5.1"),
+        ("x²ᵀ", "x${}^{2}{}^{\\top}$"),
+        ("4.03 ▲", "4.03 $\\blacktriangle$"),  # Wang's significance marks
     ],
 )
 def test_escape_spells_every_character_for_pdflatex(text, latex):
@@ -111,8 +116,11 @@ def test_a_column_with_one_value_or_no_metric_has_nothing_bold(table):
 
 
 def _compile(folder, table_file) -> subprocess.CompletedProcess:
+    """pdflatex on a document that loads the packages the table's first line names."""
+    first = (folder / f"{table_file}.tex").read_text().splitlines()[0]
+    packages = re.search(r"\\usepackage\{[^}]*\}", first)
     (folder / "doc.tex").write_text(
-        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        f"\\documentclass{{article}}\n{packages[0] if packages else ''}\n\\begin{{document}}\n"
         f"\\input{{{table_file}}}\n\\end{{document}}\n"
     )
     return subprocess.run(
@@ -131,11 +139,17 @@ def _compile(folder, table_file) -> subprocess.CompletedProcess:
 )
 def test_a_summary_table_compiles_with_pdflatex(tmp_path):
     """A study's summary table as written: Greek method labels, mean ± std cells, bold."""
-    labels = {"fm_ce": "CE", "fm_fl_gamma_sece": "FLγ-SECE", "fm_mixup": "Mixup (α=1)"}
+    labels = {
+        "fm_ce": "CE",
+        "fm_fl_gamma_sece": "FLγ-SECE ▲",
+        "fm_mixup": "Mixup (α=1)",
+        "inverse_focal_gamma_1": "Inverse focal (γ̄=1), Müller §5",
+    }
     tidy = synthetic.tidy(labels, [0, 1, 2], ["ts"])
     table = mean_std_table(tidy, ["accuracy", "ece", "brier", "decomp_alpha"])
     write_artifacts(tmp_path, {"table": table})
-    assert "\\textbf{" in (tmp_path / "table.tex").read_text()
+    tex = (tmp_path / "table.tex").read_text()
+    assert "\\textbf{" in tex and tex.startswith("% needs \\usepackage{booktabs,amssymb}")
     done = _compile(tmp_path, "table")
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 0

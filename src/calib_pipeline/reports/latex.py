@@ -39,20 +39,55 @@ _ASCII_SPECIALS = {
     ">": r"\textgreater{}",
     "|": r"\textbar{}",
 }
-# Non-ASCII symbols of the reports' labels and cells: (math?, LaTeX).
+# Non-ASCII symbols of the reports' labels, cells and notes: (math?, LaTeX).
 _SYMBOLS = {
     "±": (True, r"\pm"),
     "−": (True, "-"),
     "×": (True, r"\times"),
+    "÷": (True, r"\div"),
     "·": (True, r"\cdot"),
+    "⋅": (True, r"\cdot"),
     "≤": (True, r"\leq"),
     "≥": (True, r"\geq"),
+    "≠": (True, r"\neq"),
     "≈": (True, r"\approx"),
-    "→": (True, r"\rightarrow"),
+    "≲": (True, r"\lesssim"),
+    "≪": (True, r"\ll"),
+    "≫": (True, r"\gg"),
+    "∼": (True, r"\sim"),
+    "∝": (True, r"\propto"),
+    "∈": (True, r"\in"),
+    "∂": (True, r"\partial"),
+    "∇": (True, r"\nabla"),
+    "∑": (True, r"\sum"),
     "√": (True, r"\surd"),
     "∞": (True, r"\infty"),
-    "°": (True, r"^\circ"),
+    "⊙": (True, r"\odot"),
+    "ℓ": (True, r"\ell"),
+    "→": (True, r"\rightarrow"),
+    "←": (True, r"\leftarrow"),
+    "↦": (True, r"\mapsto"),
+    "⇒": (True, r"\Rightarrow"),
+    "▲": (True, r"\blacktriangle"),
+    "▼": (True, r"\blacktriangledown"),
+    "△": (True, r"\bigtriangleup"),
+    "▽": (True, r"\bigtriangledown"),
+    "•": (True, r"\bullet"),
+    "°": (True, r"{}^\circ"),
     "µ": (True, r"\mu"),
+    "¹": (True, "{}^{1}"),
+    "²": (True, "{}^{2}"),
+    "³": (True, "{}^{3}"),
+    "⁴": (True, "{}^{4}"),
+    "₁": (True, "{}_{1}"),
+    "₂": (True, "{}_{2}"),
+    "ᵀ": (True, r"{}^{\top}"),
+    "′": (True, "'"),
+    "§": (False, r"\S{}"),
+    "¶": (False, r"\P{}"),
+    "†": (False, r"\dag{}"),
+    "‡": (False, r"\ddag{}"),
+    "©": (False, r"\copyright{}"),
     "–": (False, "--"),
     "—": (False, "---"),
     "…": (False, r"\ldots{}"),
@@ -62,6 +97,8 @@ _SYMBOLS = {
     "”": (False, "''"),
     "\u00a0": (False, "~"),
 }
+# Commands of the amssymb package (every other command is LaTeX's own).
+AMSSYMB_COMMANDS = (r"\blacktriangle", r"\lesssim")
 # Greek capitals with a LaTeX command; the others look like Latin capitals.
 _GREEK_CAPITALS = {
     "gamma", "delta", "theta", "lambda", "xi", "pi", "sigma", "upsilon", "phi", "psi", "omega",
@@ -70,16 +107,20 @@ _LATIN_LOOKALIKES = {
     "alpha": "A", "beta": "B", "epsilon": "E", "zeta": "Z", "eta": "H", "iota": "I", "kappa": "K",
     "mu": "M", "nu": "N", "omicron": "O", "rho": "P", "tau": "T", "chi": "X",
 }  # fmt: skip
-# Combining marks (what NFD splits an accented letter into) -> accent command.
+# Combining marks (NFD splits é into e and U+0301) -> (text accent, math accent): applied
+# to the character before them, ``\'{e}`` in text, ``\bar{\gamma}`` in math (γ̄).
 _ACCENTS = {
-    "\u0300": "`",
-    "\u0301": "'",
-    "\u0302": "^",
-    "\u0303": "~",
-    "\u0308": '"',
-    "\u030a": "r",
-    "\u030c": "v",
-    "\u0327": "c",
+    "\u0300": ("`", "grave"),
+    "\u0301": ("'", "acute"),
+    "\u0302": ("^", "hat"),
+    "\u0303": ("~", "tilde"),
+    "\u0304": ("=", "bar"),
+    "\u0306": ("u", "breve"),
+    "\u0307": (".", "dot"),
+    "\u0308": ('"', "ddot"),
+    "\u030a": ("r", "mathring"),
+    "\u030c": ("v", "check"),
+    "\u0327": ("c", None),
 }
 MISSING = "--"
 
@@ -99,35 +140,38 @@ def _greek(char: str) -> tuple[bool, str] | None:
     return (False, _LATIN_LOOKALIKES[word]) if word in _LATIN_LOOKALIKES else None
 
 
-def _accented(char: str) -> str | None:
-    """``\\'{e}`` for ``é``: an ASCII letter and one accent NFD knows."""
-    parts = unicodedata.normalize("NFD", char)
-    if len(parts) == 2 and parts[0].isascii() and parts[1] in _ACCENTS:
-        return f"\\{_ACCENTS[parts[1]]}{{{parts[0]}}}"
-    return None
+def _unspellable(char: str, text: str) -> ValueError:
+    return ValueError(
+        f"no LaTeX spelling for {char!r} (U+{ord(char):04X}) in {text!r}; add it to "
+        "calib_pipeline.reports.latex._SYMBOLS"
+    )
 
 
-def _piece(char: str, text: str) -> tuple[bool, str]:
-    """(math?, LaTeX) of one character of ``text``."""
+def _piece(char: str, text: str) -> list:
+    """[math?, LaTeX] of one character of ``text``."""
     if char in _ASCII_SPECIALS:
-        return False, _ASCII_SPECIALS[char]
+        return [False, _ASCII_SPECIALS[char]]
     if char.isascii():
-        return False, char
+        return [False, char]
     found = _SYMBOLS.get(char) or _greek(char)
     if found is None:
-        accented = _accented(char)
-        if accented is None:
-            raise ValueError(
-                f"no LaTeX spelling for {char!r} (U+{ord(char):04X}) in {text!r}; add it to "
-                "calib_pipeline.reports.latex._SYMBOLS"
-            )
-        found = (False, accented)
-    return found
+        raise _unspellable(char, text)
+    return list(found)
+
+
+def _accent(piece: list, mark: str, text: str) -> None:
+    """Put combining ``mark`` on ``piece`` (the character before it), in place."""
+    text_accent, math_accent = _ACCENTS[mark]
+    command = math_accent if piece[0] else text_accent
+    if command is None:
+        raise _unspellable(mark, text)
+    piece[1] = f"\\{command}{{{piece[1]}}}"
 
 
 def escape_latex(text: str) -> str:
     """``text`` as pdflatex reads it: LaTeX's special characters escaped, Greek letters
-    and math symbols in one ``$...$`` per run, accented letters as accent commands.
+    and math symbols in one ``$...$`` per run, accents as accent commands (``é`` ->
+    ``\\'{e}``, ``γ̄`` -> ``$\\bar{\\gamma}$``).
 
     >>> escape_latex("FLγ-SECE (γ=1), 2.08 ± 0.59 %")
     'FL$\\\\gamma$-SECE ($\\\\gamma$=1), 2.08 $\\\\pm$ 0.59 \\\\%'
@@ -135,10 +179,15 @@ def escape_latex(text: str) -> str:
     Raises:
         ValueError: a character with no LaTeX spelling here (quoting it).
     """
+    pieces: list[list] = []
+    for char in unicodedata.normalize("NFD", text):
+        if char in _ACCENTS and pieces:
+            _accent(pieces[-1], char, text)
+        else:
+            pieces.append(_piece(char, text))
     out: list[str] = []
     in_math = False
-    for char in text:
-        math_mode, latex = _piece(char, text)
+    for math_mode, latex in pieces:
         if math_mode != in_math:
             out.append("$")
             in_math = math_mode
@@ -234,25 +283,24 @@ def latex_table(frame: pd.DataFrame) -> str:
         specs.append(spec)
         headers.append(header)
         columns.append(rows)
-    body = [" & ".join(row) + r" \\" for row in zip(*columns)]
+    tabular = "\n".join(
+        [
+            f"\\begin{{tabular}}{{{''.join(specs)}}}",
+            r"\toprule",
+            " & ".join(headers) + r" \\",
+            r"\midrule",
+            *(" & ".join(row) + r" \\" for row in zip(*columns)),
+            r"\bottomrule",
+            r"\end{tabular}",
+        ]
+    )
     bolded = [
         f"{frame.attrs['metrics'][c]} ({METRIC_DIRECTIONS[frame.attrs['metrics'][c]]} is better)"
         for c in layout
         if c in cells and best_rows(frame, c)
     ]
-    note = "% needs \\usepackage{booktabs}" + (
+    packages = "booktabs,amssymb" if any(c in tabular for c in AMSSYMB_COMMANDS) else "booktabs"
+    note = f"% needs \\usepackage{{{packages}}}" + (
         f"; bold: the best value of each column, {', '.join(bolded)}" if bolded else ""
     )
-    return "\n".join(
-        [
-            note,
-            f"\\begin{{tabular}}{{{''.join(specs)}}}",
-            r"\toprule",
-            " & ".join(headers) + r" \\",
-            r"\midrule",
-            *body,
-            r"\bottomrule",
-            r"\end{tabular}",
-            "",
-        ]
-    )
+    return f"{note}\n{tabular}\n"

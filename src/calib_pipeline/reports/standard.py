@@ -134,7 +134,8 @@ def panel_title(label: str, calibrator: str) -> str:
     file name of the score pipeline, a long calibrator key): constrained layout makes room
     for the lines but never shortens one, so a line wider than its panel would be cut
     off at the figure's edge or run into its neighbour."""
-    return "\n".join(textwrap.wrap(f"{label} · {calibrator}", TITLE_CHARACTERS))
+    title = f"{label} · {calibrator}"
+    return "\n".join(textwrap.wrap(title, TITLE_CHARACTERS, break_on_hyphens=False))
 
 
 def pooled_ece(pooled: pd.DataFrame) -> float:
