@@ -548,6 +548,9 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = FIGURE_DPI) -
 
             # no creation date in the PDF: the same figure gives the same file
             value.savefig(folder / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
+            # the layout is in inches, the same at any dpi: the PNG keeps the PDF's instead
+            # of solving constrained layout again (docs/performance.md)
+            value.set_layout_engine("none")
             value.savefig(folder / f"{name}.png", dpi=dpi, bbox_inches="tight")
             plt.close(value)
         elif isinstance(value, (dict, list)):
