@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from calib_pipeline.calibration.metrics import calibration_metrics_batched
 from calib_pipeline.reports.common import (
@@ -213,6 +214,7 @@ def curves_figure(curves: pd.DataFrame, styles: dict[str, MethodStyle]) -> plt.F
     axes[2].set(title="std of γ on test", xlabel="epoch", ylabel="std γ")
     for ax in axes:
         ax.title.set_fontsize(10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     legend_outside(fig, axes[0])
     return fig
 

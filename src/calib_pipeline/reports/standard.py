@@ -123,6 +123,9 @@ MAX_COLUMNS = 4  # panels per row: 4 panels of PANEL_WIDTH inches fit a page's w
 PANEL_WIDTH = 2.4  # inches; a panel is a reliability diagram over its count histogram
 PANEL_HEIGHT = 2.7
 GAP_COLOR = "#D62728"
+# The gap's hatching and outline: dark, so the gap reads on bars of any method colour (a red
+# method's bars would hide a red outline).
+GAP_EDGE_COLOR = "0.2"
 TITLE_SIZE = 9  # points
 # Characters of a title line that fit a panel: its width less ~0.6 in of tick labels, an
 # average glyph ~0.6 em wide.
@@ -205,7 +208,7 @@ def reliability_axes(ax: plt.Axes, hist: plt.Axes, pooled: pd.DataFrame, color: 
         np.abs(confidence - accuracy),
         facecolor=GAP_COLOR,
         alpha=0.25,
-        edgecolor=GAP_COLOR,
+        edgecolor=GAP_EDGE_COLOR,
         hatch="//",
         linewidth=0.5,
         label="gap to confidence",
