@@ -2,8 +2,9 @@
 colours, and writing a report's artifacts to a folder.
 
 Paper tables show a metric over seeds as one ``mean ± spread`` cell; every report formats
-it as a :class:`Cell` (:func:`stat_cells`), orders methods with :func:`method_order` and colours
-them with :func:`method_colors`, so a method looks the same in every figure of a study.
+it as a :class:`Cell` (:func:`stat_cells`), orders methods with :func:`method_order` and styles
+them with :func:`method_styles` (colour, marker, line style), so a method looks the same in
+every figure of a study; figures put their legends outside the data (:func:`legend_outside`).
 :func:`with_numbers` turns a table of cells into the formatted layout followed by numeric
 columns (``<column>_<unit>_mean``, ``..._std`` or ``..._sem``, ``n_seeds``): the CSV carries
 both, the Markdown and LaTeX the layout alone (:func:`paper_view`).
@@ -45,7 +46,7 @@ PERCENT_METRICS = tuple(key for key, unit in {**METRIC_UNITS, **DERIVED_UNITS}.i
 # A study's methods are drawn in these colours, by position (method_styles): tab10, then ten
 # colours chosen (greedily, from an sRGB grid with CIELAB lightness 28-70 and chroma 25-65) to
 # stay as far as possible from tab10 and each other: every pair is >= 27 CIELAB ΔE (CIE76)
-# apart, checked by tests/reports/test_common.py on drawn figures.
+# apart, checked by tests/reports/test_figures.py on drawn figures (docs/reports.md).
 METHOD_PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
@@ -460,16 +461,12 @@ def method_colors(methods: Sequence[str], labels: dict[str, str] | None = None) 
     return {key: style.color for key, style in method_styles(methods, labels).items()}
 
 
-def legend_outside(fig: Figure, ax: Axes | None = None, **options: Any) -> None:
-    """One legend of ``ax``'s lines (default: the figure's first axes with labelled
-    artists) right of the panels, outside the data. The figure must use constrained
-    layout, which makes room for it (``fig.legend(loc="outside ...")``)."""
-    axes = [ax] if ax is not None else fig.axes
-    for candidate in axes:
-        handles, names = candidate.get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, names, loc="outside right upper", fontsize=7, **options)
-            return
+def legend_outside(fig: Figure, ax: Axes, **options: Any) -> None:
+    """One legend of ``ax``'s labelled artists for the whole figure, right of the panels,
+    outside the data. The figure must use constrained layout, which makes room for it
+    (``fig.legend(loc="outside ...")``); ``options`` go to ``fig.legend``."""
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside right upper", fontsize=7, **options)
 
 
 def legend_beside(ax: Axes) -> None:

@@ -208,7 +208,7 @@ def curves_figure(curves: pd.DataFrame, styles: dict[str, MethodStyle]) -> plt.F
     above = 100 * curves.loc[curves["epoch"] < first, "test_ece"].max()
     if above > high:
         title += f"\ny-axis fitted to epochs ≥ {first} (epochs before reach {above:.1f} %)"
-    axes[0].set_ylim(low, max(high, low + 1e-9))
+    axes[0].set_ylim(low, high)
     axes[0].set(title=title, xlabel="epoch", ylabel="ECE (%)")
     axes[1].set(title="mean of γ on test", xlabel="epoch", ylabel="mean γ")
     axes[2].set(title="std of γ on test", xlabel="epoch", ylabel="std γ")

@@ -198,12 +198,11 @@ def escape_latex(text: str) -> str:
 
 
 def _number(value: object) -> str:
-    """A non-cell value: floats with pandas' six decimals, missing as ``--``."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
+    """A number outside a cell: floats with six decimals (as pandas wrote them), missing
+    as ``--``."""
     if isinstance(value, (float, np.floating)):
-        return f"{value:.6f}"
-    return escape_latex(str(value))
+        return MISSING if math.isnan(value) else f"{value:.6f}"
+    return MISSING if value is None else escape_latex(str(value))
 
 
 def _split_cell(text: str) -> tuple[str, str]:
@@ -255,8 +254,10 @@ def _cell_column(frame: pd.DataFrame, column: str) -> tuple[str, str, list[str]]
 def _plain_column(values: pd.Series, column: str) -> tuple[str, str, list[str]]:
     """Spec, header and rows of a column of text (left) or numbers (right)."""
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
-    rows = [_number(v) if isinstance(v, numbers.Number) or v is None else escape_latex(str(v))
-            for v in values]  # fmt: skip
+    rows = [
+        _number(v) if isinstance(v, numbers.Number) or v is None else escape_latex(str(v))
+        for v in values
+    ]
     return ("r" if numeric else "l"), escape_latex(str(column)), rows
 
 
