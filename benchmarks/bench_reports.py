@@ -5,7 +5,8 @@ The report draws each bar series of a panel (accuracy, gap to confidence, share 
 as one collection of rectangles (``standard._bars``). The anchor swaps in a ``_bars`` that
 draws exactly those bars with ``ax.bar``, one artist each, as the report did before; with 24 panels
 at 100 bins that is ~7,000 artists per figure. Both build the figure with ``reliability_figure`` and
-save it as the report dataset does (PNG, 120 dpi, tight bounding box), alternating round by round.
+save it as PNG at 120 dpi with a tight bounding box (what the report dataset wrote when this was
+measured; it now writes a PDF and a 300 dpi PNG: docs/performance.md), alternating round by round.
 
 Measured figures: benchmarks/README.md; most of what is left of the report's time is
 matplotlib laying out 48 axes' ticks.

@@ -52,6 +52,7 @@ def test_a_save_writes_each_artifact_by_type_and_a_load_reads_them_back(tmp_path
     assert folder == tmp_path / "report" / "2026-11-26T01.00.00.000Z" / "report"
     assert sorted(p.name for p in folder.iterdir()) == [
         ".manifest.json",
+        "figure.pdf",
         "figure.png",
         "meta.json",
         "note.md",

@@ -26,7 +26,7 @@ from calib_pipeline.calibration.posthoc import calibrator_from_state
 from calib_pipeline.calibration.predictions import PredictionsFile, load_predictions
 from calib_pipeline.data.datasets import ImageData, load_dataset
 from calib_pipeline.kedro_compat import exists_at_version, pin_load_version
-from calib_pipeline.reports.common import write_artifacts
+from calib_pipeline.reports.common import FIGURE_DPI, write_artifacts
 from calib_pipeline.tensor_io import load_tensors, save_tensors
 from calib_pipeline.training.checkpoint import CheckpointStore
 
@@ -254,12 +254,13 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
     """A versioned folder of report artifacts, written atomically.
 
     Saving a dict writes each entry by type (:func:`calib_pipeline.reports.common.write_artifacts`:
-    a DataFrame as CSV and Markdown, a string as Markdown, a figure as PNG, a dict/list as
-    JSON) into a hidden temporary folder, adds a manifest of the files last, and renames
-    the folder into its version: a save that fails or is killed leaves no version folder.
-    Only folders with a manifest count as versions, so "latest" is always a complete
-    report. Loading returns DataFrames from the CSVs, strings from the Markdown files and
-    paths of the PNGs and JSON files.
+    a DataFrame as CSV, Markdown and LaTeX, a string as Markdown, a figure as PDF and PNG
+    (``dpi``, default 300), a dict/list as JSON) into a hidden temporary folder, adds a
+    manifest of the files last, and renames the folder into its version: a save that fails
+    or is killed leaves no version folder. Only folders with a manifest count as versions,
+    so "latest" is always a complete report. Loading returns DataFrames from the CSVs,
+    strings from the Markdown files and paths of the PNGs and JSON files (a figure's PDF is
+    the PNG's path with ``.pdf``).
     """
 
     def __init__(
@@ -267,7 +268,7 @@ class ReportDataset(AbstractVersionedDataset[dict, dict]):
         *,
         filepath: str,
         version: Version | None = None,
-        dpi: int = 120,
+        dpi: int = FIGURE_DPI,
         metadata: dict | None = None,
     ) -> None:
         super().__init__(

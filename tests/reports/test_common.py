@@ -11,6 +11,7 @@ from calib_pipeline.reports.common import (
     mean_std_cell,
     method_colors,
     method_order,
+    method_styles,
     metric_unit,
     seed_stats,
     stat_cells,
@@ -34,7 +35,11 @@ from calib_pipeline.reports.registry import build_report
 def test_every_artifact_is_written(name, fixture, options, request, tmp_path):
     out = build_report(name, request.getfixturevalue(fixture), **options)
     write_artifacts(tmp_path, out)
-    expected = sum(3 if isinstance(v, pd.DataFrame) else 1 for v in out.values())  # csv, md, tex
+    # a table: csv, md, tex; a figure: pdf, png; text or JSON: one file
+    expected = sum(
+        3 if isinstance(v, pd.DataFrame) else 2 if hasattr(v, "savefig") else 1
+        for v in out.values()
+    )
     assert len(list(tmp_path.iterdir())) == expected  # no two artifacts share a file
 
 
@@ -55,9 +60,10 @@ def test_each_table_gets_a_latex_tabular_with_special_characters_escaped(tmp_pat
     table = pd.DataFrame({"label": ["LS_0.1", "FL-53 %"], "ece": ["2.08 ± 0.59", "1.10"]})
     write_artifacts(tmp_path, {"table": table})
     tex = (tmp_path / "table.tex").read_text(encoding="utf-8")
-    assert tex.startswith("\\begin{tabular}{ll}") and tex.rstrip().endswith("\\end{tabular}")
+    assert "\\begin{tabular}{ll}" in tex and tex.rstrip().endswith("\\end{tabular}")
     assert "label & ece \\\\" in tex
-    assert "LS\\_0.1 & 2.08 ± 0.59 \\\\" in tex and "FL-53 \\% & 1.10 \\\\" in tex
+    assert "LS\\_0.1 & 2.08 $\\pm$ 0.59 \\\\" in tex and "FL-53 \\% & 1.10 \\\\" in tex
+    assert tex.isascii()
 
 
 def test_an_unsupported_artifact_type_is_refused_with_its_name(tmp_path):
@@ -110,11 +116,12 @@ def test_method_colors_are_one_per_method_and_stable_across_figures():
     study = ["ce", "focal", "ls"]
     colors = method_colors(study)
     assert len(set(colors.values())) == 3
-    assert colors["focal"] == matplotlib.colormaps["tab10"](1)
+    assert matplotlib.colors.to_rgba(colors["focal"]) == matplotlib.colormaps["tab10"](1)
     assert method_colors(study, {"ce": "CE", "focal": "FL", "ls": "LS"})["FL"] == colors["focal"]
-    assert (
-        len(set(method_colors([f"m{i}" for i in range(15)]).values())) == 15
-    )  # tab20 past 10 methods
+    styles = method_styles([f"m{i}" for i in range(25)])
+    assert len({s.color for s in list(styles.values())[:20]}) == 20  # 20 colours, then repeats
+    assert styles["m0"].linestyle == "-" and styles["m10"].linestyle == "--"
+    assert len({(s.color, s.marker, s.linestyle) for s in styles.values()}) == 25
 
 
 def test_titles_name_the_dataset_and_its_protocol(focal_results):
@@ -166,7 +173,7 @@ def test_a_table_of_cells_carries_its_numbers_in_csv_and_only_its_layout_in_mark
     assert csv.loc[0, "brier_x100_std"] == 1.0 and csv.loc[0, "ECE"] == "2.08 ± 0.59"
     markdown, latex = (tmp_path / "table.md").read_text(), (tmp_path / "table.tex").read_text()
     assert "2.08 ± 0.59" in markdown and "_mean" not in markdown and "n_seeds" not in markdown
-    assert "2.08 ± 0.59" in latex and "mean" not in latex
+    assert "2.08 & $\\pm$ 0.59" in latex and "mean" not in latex
     # the cells come back for a re-arranged table (a paper's orientation), numbers and all
     assert as_cells(frame).loc[0, "ECE"].mean == 2.08
 

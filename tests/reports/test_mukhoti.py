@@ -85,7 +85,8 @@ def test_mukhoti_curves_mean_over_seeds(focal_results):
         "head_weight_norm",
     }
     assert len(out["epochs_by_method"].axes) == 6 and len(out["overview"].axes) == 3
-    assert [t.get_text() for t in out["epochs_by_method"].axes[0].get_legend().get_texts()] == list(
+    # one legend for every panel, right of them
+    assert [t.get_text() for t in out["epochs_by_method"].legends[0].get_texts()] == list(
         FOCAL.values()
     )
 

@@ -273,7 +273,7 @@ def test_shift_figures_plot_the_severity_summary():
     assert list(x) == [0, 1, 2, 3, 4, 5] and y[3] == pytest.approx(3.2)
     by_method = figures["ece_vs_severity_by_method_generated"]
     assert [ax.get_title() for ax in by_method.axes] == ["CE", "FL"]
-    assert [t.get_text() for t in by_method.axes[0].get_legend().get_texts()] == ["none", "ts"]
+    assert [t.get_text() for t in by_method.legends[0].get_texts()] == ["none", "ts"]
     boxes = figures["ece_boxplots_generated"]
     assert (
         len(boxes.axes) == 2 and len(boxes.axes[0].patches) == 2 * 5

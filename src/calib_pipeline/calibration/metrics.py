@@ -247,6 +247,43 @@ def metric_text(key: str, value: float, digits: int = 2) -> str:
     return f"{METRIC_NAMES[key]} {number}{suffix}"
 
 
+#: Which way each metric improves, for marking the best value of a report table:
+#: ``"lower"`` (errors, calibration errors, NLL, Brier), ``"higher"`` (accuracy, AUROC) or
+#: ``None`` where neither value is better (mean confidence or entropy, the terms of the
+#: ECE decomposition). Every registered metric must say (checked below), so a new metric
+#: cannot be bolded the wrong way.
+METRIC_DIRECTIONS: dict[str, str | None] = {
+    "accuracy": "higher",
+    "error": "lower",
+    "nll": "lower",
+    "brier": "lower",
+    "mean_confidence": None,
+    "mean_entropy": None,
+    "ece": "lower",
+    "ece_em": "lower",
+    "mce": "lower",
+    "ece_l2": "lower",
+    "ece_lb": "lower",
+    "classwise_ece": "lower",
+    "overconfidence_error": "lower",
+    "debiased_ece_l2": "lower",
+    "auroc": "higher",
+    "decomp_alpha": None,
+    "decomp_beta": None,
+    "decomp_gamma": None,
+    "sece": "lower",
+    "sb_ece": "lower",
+    "dece": "lower",
+    "smooth_ece": "lower",
+}
+if set(METRIC_DIRECTIONS) != set(METRICS.names()):
+    raise RuntimeError(
+        "METRIC_DIRECTIONS must name every registered metric exactly: missing "
+        f"{sorted(set(METRICS.names()) - set(METRIC_DIRECTIONS))}, unknown "
+        f"{sorted(set(METRIC_DIRECTIONS) - set(METRICS.names()))}"
+    )
+
+
 def build_metric(name: str, **options: Any) -> Metric:
     """The metric registered as ``name`` with ``options`` fixed (defaults for the rest).
 

@@ -2,8 +2,9 @@
 colours, and writing a report's artifacts to a folder.
 
 Paper tables show a metric over seeds as one ``mean ± spread`` cell; every report formats
-it as a :class:`Cell` (:func:`stat_cells`), orders methods with :func:`method_order` and colours
-them with :func:`method_colors`, so a method looks the same in every figure of a study.
+it as a :class:`Cell` (:func:`stat_cells`), orders methods with :func:`method_order` and styles
+them with :func:`method_styles` (colour, marker, line style), so a method looks the same in
+every figure of a study; figures put their legends outside the data (:func:`legend_outside`).
 :func:`with_numbers` turns a table of cells into the formatted layout followed by numeric
 columns (``<column>_<unit>_mean``, ``..._std`` or ``..._sem``, ``n_seeds``): the CSV carries
 both, the Markdown and LaTeX the layout alone (:func:`paper_view`).
@@ -24,14 +25,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import numpy as np
 import pandas as pd
 
 from calib_pipeline.calibration.metrics import METRIC_NAMES as REGISTERED_NAMES
 from calib_pipeline.calibration.metrics import METRIC_UNITS
+from calib_pipeline.reports.latex import latex_table
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
     from calib_pipeline.reports.registry import StudyResults
 
 UNCALIBRATED = "none"  # the calibrator key of raw scores
@@ -40,6 +44,18 @@ UNSHIFTED = "none"  # the shift of the clean splits
 # METRIC_UNITS, declared with the metric), and the α − β − γ column derived from three of them.
 DERIVED_UNITS = {"decomp_ece": "%"}
 PERCENT_METRICS = tuple(key for key, unit in {**METRIC_UNITS, **DERIVED_UNITS}.items() if unit)
+# A study's methods are drawn in these colours, by position (method_styles): tab10, then ten
+# colours chosen (greedily, from an sRGB grid with CIELAB lightness 28-70 and chroma 25-65) to
+# stay as far as possible from tab10 and each other: every pair is >= 27 CIELAB ΔE (CIE76)
+# apart, checked by tests/reports/test_figures.py on drawn figures (docs/reports.md).
+METHOD_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#004e21", "#6f6400", "#a6004e", "#85b17a", "#ff8585",
+    "#de9b59", "#904300", "#593759", "#7a0b6f", "#4e90ff",
+)  # fmt: skip
+METHOD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+METHOD_LINESTYLES = ("-", "--", ":", "-.")
 # How the ×100 of each metric reads: a rate or probability in %, the Brier score ×100.
 UNIT_NAMES = {"%": "pct", "×100": "x100"}
 SPREADS = ("std", "sem")
@@ -62,6 +78,9 @@ SEEDS_AVERAGED = "(each seed's value, then the mean; a reliability diagram pools
 # A Markdown table is for reading; beyond this many rows only the CSV is written (the tidy
 # metrics tables have ~10^5 rows, slow for tabulate to render: docs/performance.md).
 MARKDOWN_MAX_ROWS = 2000
+# Figures are written as vector PDF and as PNG at print resolution.
+FIGURE_DPI = 300
+PDF_METADATA = {"CreationDate": None}
 
 
 # --- units -------------------------------------------------------------------------------
@@ -135,9 +154,10 @@ def table_units_note(table: pd.DataFrame, metrics: Iterable[str]) -> str:
 @dataclass(frozen=True, repr=False)
 class Cell:
     """One table cell: its text (``mean ± spread``) and the numbers behind it, in the unit
-    it shows (``unit``: ``"%"``, ``"×100"`` or ``""``); ``spread_name`` is ``std`` or ``sem``
-    and ``n`` how many values (seeds) the mean is over. :func:`with_numbers` spreads a
-    table of cells into text and numeric columns."""
+    it shows (``unit``: ``"%"``, ``"×100"`` or ``""``); ``spread_name`` is ``std`` or ``sem``,
+    ``n`` how many values (seeds) the mean is over and ``metric`` the metric key, where one
+    metric is behind it (the LaTeX table marks the best value by its direction).
+    :func:`with_numbers` spreads a table of cells into text and numeric columns."""
 
     text: str
     mean: float
@@ -145,6 +165,7 @@ class Cell:
     n: int = 0
     spread_name: str = "std"
     unit: str = ""
+    metric: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -189,14 +210,15 @@ def stat_cells(
     frame (``spread``: its ``std`` or ``sem`` column). Each cell's unit is ``unit``, or
     :func:`metric_unit` of the row's ``metric`` when ``unit`` is None (the values must
     already be in it: :func:`percent_scaled`)."""
+    metrics = list(stats["metric"]) if "metric" in stats else [""] * len(stats)
     units = (
-        [metric_unit(m) for m in stats["metric"]]
+        [metric_unit(m) for m in metrics]
         if unit is None and "metric" in stats
         else [unit or ""] * len(stats)
     )
     return [
-        Cell(mean_std_cell(m, s, n, digits), float(m), float(s), int(n), spread, u)
-        for m, s, n, u in zip(stats["mean"], stats[spread], stats["n"], units)
+        Cell(mean_std_cell(m, s, n, digits), float(m), float(s), int(n), spread, u, metric)
+        for m, s, n, u, metric in zip(stats["mean"], stats[spread], stats["n"], units, metrics)
     ]
 
 
@@ -217,14 +239,15 @@ def with_numbers(frame: pd.DataFrame, count: str = "n_seeds") -> pd.DataFrame:
     """A table of :class:`Cell` s as plain columns: the layout (each cell as its text),
     then per cell column ``<stem>_mean`` and ``<stem>_<std|sem>`` (:func:`numeric_name`;
     NaN where the layout has no cell), then ``count``: the most values any cell of the
-    row averages. ``attrs["layout"]`` lists the layout's columns (:func:`paper_view`).
+    row averages. ``attrs["layout"]`` lists the layout's columns (:func:`paper_view`),
+    ``attrs["metrics"]`` the metric of each cell column whose cells share one.
 
     Raises:
         ValueError: two columns whose numeric names coincide.
     """
     display = frame.copy()
     numbers: dict[str, list[float]] = {}
-    counts, sources = [], {}
+    counts, sources, metrics = [], {}, {}
     for column in frame.columns:
         values = list(frame[column])
         found = [v for v in values if isinstance(v, Cell)]
@@ -241,11 +264,13 @@ def with_numbers(frame: pd.DataFrame, count: str = "n_seeds") -> pd.DataFrame:
             ]
         counts.append([v.n if isinstance(v, Cell) else 0 for v in values])
         sources[column] = (*names, found[0].spread_name, found[0].unit)
+        if len({v.metric for v in found}) == 1 and found[0].metric:
+            metrics[column] = found[0].metric
     if not numbers:
         return frame
     out = pd.concat([display, pd.DataFrame(numbers, index=frame.index)], axis=1)
     out[count] = np.max(counts, axis=0)
-    out.attrs.update(layout=list(display.columns), numbers=sources, count=count)
+    out.attrs.update(layout=list(display.columns), numbers=sources, count=count, metrics=metrics)
     return out
 
 
@@ -254,9 +279,10 @@ def as_cells(frame: pd.DataFrame) -> pd.DataFrame:
     table re-arranged from it, e.g. a paper's orientation); ``n`` is the row's count."""
     layout = paper_view(frame).copy()
     counts = frame[frame.attrs["count"]] if "count" in frame.attrs else None
+    metrics = frame.attrs.get("metrics", {})
     for column, (mean, spread, spread_name, unit) in frame.attrs.get("numbers", {}).items():
         layout[column] = [
-            Cell(text, m, s, int(n), spread_name, unit)
+            Cell(text, m, s, int(n), spread_name, unit, metrics.get(column, ""))
             for text, m, s, n in zip(frame[column], frame[mean], frame[spread], counts)
         ]
     return layout
@@ -424,20 +450,66 @@ def method_order(
     return [m for m in order if m in present] + sorted(present - set(order))
 
 
-def method_colors(methods: Sequence[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """One colour per method of a study, the same in every figure that draws it.
+@dataclass(frozen=True)
+class MethodStyle:
+    """How a method is drawn: colour, marker and line style (:func:`method_styles`)."""
+
+    color: str
+    marker: str
+    linestyle: str
+
+    def line(self) -> dict[str, str]:
+        """The keywords of ``Axes.plot`` that draw a line in this style."""
+        return {"color": self.color, "marker": self.marker, "linestyle": self.linestyle}
+
+
+def method_styles(
+    methods: Sequence[str], labels: dict[str, str] | None = None
+) -> dict[str, MethodStyle]:
+    """One style per method of a study, the same in every figure that draws it.
+
+    The colour is the method's position in :data:`METHOD_PALETTE` (20 colours, pairwise at
+    least 27 CIELAB ΔE apart: no two methods of a study of up to 20 share a hue, as
+    ``tab20``'s light/dark pairs did); every method also gets a marker, and the methods past
+    the 10th a dashed line (dotted past the 20th, where colours repeat), so lines stay apart
+    in greyscale print too.
 
     Args:
-        methods: every method of the study, in its order (the colour follows the position,
+        methods: every method of the study, in its order (the style follows the position,
             so pass the whole study, not the methods one figure shows).
         labels: when given, the map is keyed by each method's label instead of its key.
 
     Returns:
-        Method key (or label) -> RGBA colour of ``tab10`` (``tab20`` beyond 10 methods).
+        Method key (or label) -> :class:`MethodStyle`.
     """
-    palette = matplotlib.colormaps["tab20" if len(methods) > 10 else "tab10"]
     keys = [labels.get(m, m) for m in methods] if labels is not None else list(methods)
-    return {key: palette(i % palette.N) for i, key in enumerate(keys)}
+    return {
+        key: MethodStyle(
+            METHOD_PALETTE[i % len(METHOD_PALETTE)],
+            METHOD_MARKERS[i % len(METHOD_MARKERS)],
+            METHOD_LINESTYLES[(i // 10) % len(METHOD_LINESTYLES)],
+        )
+        for i, key in enumerate(keys)
+    }
+
+
+def method_colors(methods: Sequence[str], labels: dict[str, str] | None = None) -> dict[str, str]:
+    """Method key (or label, with ``labels``) -> the colour of :func:`method_styles`."""
+    return {key: style.color for key, style in method_styles(methods, labels).items()}
+
+
+def legend_outside(fig: Figure, ax: Axes, **options: Any) -> None:
+    """One legend of ``ax``'s labelled artists for the whole figure, right of the panels,
+    outside the data. The figure must use constrained layout, which makes room for it
+    (``fig.legend(loc="outside ...")``); ``options`` go to ``fig.legend``."""
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside right upper", fontsize=7, **options)
+
+
+def legend_beside(ax: Axes) -> None:
+    """The legend of ``ax`` right of it, outside its data (a panel whose lines differ from
+    its neighbours'; constrained layout makes room)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
 # --- paper reports ------------------------------------------------------------------------
@@ -474,16 +546,16 @@ def with_selection(artifacts: dict[str, Any], record: pd.DataFrame | None) -> di
 # --- writing -----------------------------------------------------------------------------
 
 
-def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
+def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = FIGURE_DPI) -> None:
     """Write a report's artifacts into ``folder``, each by its type.
 
     A DataFrame becomes ``<name>.csv`` (every column: a :func:`with_numbers` table's
     formatted cells and numeric columns) and, up to ``MARKDOWN_MAX_ROWS`` rows, ``<name>.md``
-    and a LaTeX ``tabular`` ``<name>.tex`` of its layout (:func:`paper_view`;
-    ``DataFrame.to_latex``, special characters escaped; jinja2, which it needs, comes with
-    torch and Flask);
-    a string ``<name>.md``; a matplotlib figure ``<name>.png`` (then closed); a dict or
-    list ``<name>.json``.
+    and a booktabs LaTeX ``tabular`` ``<name>.tex`` of its layout
+    (:func:`~calib_pipeline.reports.latex.latex_table`: escaped, numbers aligned, the best
+    value of each metric column bold);
+    a string ``<name>.md``; a matplotlib figure ``<name>.pdf`` (vector) and ``<name>.png``
+    (then closed); a dict or list ``<name>.json``.
 
     Args:
         folder: the target folder (created if missing).
@@ -502,14 +574,17 @@ def write_artifacts(folder: Path, data: dict[str, Any], dpi: int = 120) -> None:
                 (folder / f"{name}.md").write_text(
                     layout.to_markdown(index=False) + "\n", encoding="utf-8"
                 )
-                (folder / f"{name}.tex").write_text(
-                    layout.to_latex(index=False, escape=True), encoding="utf-8"
-                )
+                (folder / f"{name}.tex").write_text(latex_table(value), encoding="utf-8")
         elif isinstance(value, str):
             (folder / f"{name}.md").write_text(value, encoding="utf-8")
         elif hasattr(value, "savefig"):
             import matplotlib.pyplot as plt  # only where a figure is written: tables need no pyplot
 
+            # no creation date in the PDF: the same figure gives the same file
+            value.savefig(folder / f"{name}.pdf", bbox_inches="tight", metadata=PDF_METADATA)
+            # the layout is in inches, the same at any dpi: the PNG keeps the PDF's instead
+            # of solving constrained layout again (docs/performance.md)
+            value.set_layout_engine("none")
             value.savefig(folder / f"{name}.png", dpi=dpi, bbox_inches="tight")
             plt.close(value)
         elif isinstance(value, (dict, list)):

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from calib_pipeline.calibration.metrics import calibration_metrics_batched
 from calib_pipeline.reports.common import (
@@ -17,9 +18,12 @@ from calib_pipeline.reports.common import (
     POOLED_OVER_SEEDS,
     SEEDS_AVERAGED,
     UNCALIBRATED,
+    MethodStyle,
     axis_label,
     cell_table,
+    legend_outside,
     method_colors,
+    method_styles,
     metric_name,
     paper_view,
     table_units_note,
@@ -41,6 +45,10 @@ TABLE_METRICS = ["error", "nll", "ece", "mce", "ece_em", "classwise_ece"]
 # The paper's "Methods" column, then each metric by its name (the paper's ACE is AdaECE).
 TABLE_HEADERS = {"label": "Methods", **{m: metric_name(m) for m in TABLE_METRICS}}
 BIN_COUNTS = [10, 20, 50, 100, 200, 500, 1000]
+# Fig. 3's ECE axis leaves out this share of the first epochs (at least one), in runs of at
+# least MIN_EPOCHS_TO_SKIP epochs (robust_limits).
+WARMUP_SHARE = 0.1
+MIN_EPOCHS_TO_SKIP = 5
 CURVE_COLUMNS = (
     "test_ece",
     "test_error",
@@ -159,28 +167,58 @@ def epoch_curves(
     return history.groupby(["label", "epoch"], sort=False)[columns].mean().reset_index()
 
 
-def curves_figure(curves: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
-    """Fig. 3: test ECE per epoch (a–b), mean and std of the learned γ on test (c–d).
+def robust_limits(curves: pd.DataFrame, column: str) -> tuple[float, float, int]:
+    """Y-limits of ``column`` (×100) that show the range of the later epochs.
+
+    The first epochs of a run from scratch have an ECE far above the rest (48 % after
+    epoch 1 where later epochs lie between 2 and 10 %): axis limits set by them flatten
+    every curve that matters. The limits cover the epochs after the first
+    :data:`WARMUP_SHARE` of them (at least one epoch skipped once a run has
+    :data:`MIN_EPOCHS_TO_SKIP` epochs), with a 5 % margin.
+
+    Returns:
+        ``(low, high, first)``: the limits and the first epoch they cover (the first epoch
+        of the curves when none is skipped).
+    """
+    epochs = np.sort(curves["epoch"].unique())
+    skipped = int(np.ceil(WARMUP_SHARE * len(epochs))) if len(epochs) >= MIN_EPOCHS_TO_SKIP else 0
+    first = int(epochs[skipped])
+    values = 100 * curves.loc[curves["epoch"] >= first, column].dropna()
+    low, high = float(values.min()), float(values.max())
+    margin = 0.05 * (high - low) or 0.5
+    return low - margin, high + margin, first
+
+
+def curves_figure(curves: pd.DataFrame, styles: dict[str, MethodStyle]) -> plt.Figure:
+    """Fig. 3: test ECE per epoch (a–b), mean and std of the learned γ on test (c–d); the
+    ECE axis fitted to the later epochs (:func:`robust_limits`, stated under its title),
+    one legend right of the panels.
 
     Args:
         curves: :func:`epoch_curves`.
-        colors: label -> colour (:func:`~calib_pipeline.reports.common.method_colors`).
+        styles: label -> style (:func:`~calib_pipeline.reports.common.method_styles`).
     """
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
+    line = {"linewidth": 1.2, "markersize": 3}
     for label, frame in curves.groupby("label", sort=False):
-        axes[0].plot(frame["epoch"], 100 * frame["test_ece"], label=label, color=colors[label])
+        style = styles[label].line()
+        axes[0].plot(frame["epoch"], 100 * frame["test_ece"], label=label, **style, **line)
         if "test_gamma_mean" in frame and frame["test_gamma_mean"].notna().any():
-            axes[1].plot(frame["epoch"], frame["test_gamma_mean"], label=label, color=colors[label])
-            axes[2].plot(frame["epoch"], frame["test_gamma_std"], label=label, color=colors[label])
-    axes[0].set(
-        title=f"test ECE per epoch, {MEAN_OVER_SEEDS}", xlabel="epoch", ylabel=axis_label("ece")
-    )
+            axes[1].plot(frame["epoch"], frame["test_gamma_mean"], **style, **line)
+            axes[2].plot(frame["epoch"], frame["test_gamma_std"], **style, **line)
+    low, high, first = robust_limits(curves, "test_ece")
+    title = f"test ECE per epoch, {MEAN_OVER_SEEDS}"
+    above = 100 * curves.loc[curves["epoch"] < first, "test_ece"].max()
+    if above > high:
+        title += f"\ny-axis fitted to epochs ≥ {first} (epochs before reach {above:.1f} %)"
+    axes[0].set_ylim(low, high)
+    axes[0].set(title=title, xlabel="epoch", ylabel=axis_label("ece"))
     axes[1].set(title=f"mean of γ on test, {MEAN_OVER_SEEDS}", xlabel="epoch", ylabel="mean γ")
     axes[2].set(title=f"std of γ on test, {MEAN_OVER_SEEDS}", xlabel="epoch", ylabel="std γ")
-    axes[0].legend(fontsize=7)
-    if axes[1].lines:
-        axes[1].legend(fontsize=7)
-    fig.tight_layout()
+    for ax in axes:
+        ax.title.set_fontsize(10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend_outside(fig, axes[0])
     return fig
 
 
@@ -189,8 +227,8 @@ def meta_curves(results: StudyResults) -> dict[str, Any]:
     """Fig. 3: test ECE per epoch for every method (a–b) and the mean / std of the learned γ
     on test (and val) per epoch for the γ-Net methods (c–d), averaged over seeds."""
     curves = epoch_curves(results.histories, results.labels)
-    colors = method_colors(results.methods, results.labels)
-    return {"curves": curves, "figure3": curves_figure(curves, colors)}
+    styles = method_styles(results.methods, results.labels)
+    return {"curves": curves, "figure3": curves_figure(curves, styles)}
 
 
 def _test_logits(logits: dict[tuple[str, int], dict[str, Any]]) -> dict[str, list[tuple[Any, Any]]]:
@@ -238,21 +276,19 @@ def ece_mce_by_bins(
     return pd.DataFrame(rows)
 
 
-def bins_figure(table: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
-    """Fig. 5: ECE and MCE (%) against the number of bins, a line per method.
+def bins_figure(table: pd.DataFrame, styles: dict[str, MethodStyle]) -> plt.Figure:
+    """Fig. 5: ECE and MCE (%) against the number of bins, a line per method, the legend
+    right of the panels.
 
     Args:
         table: :func:`ece_mce_by_bins`.
-        colors: method key -> colour.
+        styles: method key -> style (:func:`~calib_pipeline.reports.common.method_styles`).
     """
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     for (method, label), frame in table.groupby(["method", "label"], sort=False):
-        axes[0].plot(
-            frame["n_bins"], 100 * frame["ece"], marker="o", label=label, color=colors[method]
-        )
-        axes[1].plot(
-            frame["n_bins"], 100 * frame["mce"], marker="o", label=label, color=colors[method]
-        )
+        style = {**styles[method].line(), "markersize": 4}
+        axes[0].plot(frame["n_bins"], 100 * frame["ece"], label=label, **style)
+        axes[1].plot(frame["n_bins"], 100 * frame["mce"], **style)
     for ax, metric in zip(axes, ("ece", "mce")):
         ax.set(
             xscale="log",
@@ -260,8 +296,7 @@ def bins_figure(table: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
             ylabel=axis_label(metric),
             title=f"test {metric_name(metric)} vs number of bins, {MEAN_OVER_SEEDS}",
         )
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    legend_outside(fig, axes[0])
     return fig
 
 
@@ -269,7 +304,7 @@ def bins_figure(table: pd.DataFrame, colors: dict[str, Any]) -> plt.Figure:
 def bin_robustness(results: StudyResults, n_bins: list[int] | None = None) -> dict[str, Any]:
     """Fig. 5: test ECE and MCE of every method for bin counts 10 … 1000 (mean over seeds)."""
     table = ece_mce_by_bins(results.logits, results.labels, n_bins or BIN_COUNTS)
-    return {"ece_mce_vs_bins": table, "figure5": bins_figure(table, method_colors(results.methods))}
+    return {"ece_mce_vs_bins": table, "figure5": bins_figure(table, method_styles(results.methods))}
 
 
 def learned_gammas(
@@ -308,16 +343,19 @@ def gamma_summary(gammas: dict[str, np.ndarray]) -> pd.DataFrame:
 
 
 def gamma_figure(gammas: dict[str, np.ndarray], bins: int, colors: dict[str, Any]) -> plt.Figure:
-    """Overlaid histograms of the learned γ, one per label (``colors``: label -> colour)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    """Overlaid histograms of the learned γ, one per label (``colors``: label -> colour):
+    each a light fill under an outline in the method's colour, so overlapping ones stay
+    apart; the legend right of the panel."""
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     for label, values in gammas.items():
-        ax.hist(values, bins=bins, alpha=0.55, label=label, color=colors[label])
+        ax.hist(values, bins=bins, histtype="stepfilled", alpha=0.25, color=colors[label])
+        ax.hist(values, bins=bins, histtype="step", linewidth=1.4, label=label, color=colors[label])
     ax.set(
         xlabel="learned γ on test",
         ylabel="samples",
         title=f"distribution of the learned focal γ, {POOLED_OVER_SEEDS}",
     )
-    ax.legend(fontsize=8)
+    legend_outside(fig, ax)
     return fig
 
 

@@ -30,6 +30,7 @@ from calib_pipeline.reports.common import (
     as_cells,
     calibrator_key,
     clean_rows,
+    legend_outside,
     method_order,
     metric_name,
     paper_header,
@@ -431,7 +432,12 @@ def effects_figure(frame: pd.DataFrame, study: str, metric: str = "ece_l2") -> p
     loss, a panel per calibrator of ``frame`` (:func:`effects`)."""
     calibrators = list(dict.fromkeys(frame["calibrator"]))
     fig, axes = plt.subplots(
-        1, len(calibrators), figsize=(4.5 * len(calibrators), 3.4), squeeze=False, sharey=True
+        1,
+        len(calibrators),
+        figsize=(4.5 * len(calibrators) + 1.2, 3.4),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
     )
     primaries = list(dict.fromkeys(frame["primary"]))
     secondaries = list(dict.fromkeys(frame["secondary"]))
@@ -454,9 +460,8 @@ def effects_figure(frame: pd.DataFrame, study: str, metric: str = "ece_l2") -> p
             "no post-hoc calibration" if cal == UNCALIBRATED else f"after {cal}", fontsize=9
         )
     axes[0, 0].set_ylabel(f"Cohen's d (positive = lower {metric_name(metric)})", fontsize=8)
-    axes[0, 0].legend(fontsize=7, title="primary", title_fontsize=7)
+    legend_outside(fig, axes[0, 0], title="primary", title_fontsize=7)
     fig.suptitle(f"{study}: effect size of secondary losses (dashed: d = 0.8)", fontsize=10)
-    fig.tight_layout()
     return fig
 
 

@@ -30,6 +30,8 @@ from calib_pipeline.reports.common import (
     as_cells,
     calibrator_key,
     clean_rows,
+    legend_beside,
+    legend_outside,
     method_colors,
     method_labels,
     method_order,
@@ -459,7 +461,9 @@ def panel_figure(
     names = list(columns)
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False, layout="constrained"
+    )
     labels = curves.drop_duplicates("method").set_index("method")["label"]
     for ax, name in zip(axes.flat, names):
         for method in methods:
@@ -470,9 +474,8 @@ def panel_figure(
         ax.set_xlabel("epoch", fontsize=8)
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
+    legend_outside(fig, axes.flat[0])
     fig.suptitle(f"{study}: per-epoch {split} statistics (mean ± std over seeds)", fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -493,7 +496,7 @@ def overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -
     names = list(wanted)
     rates = f"{metric_name('error')} / {metric_name('ece')} ({metric_unit('ece')})"
     panels = [("loss", names[:2]), ("entropy", names[2:4]), (rates, names[4:])]
-    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, 3, figsize=(14.0, 3.2), squeeze=False, layout="constrained")
     for ax, (title, quantities) in zip(axes[0], panels):
         for name in [n for n in quantities if n in present]:
             curve = summary[summary["quantity"] == name].copy()
@@ -502,9 +505,8 @@ def overview_figure(history: pd.DataFrame, split: str, label: str, study: str) -
             draw_curve(ax, curve, name, unit=metric_unit("ece") if title == rates else "")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("epoch", fontsize=8)
-        ax.legend(fontsize=7)
+        legend_beside(ax)
     fig.suptitle(f"{study}: {label} over training ({MEAN_OVER_SEEDS}, ±1 std band)", fontsize=10)
-    fig.tight_layout()
     return fig
 
 

@@ -42,6 +42,7 @@ from calib_pipeline.reports.common import (
     UNSHIFTED,
     axis_label,
     cell_table,
+    legend_outside,
     method_colors,
     metric_name,
     paper_view,
@@ -476,7 +477,7 @@ def severity_lines(
         ax.set_title(f"{panel} {name}" if panel == "calibrator" else str(name), fontsize=9)
         ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         ax.set_xlabel("severity", fontsize=8)
-        ax.legend(fontsize=6)
+    legend_outside(fig, axes[0][0])
     axes[0][0].set_ylabel(f"{axis_label(metric)}, mean ± SEM ({sem})", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
@@ -521,7 +522,7 @@ def boxplots(means: pd.DataFrame, metric: str, title: str, colors: dict[str, Any
         ax.set_xticks(range(len(severities)), [str(s) for s in severities])
         ax.set_xlabel("severity", fontsize=8)
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
-        ax.legend(fontsize=6)
+    legend_outside(fig, axes[0][0])
     axes[0][0].set_ylabel(f"{axis_label(metric)} over corruption types", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
@@ -557,7 +558,7 @@ def accuracy_scatter(
             )
         ax.set_title(f"calibrator {calibrator}", fontsize=9)
         ax.set_xlabel(axis_label("accuracy"), fontsize=8)
-        ax.legend(fontsize=6)
+    legend_outside(fig, axes[0][0])
     axes[0][0].set_ylabel(axis_label(metric), fontsize=8)
     fig.suptitle(
         f"{title}: {metric_name('accuracy')} vs {metric_name(metric)}, {MEAN_OVER_SEEDS} "

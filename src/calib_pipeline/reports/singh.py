@@ -28,6 +28,7 @@ from calib_pipeline.reports.common import (
     UNSHIFTED,
     calibrator_key,
     clean_rows,
+    legend_outside,
     method_labels,
     method_order,
     metric_name,
@@ -428,7 +429,12 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
     methods = list(dict.fromkeys(histograms["method"]))
     calibrators = list(dict.fromkeys(histograms["calibrator"]))
     fig, axes = plt.subplots(
-        len(methods), 2, figsize=(7.0, 2.3 * len(methods)), squeeze=False, sharex=True
+        len(methods),
+        2,
+        figsize=(8.0, 2.3 * len(methods)),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
     )
     for i, method in enumerate(methods):
         for j, cal in enumerate(calibrators):
@@ -455,9 +461,8 @@ def density_figure(histograms: pd.DataFrame, auroc: pd.Series, title: str) -> pl
                 ax.set_xlabel("top-label confidence", fontsize=8)
             if j == 0:
                 ax.set_ylabel("density", fontsize=8)
-    axes[0, 0].legend(fontsize=7)
+    legend_outside(fig, axes[0, 0])
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -132,6 +133,22 @@ MAX_COLUMNS = 4  # panels per row: 4 panels of PANEL_WIDTH inches fit a page's w
 PANEL_WIDTH = 2.4  # inches; a panel is a reliability diagram over its count histogram
 PANEL_HEIGHT = 2.7
 GAP_COLOR = "#D62728"
+# The gap's hatching and outline: dark, so the gap reads on bars of any method colour (a red
+# method's bars would hide a red outline).
+GAP_EDGE_COLOR = "0.2"
+TITLE_SIZE = 9  # points
+# Characters of a title line that fit a panel: its width less ~0.6 in of tick labels, an
+# average glyph ~0.6 em wide.
+TITLE_CHARACTERS = int((PANEL_WIDTH - 0.6) * 72 / (0.6 * TITLE_SIZE))
+
+
+def panel_title(label: str, calibrator: str) -> str:
+    """A panel's title, ``<label> · <calibrator>``, wrapped to the panel's width (a long
+    file name of the score pipeline, a long calibrator key): constrained layout makes room
+    for the lines but never shortens one, so a line wider than its panel would be cut
+    off at the figure's edge or run into its neighbour."""
+    title = f"{label} · {calibrator}"
+    return "\n".join(textwrap.wrap(title, TITLE_CHARACTERS, break_on_hyphens=False))
 
 
 def pooled_ece(pooled: pd.DataFrame) -> float:
@@ -209,7 +226,7 @@ def reliability_axes(
         np.abs(confidence - accuracy),
         facecolor=GAP_COLOR,
         alpha=0.25,
-        edgecolor=GAP_COLOR,
+        edgecolor=GAP_EDGE_COLOR,
         hatch="//",
         linewidth=0.5,
         label="gap to confidence",
@@ -294,7 +311,7 @@ def reliability_figure(
             (colors or {}).get(label, "#4C72B0"),
             seeds_pooled=rows_of["seed"].nunique() > 1,
         )
-        ax.set_title(f"{label} · {cal}", fontsize=9)
+        ax.set_title(panel_title(label, cal), fontsize=TITLE_SIZE)
         if index % columns == 0:
             ax.set_ylabel("accuracy", fontsize=8)
             hist.set_ylabel("share", fontsize=8)

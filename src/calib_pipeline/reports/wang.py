@@ -36,8 +36,9 @@ from calib_pipeline.reports.common import (
     MEAN_OVER_SEEDS,
     MISSING_CELL,
     UNCALIBRATED,
-    method_colors,
+    MethodStyle,
     method_order,
+    method_styles,
     paper_view,
     seed_stats,
     stat_cells,
@@ -679,7 +680,7 @@ def validation_size_table(
 def size_figure(
     stats: pd.DataFrame,
     order: list[str],
-    colors: dict[str, Any],
+    styles: dict[str, MethodStyle],
     labels: dict[str, str],
     title: str,
 ) -> plt.Figure:
@@ -688,7 +689,7 @@ def size_figure(
     Args:
         stats: the statistics of :func:`validation_size_table`.
         order: the size labels along x.
-        colors: method -> colour.
+        styles: method -> style (:func:`~calib_pipeline.reports.common.method_styles`).
         labels: method -> display label.
         title: the figure title.
     """
@@ -704,11 +705,10 @@ def size_figure(
                 cell["size_label"].map(position),
                 cell["mean"],
                 yerr=cell["std"].fillna(0.0),
-                marker="o",
                 markersize=3,
                 capsize=2,
                 linewidth=1,
-                color=colors.get(method),
+                **styles[method].line(),
                 label=labels.get(method, method),
             )
         ax.set_xticks(range(len(order)), order)
@@ -760,9 +760,9 @@ def validation_size_sweep(
     specs = WANG_CALIBRATORS if calibrators is None else calibrators
     runs, skipped = validation_size_runs(results, sizes, subsample_seeds, specs, stratified)
     table, stats = validation_size_table(runs, sizes)
-    colors = method_colors(results.methods)
+    styles = method_styles(results.methods)
     title = f"{results.study}: ECE vs validation size (mean ± std over seeds and subsamples)"
-    figure = size_figure(stats, list(paper_view(table).columns[4:]), colors, results.labels, title)
+    figure = size_figure(stats, list(paper_view(table).columns[4:]), styles, results.labels, title)
     markdown = _validation_size_markdown(results, table, runs, skipped, stratified, subsample_seeds)
     return {
         "validation_size": table,
@@ -879,13 +879,13 @@ def optimal_ece_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def epoch_figure(
-    summary: pd.DataFrame, colors: dict[str, Any], labels: dict[str, str], title: str
+    summary: pd.DataFrame, styles: dict[str, MethodStyle], labels: dict[str, str], title: str
 ) -> plt.Figure:
     """Oracle ECE, raw ECE and oracle T against epoch; mean line and min–max band per method.
 
     Args:
         summary: :func:`optimal_ece_summary`.
-        colors: method -> colour.
+        styles: method -> style (:func:`~calib_pipeline.reports.common.method_styles`).
         labels: method -> display label.
         title: the figure title.
     """
@@ -901,8 +901,9 @@ def epoch_figure(
             ax.plot(
                 cell["epoch"],
                 cell[f"{quantity}_mean"],
-                color=colors.get(method),
                 linewidth=1.2,
+                markersize=3,
+                **styles[method].line(),
                 label=labels.get(method, method),
             )
             if f"{quantity}_min" in cell:
@@ -910,7 +911,7 @@ def epoch_figure(
                     cell["epoch"],
                     cell[f"{quantity}_min"],
                     cell[f"{quantity}_max"],
-                    color=colors.get(method),
+                    color=styles[method].color,
                     alpha=0.2,
                     linewidth=0,
                 )
@@ -974,7 +975,7 @@ def optimal_ece_per_epoch(
         "optimal_ece": summary,
         "optimal_ece_runs": runs,
         "optimal_ece_per_epoch": epoch_figure(
-            summary, method_colors(results.methods), results.labels, title
+            summary, method_styles(results.methods), results.labels, title
         ),
         "optimal_ece_per_epoch_md": "\n".join(lines) + "\n",
     }
