@@ -529,16 +529,16 @@ class MlflowTrackingHook:
             return self._scored_runs[(method, seed)], False
         own = self._own_run(method, seed)
         if own is not None and own.data.tags.get("calib.training") != "reused":
-            return self._scored(method, seed, own.info.run_id), False
+            return self._scored(method, seed, own.info.run_id, own.data.tags), False
         fingerprint = self._fingerprints.get((method, seed))
         earlier = self._training_run(method, seed, fingerprint, own) if fingerprint else None
         if earlier is not None and earlier.data.tags.get(EVALUATION_TAG, self._evaluation) == (
             self._evaluation
         ):
             self._client.set_tag(earlier.info.run_id, "calib.scored_by", self._parent)
-            return self._scored(method, seed, earlier.info.run_id), False
+            return self._scored(method, seed, earlier.info.run_id, earlier.data.tags), False
         if own is not None:
-            target, made_here = own.info.run_id, False
+            target, made_here, tags = own.info.run_id, False, own.data.tags
         else:
             tags = {**self._child_tags(method, seed), "calib.training": "reused"}
             tags["kedro.training_run_id"] = training_run
@@ -550,12 +550,17 @@ class MlflowTrackingHook:
             made_here = True
         if earlier is not None:
             self._client.set_tag(target, "calib.training_mlflow_run", earlier.info.run_id)
-        return self._scored(method, seed, target), made_here
+        return self._scored(method, seed, target, tags), made_here
 
-    def _scored(self, method: str, seed: str, run_id: str) -> str:
-        """Record ``run_id`` as (method, seed)'s nested run in this run, with the digest of
-        the evaluation settings its scores are made under."""
+    def _scored(self, method: str, seed: str, run_id: str, tags: dict[str, str]) -> str:
+        """Record ``run_id`` (with ``tags``) as (method, seed)'s nested run in this run: the
+        digest of the evaluation settings its scores are made under, and the family members
+        its earlier scores hold (a later member never replaces an earlier-listed one)."""
         self._client.set_tag(run_id, EVALUATION_TAG, self._evaluation)
+        for family, members in self._families.items():
+            if tags.get(f"calibrator.{family}") in members:
+                rank = members.index(tags[f"calibrator.{family}"])
+                self._family_rank[(run_id, family)] = rank
         self._scored_runs[(method, seed)] = run_id
         return run_id
 
@@ -614,6 +619,7 @@ class MlflowTrackingHook:
                 continue
             earlier = self._training_run(tags["method"], tags["seed"], tags[FINGERPRINT_TAG], run)
             if earlier is not None:
+                self._client.set_tag(earlier.info.run_id, "calib.reused_by", self._parent)
                 self._client.delete_run(run.info.run_id)
 
     def _log_claims(self, study: str, report: dict[str, Any]) -> None:
