@@ -79,8 +79,9 @@ logger = logging.getLogger(__name__)
 console = logging.getLogger("calib_pipeline.console")
 
 TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip tracking"
-# MLflow 3's UI opens an experiment without this tag on its GenAI overview (traces,
-# prompts); "custom_model_development" opens it on the runs table.
+# MLflow's experiment type: a model-training experiment, not a GenAI one. (MLflow 3.17's UI
+# takes the type from its "GenAI | Model training" switch instead, which the address's
+# ?workflowType=machine_learning sets: `make mlflow-ui` prints that address.)
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 # A nested run's identity as a training: the configuration fingerprint of its checkpoint
 # (the resume key: the same fingerprint is the same training, reused), and the digest of
