@@ -1,21 +1,25 @@
-"""Track runs in MLflow (:class:`MlflowTrackingHook`).
+"""Track runs in MLflow (:class:`MlflowTrackingHook`); the layout and key scheme are
+documented in docs/tracking.md.
 
 MLflow layout, made for the UI's compare and sort views:
 
 - one parent run per ``kedro run``, tagged with the environment, dataset, protocol, the
-  studies it evaluates and the git commit; it holds each study's summary metrics
-  (``<study>.<method>.test.<metric>.<calibrator>``: clean test accuracy / ECE / NLL, mean
-  over seeds), the claims report's verdict counts (``<study>.claims.holds``, ...) and the
-  reporting outputs as artifacts: a report folder as the catalog wrote it
-  (``<namespace>/<report>/``), the evaluation tables (tidy metrics, reliability bins) as CSV;
-- one nested run per (method, seed), opened when its training node starts (per-epoch
-  history as it is logged), with its parameters as readable strings, ``final_<metric>``
-  = the metrics of the epoch training selected (``selected_epoch``) and, once the study is
-  evaluated, the clean per-calibrator metrics ``<split>.<metric>.<calibrator>``
-  (``test.ece.ts``, ``test.nll.none``, ``val.ece.ts``). A run whose training this ``kedro run``
-  reused (cached checkpoints) gets a nested run of its own for these metrics, tagged
-  ``calib.training = reused`` and ``kedro.training_run_id``; a nested run made by a Dask
-  worker is found by its tags.
+  studies it evaluates, the git commit and the digest of its evaluation settings; it holds
+  each study's summary metrics (``<study>.<method>.test.<metric>.<calibrator>``: clean test
+  accuracy / ECE / NLL, mean over seeds), the claims report's verdict counts
+  (``<study>.claims.holds``, ...) and the reporting outputs as artifacts: a report folder as
+  the catalog wrote it (``<namespace>/<report>/``), the evaluation tables (tidy metrics,
+  reliability bins) as CSV; a run that fails says why (tag ``calib.failure``);
+- one nested run per trained (method, seed), opened when its training node starts, tagged
+  with the studies that read it, environment, dataset, protocol and the training's
+  fingerprint, with its parameters as readable strings, its per-epoch history,
+  ``final_<metric>`` = the metrics of the epoch training selected (``selected_epoch``) and,
+  once the study is evaluated, the clean per-calibrator metrics
+  ``<split>.<metric>.<calibrator>`` (``test.ece.ts``, ``test.nll.none``) plus the calibrator
+  family's (``test.ece.temperature_scaling``). One row per training: a later ``kedro run``
+  that re-scores or reuses a tracked training logs to that training's nested run (found by
+  its tags; :meth:`MlflowTrackingHook._scored_run`), unless its evaluation settings differ;
+  a nested run made by a Dask worker is found by its tags.
 
 The tracking URI is ``MLFLOW_TRACKING_URI`` when set, else a SQLite file at the
 project root; a new experiment keeps its artifacts at ``artifact_location`` (mlflow.yml),
@@ -44,6 +48,7 @@ import logging
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +94,10 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 FINGERPRINT_TAG, EVALUATION_TAG = "calib.fingerprint", "calib.evaluation"
 # why a parent run FAILED: the error's type and the first line of its message
 FAILURE_TAG = "calib.failure"
+# One study's evaluation at a time (ThreadRunner runs studies' nodes in threads): two studies
+# scoring one training must find, not both create, its nested run. Module-level: the hook's
+# worker copies are pickled.
+EVALUATION_LOCK = threading.Lock()
 
 
 def studies_of_methods(pipeline: Any) -> dict[str, list[str]]:
@@ -488,6 +497,12 @@ class MlflowTrackingHook:
         """A study's tidy metrics: each (method, seed)'s clean per-calibrator and
         per-family metrics on the nested run of its training (:meth:`_scored_run`), the
         study's means over seeds on the parent run."""
+        with EVALUATION_LOCK:
+            self._log_scores(table)
+        self._log_metrics(self._parent, [(k, v, 0) for k, v in study_summary(study, table).items()])
+
+    def _log_scores(self, table: pd.DataFrame) -> None:
+        """Each (method, seed)'s metrics of ``table`` on its nested run."""
         families = family_metrics(table, self._families)
         for (method, seed), metrics in comparison_metrics(table).items():
             runs = table[(table["method"] == method) & (table["seed"].astype(str) == seed)]
@@ -503,7 +518,6 @@ class MlflowTrackingHook:
             self._log_metrics(run_id, rows)
             if made_here:
                 self._client.set_terminated(run_id, "FINISHED")
-        self._log_metrics(self._parent, [(k, v, 0) for k, v in study_summary(study, table).items()])
 
     def _takes_family_member(self, run_id: str, family: str, member: str) -> bool:
         """Whether ``member`` fills ``family``'s key on ``run_id`` in this run: unless a
