@@ -69,7 +69,13 @@ viz-build: $(STAMP)
 # Where `kedro run` tracks: MLFLOW_TRACKING_URI if set, else mlflow.db at the project root.
 TRACKING_URI := $(or $(MLFLOW_TRACKING_URI),sqlite:///$(CURDIR)/mlflow.db)
 
+# MLflow 3.17's UI opens an experiment on its GenAI pages unless the address says
+# workflowType=machine_learning (or "Model training" was clicked once in that browser)
 mlflow-ui: $(STAMP)
+	@$(BIN)/python -c "import mlflow; \
+	  e = mlflow.MlflowClient('$(TRACKING_URI)').get_experiment_by_name('calib-pipeline'); \
+	  print('runs: http://127.0.0.1:5000/#/experiments' \
+	        + (f'/{e.experiment_id}' if e else '') + '?workflowType=machine_learning')"
 	$(BIN)/mlflow ui --backend-store-uri $(TRACKING_URI) --host 127.0.0.1
 
 bench: $(STAMP)  ## performance ratios (see benchmarks/README.md)

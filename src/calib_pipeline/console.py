@@ -371,8 +371,8 @@ class ConsoleHook:
             self._log_traceback(error)
             self._close_log()
         end_failed = getattr(self._tracking, "end_failed", None)
-        if end_failed is not None:  # a run refused before its nodes, or ended at a load
-            end_failed()
+        if end_failed is not None:  # a run that failed outside Kedro's error hook
+            end_failed(error)
         failure = self._failure
         if failure is None and self._loading:
             # Kedro calls on_node_error only around a node's function: an input that fails

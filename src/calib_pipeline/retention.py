@@ -288,7 +288,9 @@ def stale_runs(
 
     Only ``pruned`` versions: the store is the project's, not the data folder's, so a run
     whose version this folder never held (another ``CALIB_DATA_DIR``, a ``--data`` typo)
-    is none of this pruning's business."""
+    is none of this pruning's business. A nested run that a later, kept run re-scored or
+    reused (tags ``calib.scored_by`` / ``calib.reused_by``, docs/tracking.md) stays: it is
+    that training's row in MLflow, and the later run added none of its own."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -303,8 +305,19 @@ def stale_runs(
         and r.info.status != "RUNNING"
         and r.data.tags.get("kedro.run_id") in pruned - kept
     }
-    children = {r.info.run_id for r in runs if r.data.tags.get("mlflow.parentRunId") in parents}
+    children = {
+        r.info.run_id
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") in parents
+        and not _used_by_a_kept_run(r.data.tags, parents)
+    }
     return sorted(parents | children)
+
+
+def _used_by_a_kept_run(tags: dict[str, str], deleted: set[str]) -> bool:
+    """Whether a later parent run that is not deleted re-scored or reused this nested run."""
+    users = (tags.get("calib.scored_by"), tags.get("calib.reused_by"))
+    return any(user is not None and user not in deleted for user in users)
 
 
 def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:

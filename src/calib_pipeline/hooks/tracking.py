@@ -1,21 +1,25 @@
-"""Track runs in MLflow (:class:`MlflowTrackingHook`).
+"""Track runs in MLflow (:class:`MlflowTrackingHook`); the layout and key scheme are
+documented in docs/tracking.md.
 
 MLflow layout, made for the UI's compare and sort views:
 
 - one parent run per ``kedro run``, tagged with the environment, dataset, protocol, the
-  studies it evaluates and the git commit; it holds each study's summary metrics
-  (``<study>.<method>.test.<metric>.<calibrator>``: clean test accuracy / ECE / NLL, mean
-  over seeds), the claims report's verdict counts (``<study>.claims.holds``, ...) and the
-  reporting outputs as artifacts: a report folder as the catalog wrote it
-  (``<namespace>/<report>/``), the evaluation tables (tidy metrics, reliability bins) as CSV;
-- one nested run per (method, seed), opened when its training node starts (per-epoch
-  history as it is logged), with its parameters as readable strings, ``final_<metric>``
-  = the metrics of the epoch training selected (``selected_epoch``) and, once the study is
-  evaluated, the clean per-calibrator metrics ``<split>.<metric>.<calibrator>``
-  (``test.ece.ts``, ``test.nll.none``, ``val.ece.ts``). A run whose training this ``kedro run``
-  reused (cached checkpoints) gets a nested run of its own for these metrics, tagged
-  ``calib.training = reused`` and ``kedro.training_run_id``; a nested run made by a Dask
-  worker is found by its tags.
+  studies it evaluates, the git commit and the digest of its evaluation settings; it holds
+  each study's summary metrics (``<study>.<method>.test.<metric>.<calibrator>``: clean test
+  accuracy / ECE / NLL, mean over seeds), the claims report's verdict counts
+  (``<study>.claims.holds``, ...) and the reporting outputs as artifacts: a report folder as
+  the catalog wrote it (``<namespace>/<report>/``), the evaluation tables (tidy metrics,
+  reliability bins) as CSV; a run that fails says why (tag ``calib.failure``);
+- one nested run per trained (method, seed), opened when its training node starts, tagged
+  with the studies that read it, environment, dataset, protocol and the training's
+  fingerprint, with its parameters as readable strings, its per-epoch history,
+  ``final_<metric>`` = the metrics of the epoch training selected (``selected_epoch``) and,
+  once the study is evaluated, the clean per-calibrator metrics
+  ``<split>.<metric>.<calibrator>`` (``test.ece.ts``, ``test.nll.none``) plus the calibrator
+  family's (``test.ece.temperature_scaling``). One row per training: a later ``kedro run``
+  that re-scores or reuses a tracked training logs to that training's nested run (found by
+  its tags; :meth:`MlflowTrackingHook._scored_run`), unless its evaluation settings differ;
+  a nested run made by a Dask worker is found by its tags.
 
 The tracking URI is ``MLFLOW_TRACKING_URI`` when set, else a SQLite file at the
 project root; a new experiment keeps its artifacts at ``artifact_location`` (mlflow.yml),
@@ -44,6 +48,7 @@ import logging
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,18 +69,35 @@ from calib_pipeline.hooks.run_tags import git_tags, owner_tags, process_alive, s
 from calib_pipeline.hooks.session import DEFAULT_RUN_ENV
 from calib_pipeline.hooks.tracking_metrics import (
     comparison_metrics,
+    evaluation_digest,
     evaluation_settings,
+    family_members,
+    family_metrics,
     flatten,
     selected_row,
     study_summary,
 )
-from calib_pipeline.pipelines.artifacts import collected_study
+from calib_pipeline.pipelines.artifacts import ARTIFACTS, collected_study, kind_of
 
 logger = logging.getLogger(__name__)
 # the run's console lines (calib_pipeline.console, conf/logging.yml)
 console = logging.getLogger("calib_pipeline.console")
 
 TRACKING_HINT = "results are saved regardless; set CALIB_MLFLOW=off to skip tracking"
+# MLflow's experiment type: a model-training experiment, not a GenAI one. (MLflow 3.17's UI
+# takes the type from its "GenAI | Model training" switch instead, which the address's
+# ?workflowType=machine_learning sets: `make mlflow-ui` prints that address.)
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+# A nested run's identity as a training: the configuration fingerprint of its checkpoint
+# (the resume key: the same fingerprint is the same training, reused), and the digest of
+# the evaluation settings its per-calibrator metrics were scored under.
+FINGERPRINT_TAG, EVALUATION_TAG = "calib.fingerprint", "calib.evaluation"
+# why a parent run FAILED: the error's type and the first line of its message
+FAILURE_TAG = "calib.failure"
+# One study's evaluation at a time (ThreadRunner runs studies' nodes in threads): two studies
+# scoring one training must find, not both create, its nested run. Module-level: the hook's
+# worker copies are pickled.
+EVALUATION_LOCK = threading.Lock()
 
 
 def studies_of_methods(pipeline: Any) -> dict[str, list[str]]:
@@ -88,6 +110,12 @@ def studies_of_methods(pipeline: Any) -> dict[str, list[str]]:
             if study is not None:
                 found.setdefault(output.split(".", 1)[0], set()).add(study)
     return {method: sorted(studies) for method, studies in found.items()}
+
+
+def failure_reason(error: BaseException) -> str:
+    """``<ErrorType>: <first line of the message>``, at most a tag's worth of characters."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".strip()[:5000]
 
 
 def _tracked(method: Callable[..., None]) -> Callable[..., None]:
@@ -130,8 +158,14 @@ class MlflowTrackingHook:
         self._pending: dict[str, dict[str, Any]] = {}  # node name -> outputs still being saved
         self._uri: str | None = None
         self._runs: dict[tuple[str, str], str] = {}  # (method, seed) -> nested run id of this run
+        self._scored_runs: dict[tuple[str, str], str] = {}  # (method, seed) -> gets its scores
         self._globals: dict[str, str] = {}  # dataset and protocol of the session's environment
         self._method_studies: dict[str, list[str]] = {}  # method -> the studies reading its runs
+        self._kedro_run_id = "unknown"  # Kedro's run id (the session id) of this run
+        self._evaluation = ""  # evaluation_digest of this run's settings
+        self._families: dict[str, list[str]] = {}  # calibrator family -> member keys, in order
+        self._fingerprints: dict[tuple[str, str], str] = {}  # (method, seed) -> of its logits
+        self._family_rank: dict[tuple[str, str], int] = {}  # (run id, family) -> member logged
         self.run_location: str | None = None  # "parent run <id> at <uri>" of the last run started
         self._owns_parent = True  # False in a Dask worker's copy: the driver ends the parent
 
@@ -150,7 +184,9 @@ class MlflowTrackingHook:
             self._config = {}
         self._globals = session_globals(context.config_loader)
 
-    @hook_impl
+    # last of the project's before_pipeline_run hooks: a run the preflight refuses (missing
+    # inputs, a bad --load-versions pin, an unsupported runner) leaves no MLflow run at all
+    @hook_impl(trylast=True)
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
         self.run_location = None
         if not self._enabled():
@@ -178,17 +214,15 @@ class MlflowTrackingHook:
         mlflow.set_tracking_uri(uri)
         self._catalog, self._uri = catalog, uri
         self._method_studies = studies_of_methods(pipeline)
+        self._kedro_run_id = str(run_params.get("run_id"))
+        settings = evaluation_settings(run_params, catalog)
+        self._evaluation = evaluation_digest(settings)
+        if catalog is not None and "params:calibrators" in catalog:
+            self._families = family_members(catalog.load("params:calibrators") or {})
         name = self._config.get("experiment_name", "calib-pipeline")
         with backend_lock(uri):  # a fresh SQLite file is migrated by its first client only
             self._client = MlflowClient(tracking_uri=uri)
-            experiment = self._client.get_experiment_by_name(name)
-            self._experiment_id = (
-                experiment.experiment_id
-                if experiment
-                else self._client.create_experiment(
-                    name, artifact_location=self._artifact_location(uri)
-                )
-            )
+            self._experiment_id = self._experiment(name, uri)
             self._end_abandoned_runs()
         pipelines = run_params.get("pipeline_names") or [
             run_params.get("pipeline_name") or "__default__"
@@ -197,7 +231,7 @@ class MlflowTrackingHook:
         self._parent = self._client.create_run(
             self._experiment_id,
             run_name=run_name,
-            tags=self._parent_tags(run_params, pipeline),
+            tags={**self._parent_tags(run_params, pipeline), EVALUATION_TAG: self._evaluation},
         ).info.run_id
         atexit.register(self._end_at_exit)
         params: dict[str, str] = {"kedro.env": self._env}
@@ -212,10 +246,26 @@ class MlflowTrackingHook:
             value = run_params.get(key)
             if value:
                 params[f"kedro.{key}"] = describe(value)[:500]
-        params.update(evaluation_settings(run_params, catalog))
+        params.update(settings)
         self._log_params(self._parent, params)
         self.run_location = f"parent run {self._parent} at {mask_credentials(uri)}"
         console.info("MLflow: %s", self.run_location)
+
+    def _experiment(self, name: str, uri: str) -> str:
+        """The id of experiment ``name``, created if missing; either way of the
+        :data:`EXPERIMENT_KIND` (an experiment whose kind a user set keeps it)."""
+        experiment = self._client.get_experiment_by_name(name)
+        if experiment is None:
+            return self._client.create_experiment(
+                name,
+                artifact_location=self._artifact_location(uri),
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+            )
+        if EXPERIMENT_KIND_TAG not in experiment.tags:
+            self._client.set_experiment_tag(
+                experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
+            )
+        return experiment.experiment_id
 
     def _artifact_location(self, uri: str) -> str | None:
         """Where a new experiment keeps its artifacts: ``artifact_location`` of mlflow.yml,
@@ -269,14 +319,14 @@ class MlflowTrackingHook:
                 self._client.set_terminated(self._parent, "KILLED")
         self._parent = None
 
-    def end_failed(self) -> None:
-        """A run that failed where Kedro's error hook does not see it (refused in a
-        ``before_pipeline_run`` hook, an input that failed to load): its open runs end
-        ``FAILED``, not ``KILLED`` at exit. Best effort, as all tracking."""
+    def end_failed(self, error: BaseException | None = None) -> None:
+        """A run that failed where Kedro's error hook does not see it (an
+        ``after_pipeline_run`` hook that raised): its open runs end ``FAILED``, with the
+        reason (:meth:`_finish`), not ``KILLED`` at exit. Best effort, as all tracking."""
         if self._client is None or self._parent is None:
             return
         with contextlib.suppress(Exception):
-            self._finish("FAILED")
+            self._finish("FAILED", error)
 
     def _end_children(self, status: str) -> None:
         """Best-effort: every open nested run ends ``status``."""
@@ -349,6 +399,9 @@ class MlflowTrackingHook:
         # params agree but whose code defaults differ are told apart in the UI
         flatten("effective", checkpoint.get("hyperparameters", {}), params)
         self._log_params(run_id, params)
+        fingerprint = (checkpoint.get("provenance") or {}).get("fingerprint")
+        if fingerprint:  # what a later scoring of this training finds it by
+            self._client.set_tag(run_id, FINGERPRINT_TAG, str(fingerprint))
         # imported here: it loads torch, which only a finished training needs
         from calib_pipeline.training.artifacts import training_reuse
 
@@ -374,6 +427,19 @@ class MlflowTrackingHook:
         self._log_metrics(run_id, rows)
         self._client.set_terminated(run_id, "FINISHED")
         del self._open_children[node_name]
+
+    @hook_impl
+    @_tracked
+    def after_dataset_loaded(self, dataset_name: str, data: Any, node) -> None:
+        """Note the training fingerprint of each (method, seed) whose logits a node loads:
+        a run that re-scores cached logits finds the training's nested run by it."""
+        if self._parent is None or not isinstance(data, dict) or "provenance" not in data:
+            return
+        fingerprint = (data["provenance"] or {}).get("fingerprint")
+        if fingerprint and kind_of(dataset_name) == "logits":
+            fields = ARTIFACTS["logits"].fields(dataset_name)
+            seed = fields["seed"].removeprefix("seed_")
+            self._fingerprints[(fields["method"], seed)] = str(fingerprint)
 
     def _log_artifacts(self, node, outputs: dict[str, Any]) -> None:
         """Log a reporting node's tables and texts (the evaluation tables) to the parent run.
@@ -428,50 +494,148 @@ class MlflowTrackingHook:
             self._client.log_artifacts(self._parent, str(folder), artifact_path=path)
 
     def _log_evaluation(self, study: str, table: pd.DataFrame) -> None:
-        """A study's tidy metrics: each (method, seed)'s clean per-calibrator metrics on its
-        nested run, the study's means over seeds on the parent run."""
+        """A study's tidy metrics: each (method, seed)'s clean per-calibrator and
+        per-family metrics on the nested run of its training (:meth:`_scored_run`), the
+        study's means over seeds on the parent run."""
+        with EVALUATION_LOCK:
+            self._log_scores(table)
+        self._log_metrics(self._parent, [(k, v, 0) for k, v in study_summary(study, table).items()])
+
+    def _log_scores(self, table: pd.DataFrame) -> None:
+        """Each (method, seed)'s metrics of ``table`` on its nested run."""
+        families = family_metrics(table, self._families)
         for (method, seed), metrics in comparison_metrics(table).items():
             runs = table[(table["method"] == method) & (table["seed"].astype(str) == seed)]
             training_run = (
                 str(runs["run_id"].iloc[0]) if "run_id" in runs and len(runs) else "unknown"
             )
-            run_id, made_here = self._nested_run(method, seed, training_run)
-            self._log_metrics(run_id, [(name, value, 0) for name, value in metrics.items()])
+            run_id, made_here = self._scored_run(method, seed, training_run)
+            rows = [(name, value, 0) for name, value in metrics.items()]
+            for family, (member, values) in families.get((method, seed), {}).items():
+                if self._takes_family_member(run_id, family, member):
+                    self._client.set_tag(run_id, f"calibrator.{family}", member)
+                    rows.extend((name, value, 0) for name, value in values.items())
+            self._log_metrics(run_id, rows)
             if made_here:
                 self._client.set_terminated(run_id, "FINISHED")
-        self._log_metrics(self._parent, [(k, v, 0) for k, v in study_summary(study, table).items()])
 
-    def _nested_run(self, method: str, seed: str, training_run: str) -> tuple[str, bool]:
-        """The nested run of (method, seed) under this parent run, and whether it was made
-        now: the one this process opened, else one a Dask worker opened (found by its tags),
-        else -- training reused from an earlier ``kedro run`` -- a new one, so that every
-        evaluated (method, seed) of a ``kedro run`` is a row of the comparison."""
+    def _takes_family_member(self, run_id: str, family: str, member: str) -> bool:
+        """Whether ``member`` fills ``family``'s key on ``run_id`` in this run: unless a
+        member listed before it in ``calibrators`` did already (a run that several studies
+        score with different members keeps the first one's numbers)."""
+        rank = self._families[family].index(member)
+        if rank > self._family_rank.get((run_id, family), rank):
+            return False
+        self._family_rank[(run_id, family)] = rank
+        return True
+
+    def _scored_run(self, method: str, seed: str, training_run: str) -> tuple[str, bool]:
+        """The nested run that gets (method, seed)'s scores, and whether it was made now.
+
+        The training's own nested run: the one this ``kedro run`` trained, else -- the
+        training was reused, or this run only re-scores it -- the one that trained it, found
+        by method, seed, environment and fingerprint, if its scores were made under the same
+        evaluation settings (or none yet): a re-scoring updates it (``calib.scored_by`` names
+        this parent run) instead of adding a row. Under other settings its numbers must not
+        be replaced by numbers of another definition: then the scores go to a nested run of
+        this parent run, tagged ``calib.training = reused`` and linked to it by
+        ``calib.training_mlflow_run``."""
+        if (method, seed) in self._scored_runs:
+            return self._scored_runs[(method, seed)], False
+        own = self._own_run(method, seed)
+        if own is not None and own.data.tags.get("calib.training") != "reused":
+            return self._scored(method, seed, own.info.run_id, own.data.tags), False
+        fingerprint = self._fingerprints.get((method, seed))
+        earlier = self._training_run(method, seed, fingerprint, own) if fingerprint else None
+        if earlier is not None and earlier.data.tags.get(EVALUATION_TAG, self._evaluation) == (
+            self._evaluation
+        ):
+            self._client.set_tag(earlier.info.run_id, "calib.scored_by", self._parent)
+            return self._scored(method, seed, earlier.info.run_id, earlier.data.tags), False
+        if own is not None:
+            target, made_here, tags = own.info.run_id, False, own.data.tags
+        else:
+            tags = {**self._child_tags(method, seed), "calib.training": "reused"}
+            tags["kedro.training_run_id"] = training_run
+            if fingerprint:
+                tags[FINGERPRINT_TAG] = fingerprint
+            target = self._client.create_run(
+                self._experiment_id, run_name=f"{method} seed {seed}", tags=tags
+            ).info.run_id
+            made_here = True
+        if earlier is not None:
+            self._client.set_tag(target, "calib.training_mlflow_run", earlier.info.run_id)
+        return self._scored(method, seed, target, tags), made_here
+
+    def _scored(self, method: str, seed: str, run_id: str, tags: dict[str, str]) -> str:
+        """Record ``run_id`` (with ``tags``) as (method, seed)'s nested run in this run: the
+        digest of the evaluation settings its scores are made under, and the family members
+        its earlier scores hold (a later member never replaces an earlier-listed one)."""
+        self._client.set_tag(run_id, EVALUATION_TAG, self._evaluation)
+        for family, members in self._families.items():
+            if tags.get(f"calibrator.{family}") in members:
+                rank = members.index(tags[f"calibrator.{family}"])
+                self._family_rank[(run_id, family)] = rank
+        self._scored_runs[(method, seed)] = run_id
+        return run_id
+
+    def _own_run(self, method: str, seed: str):
+        """The nested run of (method, seed) under this parent run: the one this process
+        opened, else one a Dask worker opened (found by its tags); None if neither."""
         if (method, seed) in self._runs:
-            return self._runs[(method, seed)], False
-        found = (
-            self._client.search_runs(
-                [self._experiment_id],
-                max_results=1,
-                filter_string=(
-                    f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and "
-                    f"tags.seed = '{seed}'"
-                ),
-            )
-            or []
+            return self._client.get_run(self._runs[(method, seed)])
+        found = self._client.search_runs(
+            [self._experiment_id],
+            max_results=1,
+            filter_string=(
+                f"tags.mlflow.parentRunId = '{self._parent}' and tags.method = '{method}' and "
+                f"tags.seed = '{seed}'"
+            ),
         )
-        if found:
-            self._runs[(method, seed)] = found[0].info.run_id
-            return self._runs[(method, seed)], False
-        self._runs[(method, seed)] = self._client.create_run(
-            self._experiment_id,
-            run_name=f"{method} seed {seed}",
-            tags={
-                **self._child_tags(method, seed),
-                "calib.training": "reused",
-                "kedro.training_run_id": training_run,
-            },
-        ).info.run_id
-        return self._runs[(method, seed)], True
+        return found[0] if found else None
+
+    def _training_run(self, method: str, seed: str, fingerprint: str, other=None):
+        """The earliest finished nested run of the training (method, seed, environment,
+        fingerprint) that trained it -- not a run that reused it, not ``other`` -- or None."""
+        candidates = self._client.search_runs(
+            [self._experiment_id],
+            max_results=50,
+            order_by=["attributes.start_time ASC"],
+            filter_string=(
+                "attributes.status = 'FINISHED' and "
+                f"tags.method = '{method}' and tags.seed = '{seed}' and "
+                f"tags.`kedro.env` = '{self._env}' and tags.`{FINGERPRINT_TAG}` = '{fingerprint}'"
+            ),
+        )
+        return next(
+            (
+                run
+                for run in candidates
+                if run.data.tags.get("calib.training") != "reused"
+                and (other is None or run.info.run_id != other.info.run_id)
+            ),
+            None,
+        )
+
+    def _fold_reused_trainings(self) -> None:
+        """Delete this run's nested runs of trainings it reused from an earlier tracked run
+        (same fingerprint) that hold no scores of their own: the earlier run is the
+        training's row, updated by this run's scores (:meth:`_scored_run`)."""
+        reused = self._client.search_runs(
+            [self._experiment_id],
+            max_results=5000,
+            filter_string=(
+                f"tags.mlflow.parentRunId = '{self._parent}' and tags.`calib.training` = 'reused'"
+            ),
+        )
+        for run in reused:
+            tags = run.data.tags
+            if EVALUATION_TAG in tags or FINGERPRINT_TAG not in tags:
+                continue
+            earlier = self._training_run(tags["method"], tags["seed"], tags[FINGERPRINT_TAG], run)
+            if earlier is not None:
+                self._client.set_tag(earlier.info.run_id, "calib.reused_by", self._parent)
+                self._client.delete_run(run.info.run_id)
 
     def _log_claims(self, study: str, report: dict[str, Any]) -> None:
         """The claims report's verdict counts (``<study>.claims.holds``, ...), its summary
@@ -514,13 +678,23 @@ class MlflowTrackingHook:
     @hook_impl
     @_tracked
     def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
-        self._finish("FAILED")
+        self._finish("FAILED", error)
 
-    def _finish(self, status: str) -> None:
+    def _finish(self, status: str, error: BaseException | None = None) -> None:
+        """End the open nested runs (``FAILED``) and the parent run (``status``); a failed
+        parent says why: tag ``calib.failure`` (the error's type and first line), also as
+        the run's description in the UI."""
         self._fail_open_children()
-        if self._parent is not None:
-            self._client.set_terminated(self._parent, status)
-            self._parent = None
+        if self._parent is None:
+            return
+        with contextlib.suppress(Exception):  # a duplicate left behind is no lost result
+            self._fold_reused_trainings()
+        if error is not None:
+            reason = failure_reason(error)
+            self._client.set_tag(self._parent, FAILURE_TAG, reason)
+            self._client.set_tag(self._parent, "mlflow.note.content", f"Failed: {reason}")
+        self._client.set_terminated(self._parent, status)
+        self._parent = None
 
     def _fail_open_children(self) -> None:
         """Nested runs of nodes that failed or never saved their outputs end ``FAILED``."""
@@ -536,6 +710,7 @@ class MlflowTrackingHook:
             "mlflow.parentRunId": self._parent,
             "method": method,
             "seed": seed,
+            "kedro.training_run_id": self._kedro_run_id,
             "studies": ",".join(self._method_studies.get(method, [])) or "none",
             "kedro.env": self._env,
             "dataset": self._globals.get("dataset", "unknown"),
@@ -553,6 +728,7 @@ class MlflowTrackingHook:
         worker._owns_parent = False
         worker._parent, worker._experiment_id = self._parent, self._experiment_id
         worker._env, worker._globals = self._env, dict(self._globals)
+        worker._kedro_run_id = self._kedro_run_id
         worker._method_studies = dict(self._method_studies)
         worker._client = worker_client(self._uri)
         return worker

@@ -1,8 +1,11 @@
 """What the tracking hook logs, as names and numbers: readable params (:func:`flatten`),
-the evaluation settings of a run, and a tidy metrics table's per-run and per-study metrics."""
+the evaluation settings of a run (and their digest), and a tidy metrics table's per-run,
+per-calibrator-family and per-study metrics."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -35,6 +38,14 @@ def evaluation_settings(run_params: dict[str, Any], catalog) -> dict[str, str]:
     return settings
 
 
+def evaluation_digest(settings: dict[str, str]) -> str:
+    """A short hash of the resolved evaluation settings (:func:`evaluation_settings` less the
+    ``--params`` overrides, which they already contain): two scorings with the same digest
+    give the same numbers for the same training and code."""
+    resolved = {k: v for k, v in settings.items() if not k.startswith("kedro.params.")}
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:12]
+
+
 # the parent run's summary: few metrics, so that the UI's columns stay readable
 SUMMARY_METRICS = ("accuracy", "ece", "nll")
 COMPARED_SPLITS = ("test", "val")
@@ -62,6 +73,56 @@ def comparison_metrics(table: pd.DataFrame) -> dict[tuple[str, str], dict[str, f
     for row in _clean(table).itertuples(index=False):
         name = metric_name(row.split, row.metric, row.calibrator)
         out.setdefault((str(row.method), str(row.seed)), {})[name] = float(row.value)
+    return out
+
+
+# Calibrators (registry names) that answer one question however they are fitted: "the
+# metric after temperature scaling". Their family key (``test.ece.temperature_scaling``) is
+# logged beside each member's own key, so that runs of studies that use different members
+# (``ts`` here, ``ts_grid_mukhoti`` there) share one column; a tag names the member.
+CALIBRATOR_FAMILIES = {
+    "temperature_scaling": (
+        "temperature_nll",
+        "temperature_grid_ece",
+        "temperature_sb_ece",
+        "temperature_fixed",
+    ),
+}
+
+
+def family_members(definitions: dict[str, Any]) -> dict[str, list[str]]:
+    """Family -> the calibrator keys of ``definitions`` (the session's ``calibrators``
+    parameters) in it, in the definitions' order: the first one a run is scored with
+    fills the family key."""
+    members: dict[str, list[str]] = {}
+    for key, definition in definitions.items():
+        name = definition.get("name") if isinstance(definition, dict) else None
+        for family, names in CALIBRATOR_FAMILIES.items():
+            if name in names:
+                members.setdefault(family, []).append(str(key))
+    return members
+
+
+def family_metrics(
+    table: pd.DataFrame, members: dict[str, list[str]]
+) -> dict[tuple[str, str], dict[str, tuple[str, dict[str, float]]]]:
+    """(method, seed) -> family -> (the member that fills it, ``<split>.<metric>.<family>``
+    -> value): the clean metrics of the first of the family's ``members`` the run was scored
+    with in ``table``."""
+    rows = _clean(table)
+    out: dict[tuple[str, str], dict[str, tuple[str, dict[str, float]]]] = {}
+    for (method, seed), run in rows.groupby([rows["method"].astype(str), rows["seed"].astype(str)]):
+        scored = set(run["calibrator"])
+        for family, keys in members.items():
+            member = next((key for key in keys if key in scored), None)
+            if member is None:
+                continue
+            chosen = run[run["calibrator"] == member]
+            values = {
+                metric_name(split, metric, family): float(value)
+                for split, metric, value in zip(chosen["split"], chosen["metric"], chosen["value"])
+            }
+            out.setdefault((method, seed), {})[family] = (member, values)
     return out
 
 
