@@ -20,7 +20,6 @@ mapping) is split into val and test by a stated fraction, stratified by class an
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,13 @@ import torch
 from torch import Tensor
 
 from calib_pipeline.calibration.validation import LOGITS_ADVICE, check_logits_labels, to_tensor
-from calib_pipeline.data.predictions import SPLITS, naming_the_file, read_predictions
+from calib_pipeline.data.predictions import (
+    SPLITS,
+    PredictionsArrays,
+    layout,
+    naming_the_file,
+    read_arrays,
+)
 from calib_pipeline.data.splits import val_test_split
 from calib_pipeline.registry import check_int
 
@@ -138,9 +143,23 @@ def load_predictions(
             class counts), a file of one split without ``val_fraction`` or of two with it;
             the message starts with the file's path.
     """
-    path = Path(path)
+    return predictions_from_arrays(
+        read_arrays(path), keys=keys, val_fraction=val_fraction, split_seed=split_seed
+    )
+
+
+def predictions_from_arrays(
+    stored: PredictionsArrays,
+    *,
+    keys: Mapping[str, str] | None = None,
+    val_fraction: float | None = None,
+    split_seed: int = 0,
+) -> PredictionsFile:
+    """:func:`load_predictions` of a file's arrays as read (``data.predictions.read_arrays``;
+    the score pipeline's catalog reads them)."""
+    path = Path(stored.source)
     split_seed = check_int("split_seed", split_seed)
-    inputs, arrays = read_predictions(path, keys)
+    inputs, arrays = layout(stored, keys)
     with naming_the_file(path):
         one_split = inputs in arrays
         if one_split and val_fraction is None:
@@ -158,8 +177,7 @@ def load_predictions(
         if one_split:
             arrays, split = _split_arrays(arrays, inputs, val_fraction, split_seed)
         scores, labels = _checked_splits(arrays, inputs)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return PredictionsFile(str(path), digest, inputs, scores, labels, split)
+    return PredictionsFile(stored.source, stored.sha256, inputs, scores, labels, split)
 
 
 def _split_arrays(

@@ -34,9 +34,12 @@ then checks the values as the metrics do, and splits a one-split file. From a no
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import re
 import zipfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,62 @@ def output_name(path: str | None, name: Any = None) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class PredictionsArrays:
+    """A predictions file's arrays as stored, before any key mapping or value check.
+
+    Attributes:
+        source: the file's path.
+        sha256: the file's SHA-256 (what calibrators fitted on it record).
+        arrays: the file's keys (a CSV's as ``val_<kind>``, ...) -> arrays or tensors.
+    """
+
+    source: str
+    sha256: str
+    arrays: dict[str, Any]
+
+
+def predictions_files(name: str, path: Any) -> list[str]:
+    """The files of ``path``: a file, a glob pattern (``preds/*.npz``; quote it in a shell)
+    or a list of them, each checked by :func:`check_predictions_path`; ``[]`` for None."""
+    if path is None:
+        return []
+    patterns = list(path) if isinstance(path, (list, tuple)) else [path]
+    files: list[str] = []
+    for pattern in patterns:
+        if isinstance(pattern, str) and glob.has_magic(pattern):
+            found = sorted(glob.glob(pattern))
+            if not found:
+                raise ValueError(f"{name}: no file matches {pattern}")
+            files.extend(found)
+        else:
+            files.append(pattern)
+    if not files:
+        raise ValueError(f"{name} must name at least one predictions file, got {path!r}")
+    return [check_predictions_path(name, file) for file in dict.fromkeys(files)]
+
+
+def read_arrays(path: str | Path) -> PredictionsArrays:
+    """The arrays of a predictions file (``.npz``, ``.pt`` or ``.csv``) as stored.
+
+    Raises:
+        ValueError: an unknown format, a missing or unreadable file (a CSV of another
+            layout); the message starts with the file's path.
+    """
+    path = Path(path)
+    readers = {".npz": _read_npz, ".pt": _read_torch, ".csv": _read_csv}
+    reader = readers.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(
+            f"predictions file {path}: unknown format; use one of {', '.join(FORMATS)}"
+        )
+    if not path.is_file():
+        raise ValueError(f"predictions file {path} does not exist")
+    with naming_the_file(path):
+        arrays = reader(path)
+    return PredictionsArrays(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), arrays)
+
+
 def read_predictions(
     path: str | Path, keys: Mapping[str, str] | None = None
 ) -> tuple[str, dict[str, Any]]:
@@ -112,17 +171,15 @@ def read_predictions(
             keys), or missing, unknown or mixed keys or columns; the message starts with
             the file's path.
     """
-    path = Path(path)
-    readers = {".npz": _read_npz, ".pt": _read_torch, ".csv": _read_csv}
-    reader = readers.get(path.suffix.lower())
-    if reader is None:
-        raise ValueError(
-            f"predictions file {path}: unknown format; use one of {', '.join(FORMATS)}"
-        )
-    if not path.is_file():
-        raise ValueError(f"predictions file {path} does not exist")
+    return layout(read_arrays(path), keys)
+
+
+def layout(stored: PredictionsArrays, keys: Mapping[str, str] | None = None) -> tuple[str, dict]:
+    """The score kind and the arrays of ``stored`` named by the layout (``keys``: our name
+    -> the file's key); see :func:`read_predictions`."""
+    path = Path(stored.source)
+    arrays = stored.arrays
     with naming_the_file(path):
-        arrays = reader(path)
         if keys:
             if path.suffix.lower() == ".csv":
                 raise ValueError(
