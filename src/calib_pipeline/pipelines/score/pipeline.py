@@ -11,6 +11,8 @@ file) or each file's stem, and the table across files ``score.summary``
 """
 
 from functools import partial, update_wrapper
+from pathlib import Path
+from typing import Any
 
 from kedro.pipeline import Pipeline, node
 
@@ -110,3 +112,26 @@ def create_pipeline(parameters: dict) -> Pipeline:
     return Pipeline(
         nodes, namespace="score", tags=["score", "reporting"], prefix_datasets_with_namespace=False
     )
+
+
+def score_run_description(pipeline: Pipeline, catalog: Any) -> dict[str, str] | None:
+    """What a run of the score pipeline alone scores, in place of the environment's
+    dataset and protocol (console header, MLflow tags): ``dataset`` the file names,
+    ``protocol`` how val and test are drawn. None for any other run (nodes of another stage,
+    none at all) or a catalog without the ``predictions`` and ``calibrators`` parameters."""
+    nodes = getattr(pipeline, "nodes", [])
+    groups = ("predictions", "calibrators")
+    if not nodes or not all("score" in n.tags for n in nodes) or catalog is None:
+        return None
+    if not all(f"params:{group}" in catalog for group in groups):
+        return None
+    parameters = {group: catalog.load(f"params:{group}") for group in groups}
+    options = ScoreOptions.from_params(parameters["predictions"], parameters["calibrators"] or {})
+    if options.val_fraction is None:
+        protocol = "score: val and test as given"
+    else:
+        protocol = (
+            f"score: val fraction {options.val_fraction:g}, stratified, seed {options.split_seed}"
+        )
+    names = [Path(file).name for file in options.files.values()]
+    return {"dataset": ",".join(names) or "none", "protocol": protocol}
