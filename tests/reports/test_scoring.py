@@ -127,13 +127,35 @@ def test_calibrators_are_refused_on_another_file(tmp_path):
 def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
     path = str(write(tmp_path / "resnet 110.npz", synthetic()))
     options = ScoreOptions.from_params({"path": path}, CALIBRATORS)
-    assert options == ScoreOptions(path, "resnet_110", ("ts", "hist"))
-    assert ScoreOptions.from_params(None, CALIBRATORS).path is None
+    assert options == ScoreOptions({"resnet_110": path}, ("ts", "hist"))
+    assert options.defaulted and options.val_fraction is None and options.ci_resamples == 1000
+    unset = ScoreOptions.from_params(None, CALIBRATORS)
+    assert unset.files == {} and unset.names == ["predictions"]
     named = ScoreOptions.from_params(
         {"path": path, "name": "r110", "calibrators": ["hist"]}, CALIBRATORS
     )
-    assert (named.name, named.calibrators) == ("r110", ("hist",))
+    assert (named.names, named.calibrators, named.defaulted) == (["r110"], ("hist",), False)
     assert ScoreOptions.from_params({"calibrators": []}, CALIBRATORS).calibrators == ()
+
+
+def test_a_glob_or_a_list_scores_several_files_each_named_by_its_stem(tmp_path):
+    for stem in ("b", "a"):
+        write(tmp_path / f"{stem}.npz", synthetic())
+    pattern = str(tmp_path / "*.npz")
+    assert ScoreOptions.from_params({"path": pattern}, CALIBRATORS).names == ["a", "b"]
+    listed = [str(tmp_path / "b.npz"), str(tmp_path / "a.npz")]
+    assert ScoreOptions.from_params({"path": listed}, CALIBRATORS).names == ["b", "a"]
+    with pytest.raises(ValueError, match=r"predictions\.name names the outputs of one file"):
+        ScoreOptions.from_params({"path": pattern, "name": "x"}, CALIBRATORS)
+    (tmp_path / "sub").mkdir()
+    twin = write(tmp_path / "sub" / "a.npz", synthetic())
+    with pytest.raises(ValueError, match="would both be scored as 'a'"):
+        ScoreOptions.from_params({"path": [pattern, str(twin)]}, CALIBRATORS)
+    with pytest.raises(ValueError, match=r"no file matches .*\*\.pt"):
+        ScoreOptions.from_params({"path": str(tmp_path / "*.pt")}, CALIBRATORS)
+    reserved = write(tmp_path / "summary.npz", synthetic())
+    with pytest.raises(ValueError, match="'summary', the folder of the table across files"):
+        ScoreOptions.from_params({"path": str(reserved)}, CALIBRATORS)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +163,7 @@ def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
     [
         (
             {"paht": "x.npz"},
-            r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators'\]",
+            r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators', 'keys'",
         ),
         ({"path": "x.h5"}, "formats are .npz, .pt, .csv"),
         ({"path": "missing.npz"}, "no file at missing.npz"),
@@ -153,6 +175,12 @@ def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
         ({"calibrators": ["ts", "ts"]}, "must name distinct keys"),
         ({"calibrators": "ts"}, "must be a list of calibrator keys"),
         ("x.npz", "predictions must be a mapping"),
+        ({"val_fraction": 1.0}, r"predictions.val_fraction must be in \(0.0, 1.0\)"),
+        ({"split_seed": 0.5}, "predictions.split_seed must be an integer"),
+        ({"keys": {"scores": "predictions"}}, r"predictions.keys: unknown name\(s\) \['scores'\]"),
+        ({"keys": ["predictions"]}, "predictions.keys must map our names to the file's keys"),
+        ({"ci_resamples": 0}, "predictions.ci_resamples must be an integer >= 1"),
+        ({"ci_level": 95}, r"predictions.ci_level must be in \(0.0, 1.0\)"),
     ],
 )
 def test_bad_options_are_refused(entry, message):

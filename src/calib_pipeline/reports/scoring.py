@@ -173,6 +173,8 @@ def _named_files(path: Any, name: Any) -> dict[str, str]:
     """Output name -> file of ``predictions.path`` (a file, a glob pattern or a list of
     them), each name the file's stem or, for one file, ``predictions.name``."""
     files = predictions_files("predictions.path", path)
+    if name is not None:
+        output_name(None, name)  # checked even before a path is given
     if name is not None and len(files) > 1:
         raise ValueError(
             f"predictions.name names the outputs of one file; predictions.path gives "
