@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from calib_pipeline.calibration.metrics import calibration_metrics
+from calib_pipeline.calibration.metrics import bootstrap_ci, calibration_metrics
 from calib_pipeline.calibration.predictions import load_predictions
 from calib_pipeline.reports import standard
 from calib_pipeline.reports.evaluation import TIDY_COLUMNS
@@ -15,9 +16,11 @@ from calib_pipeline.reports.scoring import (
     fit_calibrators,
     predictions_report,
     predictions_results,
+    score_intervals,
     score_predictions,
+    scores_summary,
 )
-from tests.data.test_predictions import as_probs, synthetic, write
+from tests.data.test_predictions import NETCAL_KEYS, as_probs, netcal_like, synthetic, write
 
 CALIBRATORS = {
     "ts": {"name": "temperature_nll"},
@@ -198,3 +201,70 @@ def test_scores_of_a_float32_file_are_scored_as_given(tmp_path):
         "ece"
     ]
     assert value(metrics, "test", "none", "ece") == expected
+
+
+def scored_file(tmp_path, name, seed, calibrators=CALIBRATORS, **options):
+    path = write(tmp_path / f"{name}.npz", netcal_like(n=300, seed=seed))
+    predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5, **options)
+    return predictions, fit_calibrators(predictions, calibrators)
+
+
+def test_intervals_are_seeded_percentile_bootstraps_around_each_test_value(tmp_path):
+    predictions, fitted = scored_file(tmp_path, "c100", seed=0)
+    table = score_intervals(predictions, fitted, 10, name="c100", n_resamples=200, seed=1)
+    assert set(table["calibrator"]) == {"none", "ts", "hist"}
+    assert set(table["metric"]) == {"accuracy", "nll", "brier", "ece"}
+    assert (table["low"] <= table["high"]).all() and (table["low"] < table["high"]).any()
+    assert set(table["n_test"]) == {predictions.labels["test"].numel()}
+    metrics, _ = score_predictions(predictions, fitted, 10, name="c100")
+    for row in table.itertuples():
+        assert row.value == pytest.approx(value(metrics, "test", row.calibrator, row.metric))
+    expected = bootstrap_ci(
+        predictions.scores["test"],
+        predictions.labels["test"],
+        "ece",
+        n_resamples=200,
+        seed=1,
+        inputs="probs",
+        n_bins=10,
+    )
+    none_ece = table.query("calibrator == 'none' and metric == 'ece'").iloc[0]
+    assert (none_ece["low"], none_ece["high"]) == (expected["low"], expected["high"])
+    again = score_intervals(predictions, fitted, 10, name="c100", n_resamples=200, seed=1)
+    pd.testing.assert_frame_equal(table, again)
+
+
+def test_several_files_give_one_table_with_a_row_block_per_file(tmp_path):
+    calibrators = {**CALIBRATORS, "vs": {"name": "vector_scaling"}}
+    tables = []
+    for seed, name in enumerate(("densenet", "resnet")):
+        path = write(tmp_path / f"{name}.npz", netcal_like(n=300, seed=seed))
+        predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5)
+        fitted = fit_calibrators(predictions, calibrators, skip_logit_maps=True)
+        assert list(fitted["fitted"]) == ["ts", "hist"]  # vector scaling left out: probabilities
+        tables.append(score_intervals(predictions, fitted, name=name, n_resamples=50))
+    report = scores_summary(*tables, calibrators=list(calibrators))
+    assert report["table"]["name"].unique().tolist() == ["densenet", "resnet"]
+    lines = report["summary"].splitlines()
+    assert lines[0] == "# Scored predictions: 2 file(s)"
+    assert "95% percentile bootstrap interval over the test samples, 50 resamples" in lines[2]
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 2 * 3  # a block of none, ts, hist per file
+    assert rows[0].startswith("| densenet (densenet.npz) |") and rows[3].startswith("| resnet")
+    assert rows[1].startswith("|  ")  # the file's cells are given once per block
+    accuracy = tables[0].query("calibrator == 'none' and metric == 'accuracy'").iloc[0]
+    cell = (
+        f"{accuracy['value'] * 100:.2f} [{accuracy['low'] * 100:.2f}, {accuracy['high'] * 100:.2f}]"
+    )
+    assert cell in rows[0]
+    assert (
+        "- resnet (resnet.npz): probs, val fraction 0.5 of 300, stratified by class, seed 0; "
+        "not fitted (they map logits, the file holds probabilities): vs" in lines
+    )
+
+
+def test_a_calibrator_asked_for_by_name_that_needs_logits_is_still_refused(tmp_path):
+    path = write(tmp_path / "p.npz", netcal_like())
+    predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5)
+    with pytest.raises(ValueError, match=r"'vs' \(vector_scaling\) maps logits"):
+        fit_calibrators(predictions, {"vs": {"name": "vector_scaling"}})
