@@ -250,7 +250,7 @@ def test_several_files_give_one_table_with_a_row_block_per_file(tmp_path):
     assert "95% percentile bootstrap interval over the test samples, 50 resamples" in lines[2]
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 2 * 3  # a block of none, ts, hist per file
-    assert rows[0].startswith("| densenet (densenet.npz) |") and rows[3].startswith("| resnet")
+    assert rows[0].startswith("| densenet.npz ") and rows[3].startswith("| resnet")
     assert rows[1].startswith("|  ")  # the file's cells are given once per block
     accuracy = tables[0].query("calibrator == 'none' and metric == 'accuracy'").iloc[0]
     cell = (
@@ -268,3 +268,12 @@ def test_a_calibrator_asked_for_by_name_that_needs_logits_is_still_refused(tmp_p
     predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5)
     with pytest.raises(ValueError, match=r"'vs' \(vector_scaling\) maps logits"):
         fit_calibrators(predictions, {"vs": {"name": "vector_scaling"}})
+
+
+def test_an_infinite_value_is_said_so_not_given_an_interval(tmp_path):
+    predictions, fitted = scored_file(tmp_path, "c10", seed=0)
+    table = score_intervals(predictions, fitted, name="renamed", n_resamples=20)
+    table.loc[table["metric"] == "nll", ["value", "low", "high"]] = [np.inf, 1.0, np.nan]
+    summary = scores_summary(table)["summary"]
+    assert "inf (a test label at probability 0)" in summary
+    assert "| renamed (c10.npz) |" in summary  # an output name other than the stem is shown

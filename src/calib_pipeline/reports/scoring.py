@@ -24,11 +24,13 @@ The ``score`` pipeline (``pipelines/score``) runs these functions as its nodes.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from calib_pipeline.calibration.metrics import bootstrap_ci
@@ -391,16 +393,19 @@ def score_intervals(
     rows = []
     for key, (scores, inputs) in scored.items():
         for metric in metrics:
-            interval = bootstrap_ci(
-                scores,
-                labels,
-                metric,
-                n_resamples=n_resamples,
-                level=level,
-                seed=seed,
-                inputs=inputs,
-                **({"n_bins": n_bins} if metric == "ece" else {}),
-            )
+            # an infinite NLL (a test label at probability 0) makes the percentile's
+            # interpolation inf - inf: NaN bounds, which the summary cell explains
+            with np.errstate(invalid="ignore"):
+                interval = bootstrap_ci(
+                    scores,
+                    labels,
+                    metric,
+                    n_resamples=n_resamples,
+                    level=level,
+                    seed=seed,
+                    inputs=inputs,
+                    **({"n_bins": n_bins} if metric == "ece" else {}),
+                )
             rows.append(
                 {
                     "calibrator": key,
@@ -454,7 +459,7 @@ def scores_summary(*tables: pd.DataFrame, calibrators: Sequence[str] = ()) -> di
             }
             blocks.append(
                 {
-                    "file": f"{name} ({first['file']})" if position == 0 else "",
+                    "file": _file_label(str(name), str(first["file"])) if position == 0 else "",
                     "classes": int(first["classes"]) if position == 0 else "",
                     "val / test": f"{first['n_val']:,} / {first['n_test']:,}"
                     if position == 0
@@ -467,7 +472,9 @@ def scores_summary(*tables: pd.DataFrame, calibrators: Sequence[str] = ()) -> di
         f"# Scored predictions: {table['name'].nunique()} file(s)\n\n"
         f"Test split of each file; each cell is the value [{level:.0%} percentile bootstrap "
         f"interval over the test samples, {resamples:,} resamples]. {units_note(metrics)} "
-        "`none` = the file's scores; other calibrators were fitted on the file's val split.\n"
+        "`none` = the file's scores; other calibrators were fitted on the file's val split. "
+        "Binned ECE is biased upward on a resample (repeated samples share bins), so its "
+        "interval can lie above the value.\n"
     )
     origins = "\n".join(
         f"- {name} ({rows['file'].iloc[0]}): {rows['inputs'].iloc[0]}, {rows['split'].iloc[0]}"
@@ -481,9 +488,18 @@ def scores_summary(*tables: pd.DataFrame, calibrators: Sequence[str] = ()) -> di
     }
 
 
+def _file_label(name: str, file: str) -> str:
+    """The file's name, and the output name where it is not the file's stem."""
+    return file if output_name(file) == name else f"{name} ({file})"
+
+
 def _interval_cell(metric: str, value: float, low: float, high: float) -> str:
+    if not math.isfinite(value):
+        return f"{value} (a test label at probability 0)"
     scale = 100.0 if metric_unit(metric) else 1.0
-    return f"{value * scale:.2f} [{low * scale:.2f}, {high * scale:.2f}]"
+    bounds = "unbounded" if not (math.isfinite(low) and math.isfinite(high)) else None
+    interval = bounds or f"{low * scale:.2f}, {high * scale:.2f}"
+    return f"{value * scale:.2f} [{interval}]"
 
 
 def _not_fitted(rows: pd.DataFrame, calibrators: Sequence[str]) -> str:
