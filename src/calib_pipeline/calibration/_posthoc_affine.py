@@ -9,6 +9,7 @@ registry name       φ(z)                   W              default regulariser
 vector_scaling      z                      diagonal       none
 matrix_scaling      z                      full K×K       ODIR λ = μ = 100
 dirichlet           log softmax(z)         full K×K       ODIR λ = μ = 100
+dirichlet_cv        log softmax(z)         full K×K       ODIR λ = μ by k-fold CV
 ==================  =====================  =============  =====================
 
 ODIR (Kull et al.'s off-diagonal and intercept regularisation) adds
@@ -17,7 +18,8 @@ temperature) is free, cross-class terms and biases are shrunk. Kull et al. choos
 μ by cross-validation; the default 100 is ours, a strong prior chosen because the
 K(K+1) free parameters overfit badly otherwise (on 2,500 validation samples with
 K = 100, λ = μ = 1 gives a held-out NLL ten times that of temperature scaling; see
-docs/posthoc.md). Studies should sweep them.
+docs/posthoc.md). Studies should sweep them; ``dirichlet_cv`` chooses λ = μ from a grid by
+k-fold cross-validation on the fitting data, as Kull et al. do.
 Fitting starts at the identity ``W = I, b = 0`` (so ``z' = φ(z)`` and the output equals
 the uncalibrated softmax) and runs scipy's L-BFGS-B on the exact float64 gradient with
 its default tolerances (relative NLL change 2.2e-9, projected gradient 1e-5).

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from torch import Tensor
 
 from calib_pipeline.calibration.metrics import bootstrap_ci
 from calib_pipeline.calibration.posthoc import (
@@ -128,47 +129,43 @@ class ScoreOptions:
                 f"predictions: unknown key(s) {unknown}; valid keys: {list(OPTION_KEYS)}"
             )
         keys = entry.get("calibrators")
-        chosen = list(calibrators) if keys is None else keys
-        if not isinstance(chosen, (list, tuple)) or not all(isinstance(k, str) for k in chosen):
-            raise ValueError(
-                f"predictions.calibrators must be a list of calibrator keys, got {chosen!r}"
-            )
-        undefined = [k for k in chosen if k not in calibrators]
-        if undefined or len(set(chosen)) != len(chosen):
-            raise ValueError(
-                f"predictions.calibrators {list(chosen)} must name distinct keys of the "
-                f"calibrators parameters ({', '.join(calibrators) or 'none defined'})"
-            )
         val_fraction = entry.get("val_fraction")
-        if val_fraction is not None:
-            val_fraction = check_range(
-                "predictions.val_fraction",
-                val_fraction,
-                low=0.0,
-                high=1.0,
-                low_inclusive=False,
-                high_inclusive=False,
-            )
         return cls(
             files=_named_files(entry.get("path"), entry.get("name")),
-            calibrators=tuple(chosen),
+            calibrators=_chosen_calibrators(keys, calibrators),
             defaulted=keys is None,
             keys=check_key_mapping("predictions.keys", entry.get("keys")),
-            val_fraction=val_fraction,
+            val_fraction=None
+            if val_fraction is None
+            else _fraction("predictions.val_fraction", val_fraction),
             split_seed=check_int("predictions.split_seed", entry.get("split_seed", 0)),
             ci_resamples=check_int(
                 "predictions.ci_resamples", entry.get("ci_resamples", 1000), low=1
             ),
-            ci_level=check_range(
-                "predictions.ci_level",
-                entry.get("ci_level", 0.95),
-                low=0.0,
-                high=1.0,
-                low_inclusive=False,
-                high_inclusive=False,
-            ),
+            ci_level=_fraction("predictions.ci_level", entry.get("ci_level", 0.95)),
             ci_seed=check_int("predictions.ci_seed", entry.get("ci_seed", 0)),
         )
+
+
+def _chosen_calibrators(keys: Any, calibrators: Mapping[str, Any]) -> tuple[str, ...]:
+    """``predictions.calibrators`` checked against ``calibrators`` (None: every key)."""
+    chosen = list(calibrators) if keys is None else keys
+    if not isinstance(chosen, (list, tuple)) or not all(isinstance(k, str) for k in chosen):
+        raise ValueError(
+            f"predictions.calibrators must be a list of calibrator keys, got {chosen!r}"
+        )
+    undefined = [k for k in chosen if k not in calibrators]
+    if undefined or len(set(chosen)) != len(chosen):
+        raise ValueError(
+            f"predictions.calibrators {list(chosen)} must name distinct keys of the "
+            f"calibrators parameters ({', '.join(calibrators) or 'none defined'})"
+        )
+    return tuple(chosen)
+
+
+def _fraction(name: str, value: Any) -> float:
+    """A number strictly between 0 and 1."""
+    return check_range(name, value, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
 def _named_files(path: Any, name: Any) -> dict[str, str]:
@@ -248,29 +245,9 @@ def fit_calibrators(
     """
     fitted: dict[str, Calibrator] = {}
     for key in calibrators if keys is None else keys:
-        entry = calibrators[key]
-        try:
-            calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
-        except (KeyError, ValueError) as error:
-            raise ValueError(f"calibrator {key!r}: {error}") from None
-        if predictions.inputs == "probs" and calibrator.needs_logits and skip_logit_maps:
-            logger.warning(
-                "%s holds probabilities: %s (%s) maps logits and is not fitted "
-                '(docs/predictions.md, "Calibrators on probabilities")',
-                predictions.source,
-                key,
-                entry["name"],
-            )
+        calibrator = _usable_calibrator(predictions, key, calibrators[key], skip_logit_maps)
+        if calibrator is None:
             continue
-        if predictions.inputs == "probs" and calibrator.needs_logits:
-            usable = [n for n in CALIBRATORS.names() if not CALIBRATORS.factory(n).needs_logits]
-            raise ValueError(
-                f"calibrator {key!r} ({entry['name']}) maps logits, and {predictions.source} "
-                "holds probabilities: their logarithm differs from the model's logits by a "
-                "per-row constant this calibrator does not ignore, so its fit would not be "
-                f"{entry['name']}. Give logits, or pick from {', '.join(usable)} (dirichlet is "
-                "matrix scaling of log-probabilities)"
-            )
         try:
             fitted[key] = calibrator.fit(
                 predictions.calibration_logits("val"), predictions.labels["val"]
@@ -280,6 +257,36 @@ def fit_calibrators(
             raise ValueError(f"{where}: {error}") from error
         logger.info("%s: %s learned %s", predictions.source, key, _scalars(calibrator.learned()))
     return {"provenance": predictions.provenance(), "fitted": fitted}
+
+
+def _usable_calibrator(
+    predictions: PredictionsFile, key: str, entry: Mapping[str, Any], skip_logit_maps: bool
+) -> Calibrator | None:
+    """Calibrator ``key`` built, or None (with a warning) when it maps logits, the file
+    holds probabilities and ``skip_logit_maps`` is set; refused without it."""
+    try:
+        calibrator = build_calibrator(entry["name"], **(entry.get("params") or {}))
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"calibrator {key!r}: {error}") from None
+    if predictions.inputs != "probs" or not calibrator.needs_logits:
+        return calibrator
+    if skip_logit_maps:
+        logger.warning(
+            "%s holds probabilities: %s (%s) maps logits and is not fitted "
+            '(docs/predictions.md, "Calibrators on probabilities")',
+            predictions.source,
+            key,
+            entry["name"],
+        )
+        return None
+    usable = [n for n in CALIBRATORS.names() if not CALIBRATORS.factory(n).needs_logits]
+    raise ValueError(
+        f"calibrator {key!r} ({entry['name']}) maps logits, and {predictions.source} "
+        "holds probabilities: their logarithm differs from the model's logits by a "
+        "per-row constant this calibrator does not ignore, so its fit would not be "
+        f"{entry['name']}. Give logits, or pick from {', '.join(usable)} (dirichlet is "
+        "matrix scaling of log-probabilities)"
+    )
 
 
 def _scalars(learned: dict[str, Any]) -> dict[str, Any]:
@@ -390,31 +397,13 @@ def score_intervals(
     scored = {UNCALIBRATED: (predictions.scores["test"], predictions.inputs)}
     for key, calibrator in calibrators["fitted"].items():
         scored[key] = calibrated_scores(calibrator, logits)
-    rows = []
-    for key, (scores, inputs) in scored.items():
-        for metric in metrics:
-            # an infinite NLL (a test label at probability 0) makes the percentile's
-            # interpolation inf - inf: NaN bounds, which the summary cell explains
-            with np.errstate(invalid="ignore"):
-                interval = bootstrap_ci(
-                    scores,
-                    labels,
-                    metric,
-                    n_resamples=n_resamples,
-                    level=level,
-                    seed=seed,
-                    inputs=inputs,
-                    **({"n_bins": n_bins} if metric == "ece" else {}),
-                )
-            rows.append(
-                {
-                    "calibrator": key,
-                    "metric": metric,
-                    "value": interval["point"],
-                    "low": interval["low"],
-                    "high": interval["high"],
-                }
-            )
+    rows = [
+        {"calibrator": key, "metric": metric, **interval}
+        for key, (scores, inputs) in scored.items()
+        for metric, interval in _intervals(
+            scores, labels, inputs, metrics, n_bins, n_resamples=n_resamples, level=level, seed=seed
+        ).items()
+    ]
     file = {
         "name": name,
         "file": Path(predictions.source).name,
@@ -427,6 +416,27 @@ def score_intervals(
     return pd.DataFrame(rows).assign(**file, level=level, n_resamples=n_resamples)[
         [*file, "calibrator", "metric", "value", "low", "high", "level", "n_resamples"]
     ]
+
+
+def _intervals(
+    scores: Tensor, labels: Tensor, inputs: str, metrics: Sequence[str], n_bins: int, **bootstrap
+) -> dict[str, dict[str, float]]:
+    """Metric -> ``{"value", "low", "high"}`` of ``bootstrap_ci`` on one set of scores."""
+    out = {}
+    for metric in metrics:
+        # an infinite NLL (a test label at probability 0) makes the percentile's
+        # interpolation inf - inf: NaN bounds, which the summary cell explains
+        with np.errstate(invalid="ignore"):
+            interval = bootstrap_ci(
+                scores,
+                labels,
+                metric,
+                inputs=inputs,
+                **bootstrap,
+                **({"n_bins": n_bins} if metric == "ece" else {}),
+            )
+        out[metric] = {"value": interval["point"], "low": interval["low"], "high": interval["high"]}
+    return out
 
 
 def scores_summary(*tables: pd.DataFrame, calibrators: Sequence[str] = ()) -> dict[str, Any]:
