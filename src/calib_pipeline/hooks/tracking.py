@@ -8,6 +8,10 @@ MLflow layout, made for the UI's compare and sort views:
   over seeds), the claims report's verdict counts (``<study>.claims.holds``, ...) and the
   reporting outputs as artifacts: a report folder as the catalog wrote it
   (``<namespace>/<report>/``), the evaluation tables (tidy metrics, reliability bins) as CSV;
+  a run of the score pipeline alone is tagged with the files it scores (``dataset``), how it
+  splits them (``protocol``) and each file's description (``score.<name>``), and holds each
+  file's metrics (``score.<name>.<split>.<metric>.<calibrator>``) and bootstrap bounds
+  (``....ci_low``, ``....ci_high``);
 - one nested run per (method, seed), opened when its training node starts (per-epoch
   history as it is logged), with its parameters as readable strings, ``final_<metric>``
   = the metrics of the epoch training selected (``selected_epoch``) and, once the study is
