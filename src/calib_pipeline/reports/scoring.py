@@ -3,7 +3,9 @@
 The job netcal's and torchmetrics' users do by hand, on a file of logits or probabilities
 (:mod:`calib_pipeline.calibration.predictions`), with this project's calibrators, metrics and
 reports. The tidy table has the study tables' columns (``evaluation.TIDY_COLUMNS``): the
-file is one "method" named after it, seed 0, no training run id.
+file is one "method" named after it, seed 0, no training run id. Several files make one
+table across them (:func:`scores_summary`), each file's test metrics with percentile
+bootstrap intervals (:func:`score_intervals`).
 
 From a notebook::
 
@@ -17,6 +19,8 @@ From a notebook::
     results = scoring.predictions_results(metrics, bins, calibrators)
     standard.summary(results)["summary"]             # Markdown
     standard.reliability(results)                     # {"reliability_15_bins": Figure}
+    rows = scoring.score_intervals(predictions, calibrators, name="my_model")
+    scoring.scores_summary(rows)["summary"]           # the table across files, Markdown
 
 The ``score`` pipeline (``pipelines/score``) runs these functions as its nodes.
 """
