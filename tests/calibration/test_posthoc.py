@@ -674,7 +674,8 @@ def test_dirichlet_cv_chooses_its_regulariser_on_held_out_folds_and_keeps_accura
     calibrator = build_calibrator("dirichlet_cv", l2_grid=grid, folds=3).fit(val, val_labels)
     learned = calibrator.learned()
     assert len(learned["cv_nll"]) == len(grid)
-    assert learned["chosen_l2"] == grid[int(np.argmin(learned["cv_nll"]))] > 1.0
+    tried = {l2: nll for l2, nll in zip(grid, learned["cv_nll"]) if nll is not None}
+    assert learned["chosen_l2"] == min(tried, key=tried.get) > 1.0
     # the final fit converged; of the 3 x 4 fold fits, at most the weakest λ's hit max_iter
     assert calibrator.converged and learned["cv_unconverged"] <= 3
     uncalibrated = accuracy(torch.softmax(test, 1))
@@ -688,6 +689,17 @@ def test_dirichlet_cv_chooses_its_regulariser_on_held_out_folds_and_keeps_accura
     assert again.learned()["cv_nll"] == learned["cv_nll"]
     restored = calibrator_from_state(calibrator.state_dict())
     torch.testing.assert_close(restored.predict_proba(test), calibrator.predict_proba(test))
+
+
+def test_dirichlet_cv_stops_weakening_after_two_worse_strengths():
+    """On few samples of many classes the held-out NLL rises as λ weakens: the weakest λ,
+    the slowest fits, are not tried (None) once two in a row did worse than the best."""
+    val, val_labels = many_classes(30, 600, seed=0)
+    grid = [1e-2, 1.0, 100.0, 1e4, 1e6]
+    learned = build_calibrator("dirichlet_cv", l2_grid=grid, folds=3).fit(val, val_labels).learned()
+    tried = [nll for nll in learned["cv_nll"] if nll is not None]
+    assert learned["cv_nll"][0] is None and len(tried) >= 3
+    assert tried[:2] == sorted(tried[:2], reverse=True)  # weaker, worse
 
 
 def test_dirichlet_cv_warns_when_the_choice_is_at_an_end_of_its_grid(data):

@@ -27,6 +27,7 @@ its default tolerances (relative NLL change 2.2e-9, projected gradient 1e-5).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -234,6 +235,8 @@ class DirichletCalibration(AffineCalibration):
 # and K, so one grid serves every K), a factor 10 apart from 1 to 1e7: at K = 100 and a few
 # thousand samples 1e5 or more wins, at K = 20 and 1,000 samples 1e4.
 DEFAULT_L2_GRID = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
+# dirichlet_cv stops weakening λ after this many in a row did worse than the best so far.
+STOP_AFTER_WORSE = 2
 
 
 @register
@@ -274,7 +277,8 @@ class DirichletCrossValidated(DirichletCalibration):
         features, labels = self._features(logits).cpu(), labels.cpu()
         self.cv_nll, self.cv_unconverged = self._cross_validated_nll(features, labels)
         grid = self.hyperparameters["l2_grid"]
-        self.chosen_l2 = grid[int(np.argmin(self.cv_nll))]
+        tried = [(nll, l2) for nll, l2 in zip(self.cv_nll, grid) if nll is not None]
+        self.chosen_l2 = min(tried)[1]
         if self.chosen_l2 in (min(grid), max(grid)) and len(grid) > 1:
             self._warn(
                 f"the cross-validated λ = {self.chosen_l2:g} is at an end of l2_grid "
@@ -284,27 +288,47 @@ class DirichletCrossValidated(DirichletCalibration):
         self._keep(theta, features.shape[1])
         return converged
 
-    def _cross_validated_nll(self, features: Tensor, labels: Tensor) -> tuple[list[float], int]:
-        """Mean held-out NLL of each λ of ``l2_grid`` (in its order) and the number of fold
-        fits that stopped without converging."""
+    def _cross_validated_nll(
+        self, features: Tensor, labels: Tensor
+    ) -> tuple[list[float | None], int]:
+        """Mean held-out NLL of each λ of ``l2_grid`` (in its order; None for a λ not tried)
+        and the number of fold fits that stopped without converging.
+
+        λ runs from the strongest down; within a fold each fit starts from the previous λ's
+        solution. Once ``STOP_AFTER_WORSE`` λ in a row did worse than the best so far, the
+        weaker ones are not tried: the held-out NLL rises as ODIR weakens past its optimum,
+        and the weak fits are the slow ones (many iterations, many classes).
+        """
         grid = self.hyperparameters["l2_grid"]
         fold_of = torch.from_numpy(
             stratified_folds(
                 labels.numpy(), self.hyperparameters["folds"], self.hyperparameters["seed"]
             )
         )
-        held_out = np.zeros(len(grid))
-        unconverged = 0
-        for fold in range(self.hyperparameters["folds"]):
-            fit, check = fold_of != fold, fold_of == fold
-            start = None
-            for position in sorted(range(len(grid)), key=lambda i: -grid[i]):
-                start, converged = self._solve(
-                    features[fit], labels[fit], grid[position], grid[position], start, warn=False
+        folds = range(self.hyperparameters["folds"])
+        starts: dict[int, np.ndarray | None] = dict.fromkeys(folds)
+        held_out: list[float | None] = [None] * len(grid)
+        unconverged, worse = 0, 0
+        for position in sorted(range(len(grid)), key=lambda i: -grid[i]):
+            total = 0.0
+            for fold in folds:
+                fit, check = fold_of != fold, fold_of == fold
+                starts[fold], converged = self._solve(
+                    features[fit],
+                    labels[fit],
+                    grid[position],
+                    grid[position],
+                    starts[fold],
+                    warn=False,
                 )
                 unconverged += not converged
-                held_out[position] += self._summed_nll(features[check], labels[check], start)
-        return (held_out / labels.numel()).tolist(), unconverged
+                total += self._summed_nll(features[check], labels[check], starts[fold])
+            best = min((v for v in held_out if v is not None), default=math.inf)
+            held_out[position] = total / labels.numel()
+            worse = worse + 1 if held_out[position] > best else 0
+            if worse == STOP_AFTER_WORSE:
+                break
+        return held_out, unconverged
 
     def _summed_nll(self, features: Tensor, labels: Tensor, theta: np.ndarray) -> float:
         k = features.shape[1]
