@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from calib_pipeline.calibration.metrics import calibration_metrics
-from tests.data.test_predictions import as_probs, synthetic, write
+from tests.data.test_predictions import as_probs, netcal_like, synthetic, write
 from tests.test_end_to_end import kedro, versions
 
 pytestmark = pytest.mark.slow
@@ -42,6 +42,7 @@ def test_scoring_a_file_writes_its_metrics_and_reports(
     out = data_dir / "08_reporting" / "score" / path.stem
     metrics = pd.read_parquet(latest(out / "metrics.parquet") / "metrics.parquet")
     # conf/base: every configured calibrator, evaluation.n_bins 15
+    # vector scaling maps logits: the default set leaves it out on probabilities
     assert set(metrics["calibrator"]) == {
         "none",
         "ts",
@@ -50,6 +51,9 @@ def test_scoring_a_file_writes_its_metrics_and_reports(
         "ts_sb_ece",
         "ts_fixed",
         "hist_binning",
+        "isotonic",
+        "dirichlet_cv",
+        *(["vector_scaling"] if kind == "logits" else []),
     }
     expected = calibration_metrics(
         arrays[f"test_{kind}"], arrays["test_labels"], n_bins=15, inputs=kind
@@ -72,6 +76,44 @@ def test_scoring_a_file_writes_its_metrics_and_reports(
         logged = {a.path for a in client.list_artifacts(run.info.run_id, "score")}
         expected = ("metrics.csv", "report_summary", "report_reliability")
         assert logged >= {f"score/{path.stem}.{artifact}" for artifact in expected}
+
+
+def test_several_one_split_files_are_scored_into_one_table_tracked_in_mlflow(tmp_path):
+    """netcal's CIFAR records hold one split (``predictions``, ``ground_truth``); files of
+    that layout, synthesised here, scored in one run through a glob and a key mapping."""
+    for seed, stem in enumerate(("densenet-40_c100", "wrn-16-4_c100")):
+        write(tmp_path / f"{stem}.npz", netcal_like(n=300, k=4, seed=seed))
+    data_dir, tracking = tmp_path / "data", f"sqlite:///{tmp_path}/mlflow.db"
+    result = kedro(
+        "--pipelines=score",
+        f"--params=predictions.path={tmp_path}/*_c100.npz,predictions.keys.probs=predictions,"
+        "predictions.keys.labels=ground_truth,predictions.val_fraction=0.5,"
+        "predictions.ci_resamples=100",
+        data_dir=data_dir,
+        tracking=tracking,
+    )
+    files = "densenet-40_c100.npz, wrn-16-4_c100.npz"
+    assert f"(scoring {files}; score: val fraction 0.5, stratified, seed 0)" in result.stdout
+    assert "densenet-40_c100.npz: 4 classes, probabilities, val " in result.stdout
+    assert "dataset digits" not in result.stdout
+    summary = latest(data_dir / "08_reporting" / "score" / "summary") / "summary"
+    text = (summary / "summary.md").read_text()
+    assert text.startswith("# Scored predictions: 2 file(s)")
+    table = pd.read_csv(summary / "table.csv")
+    assert table["name"].unique().tolist() == ["densenet-40_c100", "wrn-16-4_c100"]
+    bounded = table.dropna(subset=["low", "high"])  # an infinite NLL has no interval
+    assert len(bounded) and (bounded["low"] <= bounded["high"]).all()
+    assert set(table["n_resamples"]) == {100}
+    client = mlflow.MlflowClient(tracking_uri=tracking)
+    (run,) = client.search_runs([client.get_experiment_by_name("calib-pipeline").experiment_id])
+    tags, metrics = run.data.tags, run.data.metrics
+    assert tags["dataset"] == "densenet-40_c100.npz,wrn-16-4_c100.npz"
+    assert tags["protocol"] == "score: val fraction 0.5, stratified, seed 0"
+    assert tags["score.wrn-16-4_c100"].startswith("wrn-16-4_c100.npz: 4 classes, probabilities")
+    ece = table.query("name == 'wrn-16-4_c100' and calibrator == 'ts' and metric == 'ece'")
+    assert metrics["score.wrn-16-4_c100.test.ece.ts"] == pytest.approx(ece["value"].iloc[0])
+    assert metrics["score.wrn-16-4_c100.test.ece.ts.ci_low"] == pytest.approx(ece["low"].iloc[0])
+    assert "score.densenet-40_c100.val.nll.dirichlet_cv" in metrics
 
 
 def test_without_a_file_the_run_says_how_to_give_one(tmp_path, monkeypatch):

@@ -188,7 +188,7 @@ class ConsoleHook:
             "kedro run %s, env %s%s: %d node(s), run %s",
             ",".join(map(str, names)),
             run_params.get("env") or self._context.get("env"),
-            self._context.get("describe", ""),
+            _scoring(pipeline, catalog) or self._context.get("describe", ""),
             self._total,
             self._version,
         )
@@ -442,6 +442,23 @@ def _where() -> str:
     return f"{socket.gethostname()} (process {os.getpid()})"
 
 
+def _scoring(pipeline, catalog) -> str | None:
+    """`` (scoring <files>)`` for a run of the score pipeline alone, in place of the
+    environment's dataset (each file's classes and sizes follow on its ``prepare`` line)."""
+    if not any("score" in n.tags for n in getattr(pipeline, "nodes", [])):
+        return None
+    # imported here: it loads torch, which only a score run needs
+    from calib_pipeline.pipelines.score import score_run_description
+
+    try:
+        described = score_run_description(pipeline, catalog)
+    except ValueError:  # bad predictions parameters: the run's own check reports them
+        return None
+    if described is None:
+        return None
+    return f" (scoring {described['dataset'].replace(',', ', ')}; {described['protocol']})"
+
+
 def _describe_context(context) -> dict[str, str]:
     """The session's environment and, from its globals, dataset and protocol."""
     out = {"env": str(context.env or "local")}  # no --env: Kedro's default run env
@@ -469,6 +486,9 @@ def node_result(outputs: dict[str, Any]) -> str:
     claims = next((v for k, v in outputs.items() if k.endswith(".report_claims")), None)
     if isinstance(claims, dict) and isinstance(claims.get("verdicts"), dict):
         return str(claims["verdicts"].get("line", ""))
+    scored = by_kind.get("score_predictions")
+    if scored is not None and hasattr(scored, "describe"):  # a predictions file, read
+        return scored.describe()
     replication = by_kind.get("replication_report")
     if isinstance(replication, dict) and isinstance(replication.get("summary"), str):
         return replication["summary"].splitlines()[0].strip("*")  # the overall line

@@ -23,8 +23,13 @@ from typing import Any
 from kedro.io.core import AbstractDataset, AbstractVersionedDataset, DatasetError, Version
 
 from calib_pipeline.calibration.posthoc import calibrator_from_state
-from calib_pipeline.calibration.predictions import PredictionsFile, load_predictions
 from calib_pipeline.data.datasets import ImageData, load_dataset
+from calib_pipeline.data.predictions import (
+    PredictionsArrays,
+    output_name,
+    predictions_files,
+    read_arrays,
+)
 from calib_pipeline.kedro_compat import exists_at_version, pin_load_version
 from calib_pipeline.reports.common import FIGURE_DPI, write_artifacts
 from calib_pipeline.tensor_io import load_tensors, save_tensors
@@ -52,38 +57,67 @@ class ImageClassificationDataset(AbstractDataset[None, ImageData]):
         return {"name": self._name, "root": self._root, "download": self._download}
 
 
-class PredictionsDataset(AbstractDataset[None, PredictionsFile]):
-    """A user's predictions file (``.npz``, ``.pt`` or ``.csv``, layout in
-    ``docs/predictions.md``), validated on load; read-only.
+class PredictionsDataset(AbstractDataset[None, PredictionsArrays]):
+    """One predictions file's arrays as stored (``.npz``, ``.pt`` or ``.csv``, layout in
+    ``docs/predictions.md``); read-only. The score pipeline names, splits and checks them
+    (:func:`calib_pipeline.reports.scoring.prepare_predictions`).
 
     The catalog gives the path from the command line (``--params=predictions.path=...``
     through Kedro's ``runtime_params`` resolver), so the file is read here, by the catalog,
     and the nodes receive its contents: a node reading ``params:predictions.path`` itself
     would do file I/O in a node, which the house rules keep in the catalog. Without a path,
     loading says how to give one.
+
+    Args:
+        filepath: a file, a glob pattern or a list of them (``predictions.path``).
+        name: the output name of the file to read among them (the ``{name}`` of the
+            catalog's ``score.{name}.file``): with one file, that file; with several, the
+            one whose stem gives ``name``.
     """
 
-    def __init__(self, *, filepath: str | None = None, metadata: dict | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        filepath: str | list[str] | None = None,
+        name: str | None = None,
+        metadata: dict | None = None,
+    ) -> None:
         self._filepath = filepath
+        self._name = name
         self.metadata = metadata
 
-    def load(self) -> PredictionsFile:
+    def _file(self) -> str:
         if not self._filepath:
             raise DatasetError(
                 "no predictions file given: kedro run --pipelines=score "
                 "--params=predictions.path=<file .npz, .pt or .csv>. The path must be given "
                 "on the command line (the catalog cannot read parameters files)"
             )
-        return load_predictions(self._filepath)
+        files = predictions_files("predictions.path", self._filepath)
+        if len(files) == 1:
+            return files[0]
+        named = [file for file in files if output_name(file) == self._name]
+        if len(named) != 1:
+            raise DatasetError(
+                f"predictions.path {self._filepath!r} holds no file scored as {self._name!r} "
+                f"(files: {', '.join(files)})"
+            )
+        return named[0]
+
+    def load(self) -> PredictionsArrays:
+        return read_arrays(self._file())
 
     def save(self, data: None) -> None:
         raise DatasetError("PredictionsDataset is read-only")
 
     def _exists(self) -> bool:
-        return bool(self._filepath) and Path(self._filepath).is_file()
+        try:
+            return Path(self._file()).is_file()
+        except (DatasetError, ValueError):
+            return False
 
     def _describe(self) -> dict[str, Any]:
-        return {"filepath": self._filepath}
+        return {"filepath": self._filepath, "name": self._name}
 
 
 def versioned_load_path(dataset: AbstractVersionedDataset) -> Path:

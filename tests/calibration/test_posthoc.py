@@ -22,6 +22,7 @@ from calib_pipeline.calibration.posthoc import (
     LogitCalibrator,
     TopLabelCalibrator,
     build_calibrator,
+    calibrator_from_state,
     temperature_grid,
 )
 
@@ -80,6 +81,7 @@ def test_registry_lists_every_calibrator():
         "vector_scaling",
         "matrix_scaling",
         "dirichlet",
+        "dirichlet_cv",
     }
 
 
@@ -134,6 +136,11 @@ def test_unknown_name_lists_valid_names():
         ("dirichlet", {"off_diagonal_l2": -1}, r"off_diagonal_l2 must be in \[0"),
         ("matrix_scaling", {"max_iter": -3}, "max_iter must be an integer >= 0"),
         ("vector_scaling", {"off_diagonal_l2": 1.0}, r"unknown parameter.*off_diagonal_l2"),
+        ("dirichlet_cv", {"l2_grid": []}, "l2_grid must be a non-empty list"),
+        ("dirichlet_cv", {"l2_grid": [1.0, -1.0]}, r"l2_grid value must be in \[0"),
+        ("dirichlet_cv", {"l2_grid": [1.0, 1.0]}, "l2_grid must hold distinct values"),
+        ("dirichlet_cv", {"folds": 1}, "folds must be an integer >= 2"),
+        ("dirichlet_cv", {"off_diagonal_l2": 1.0}, r"unknown parameter.*off_diagonal_l2"),
         ("isotonic_top_label", {"n_bins": 15}, "accepts: no parameters"),
     ],
 )
@@ -642,3 +649,62 @@ def test_a_new_posthoc_module_is_registered_without_an_import_line(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def many_classes(k: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Overconfident logits of a k-class problem (true class +2.5 over unit noise, ×3)."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(k, (n,), generator=generator)
+    logits = torch.randn(n, k, generator=generator, dtype=torch.float64)
+    logits[torch.arange(n), labels] += 2.5
+    return 3.0 * logits, labels
+
+
+def test_dirichlet_cv_chooses_its_regulariser_on_held_out_folds_and_keeps_accuracy():
+    """Many classes and few validation samples: a fixed ODIR strength overfits the K(K+1)
+    parameters and loses accuracy (the issue's Dirichlet on 100 classes); the λ chosen by
+    cross-validation keeps it."""
+    val, val_labels = many_classes(30, 600, seed=0)
+    test, test_labels = many_classes(30, 2000, seed=1)
+
+    def accuracy(probabilities: torch.Tensor) -> float:
+        return float((probabilities.argmax(1) == test_labels).double().mean())
+
+    grid = [1.0, 100.0, 1e4, 1e6]
+    calibrator = build_calibrator("dirichlet_cv", l2_grid=grid, folds=3).fit(val, val_labels)
+    learned = calibrator.learned()
+    assert len(learned["cv_nll"]) == len(grid)
+    tried = {l2: nll for l2, nll in zip(grid, learned["cv_nll"]) if nll is not None}
+    assert learned["chosen_l2"] == min(tried, key=tried.get) > 1.0
+    # the final fit converged; of the 3 x 4 fold fits, at most the weakest λ's hit max_iter
+    assert calibrator.converged and learned["cv_unconverged"] <= 3
+    uncalibrated = accuracy(torch.softmax(test, 1))
+    assert accuracy(calibrator.predict_proba(test)) > uncalibrated - 0.01
+    fixed = build_calibrator("dirichlet", off_diagonal_l2=1.0, intercept_l2=1.0).fit(
+        val, val_labels
+    )
+    assert accuracy(fixed.predict_proba(test)) < uncalibrated - 0.05
+    # same data, folds and seed: the same choice; the state stores it
+    again = build_calibrator("dirichlet_cv", l2_grid=grid, folds=3).fit(val, val_labels)
+    assert again.learned()["cv_nll"] == learned["cv_nll"]
+    restored = calibrator_from_state(calibrator.state_dict())
+    torch.testing.assert_close(restored.predict_proba(test), calibrator.predict_proba(test))
+
+
+def test_dirichlet_cv_stops_weakening_after_two_worse_strengths():
+    """On few samples of many classes the held-out NLL rises as λ weakens: the weakest λ,
+    the slowest fits, are not tried (None) once two in a row did worse than the best."""
+    val, val_labels = many_classes(30, 600, seed=0)
+    grid = [1e-2, 1.0, 100.0, 1e4, 1e6]
+    learned = build_calibrator("dirichlet_cv", l2_grid=grid, folds=3).fit(val, val_labels).learned()
+    tried = [nll for nll in learned["cv_nll"] if nll is not None]
+    assert learned["cv_nll"][0] is None and len(tried) >= 3
+    assert tried[:2] == sorted(tried[:2], reverse=True)  # weaker, worse
+
+
+def test_dirichlet_cv_warns_when_the_choice_is_at_an_end_of_its_grid(data):
+    calibrator = build_calibrator("dirichlet_cv", l2_grid=[1e6, 1e7], folds=2)
+    calibrator.fit(data["val"], data["val_labels"])
+    assert any("at an end of l2_grid" in w and "widen the grid" in w for w in calibrator.warnings)
+    with pytest.raises(ValueError, match="5-fold cross-validation needs at least 5 samples"):
+        build_calibrator("dirichlet_cv").fit(data["val"][:3], data["val_labels"][:3])

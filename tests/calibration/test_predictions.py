@@ -11,7 +11,16 @@ import pytest
 import torch
 
 from calib_pipeline.calibration.predictions import load_predictions
-from tests.data.test_predictions import K, as_probs, bad_npz, csv_text, synthetic, write
+from tests.data.test_predictions import (
+    NETCAL_KEYS,
+    K,
+    as_probs,
+    bad_npz,
+    csv_text,
+    netcal_like,
+    synthetic,
+    write,
+)
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".pt", ".csv"])
@@ -128,3 +137,51 @@ def test_bad_csv_values_are_refused_naming_the_file(tmp_path, text, message):
     path = csv_text(tmp_path, text)
     with pytest.raises(ValueError, match=f"predictions file {path}: .*{message}"):
         load_predictions(path)
+
+
+def test_a_one_split_file_is_split_by_the_stated_fraction_stratified_and_seeded(tmp_path):
+    arrays = netcal_like(n=400, k=4)
+    path = write(tmp_path / "netcal.npz", arrays)
+    predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.25, split_seed=3)
+    assert predictions.inputs == "probs" and predictions.num_classes == 4
+    labels = arrays["ground_truth"]
+    val, test = predictions.labels["val"].numpy(), predictions.labels["test"].numpy()
+    assert len(val) + len(test) == 400
+    # every class split 1:3, up to one sample of rounding
+    for k in range(4):
+        assert abs((val == k).sum() - 0.25 * (labels == k).sum()) <= 1
+    assert predictions.split == "val fraction 0.25 of 400, stratified by class, seed 3"
+    assert predictions.describe() == (
+        f"netcal.npz: 4 classes, probabilities, val {len(val)} / test {len(test)} "
+        "(val fraction 0.25 of 400, stratified by class, seed 3)"
+    )
+    again = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.25, split_seed=3)
+    assert torch.equal(again.scores["val"], predictions.scores["val"])
+    other = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.25, split_seed=4)
+    assert not torch.equal(other.scores["val"], predictions.scores["val"])
+    # the rows keep their scores: each val row is a row of the file with its label
+    rows = {tuple(np.round(r, 12)): y for r, y in zip(arrays["predictions"], labels)}
+    for r, y in zip(predictions.scores["val"].numpy(), val):
+        assert rows[tuple(np.round(r, 12))] == y
+
+
+def test_a_one_split_file_without_a_fraction_and_a_two_split_file_with_one_are_refused(tmp_path):
+    path = write(tmp_path / "netcal.npz", netcal_like())
+    with pytest.raises(
+        ValueError, match=r"netcal.npz: holds one split \(probs, labels\) and no val/test"
+    ):
+        load_predictions(path, keys=NETCAL_KEYS)
+    both = write(tmp_path / "both.npz", synthetic())
+    with pytest.raises(ValueError, match=r"holds val and test already; predictions\.val_fraction"):
+        load_predictions(both, val_fraction=0.5)
+    with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\)"):
+        load_predictions(path, keys=NETCAL_KEYS, val_fraction=1.5)
+    assert load_predictions(both).split == "val and test as given"
+
+
+def test_calibrators_fitted_on_another_split_of_the_file_are_refused(tmp_path):
+    path = write(tmp_path / "netcal.npz", netcal_like())
+    half = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5)
+    third = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.3)
+    with pytest.raises(ValueError, match=r"fitted on the val split of 'val fraction 0\.5"):
+        third.check_provenance(half.provenance())

@@ -14,7 +14,12 @@ from calib_pipeline.data import (
     stratified_split,
     to_float,
 )
-from calib_pipeline.data.splits import split_dataset, stratified_subset
+from calib_pipeline.data.splits import (
+    split_dataset,
+    stratified_folds,
+    stratified_subset,
+    val_test_split,
+)
 
 
 def test_registry_lists_the_datasets():
@@ -246,3 +251,28 @@ def test_a_missing_dataset_says_what_to_put_where_and_offers_download_only_where
     if not download_hint:  # download: true cannot help either: the same message, nothing fetched
         with pytest.raises(datasets_module.DatasetMissing, match="cannot be downloaded"):
             datasets_module.load_dataset(name, root=tmp_path, download=True)
+
+
+def test_stratified_folds_deal_each_class_evenly_and_are_seeded():
+    labels = np.repeat([0, 1, 2], [10, 7, 23])
+    folds = stratified_folds(labels, 4, seed=0)
+    for k in range(3):
+        counts = np.bincount(folds[labels == k], minlength=4)
+        assert counts.max() - counts.min() <= 1
+    sizes = np.bincount(folds, minlength=4)
+    assert sizes.max() - sizes.min() <= 1  # the classes' remainders go to different folds
+    np.testing.assert_array_equal(folds, stratified_folds(labels, 4, seed=0))
+    assert not np.array_equal(folds, stratified_folds(labels, 4, seed=1))
+    with pytest.raises(ValueError, match="5-fold cross-validation needs at least 5 samples"):
+        stratified_folds(labels[:4], 5, seed=0)
+    with pytest.raises(ValueError, match="folds must be an integer >= 2"):
+        stratified_folds(labels, 1, seed=0)
+
+
+def test_val_test_split_draws_a_stratified_val_fraction():
+    labels = np.repeat([0, 1], [40, 60])
+    parts = val_test_split(labels, 0.25, seed=0)
+    assert sorted(np.concatenate([parts["val"], parts["test"]])) == list(range(100))
+    assert np.bincount(labels[parts["val"]]).tolist() == [10, 15]
+    with pytest.raises(ValueError, match=r"val_fraction must be in \(0, 1\)"):
+        val_test_split(labels, 1.0, seed=0)

@@ -28,6 +28,20 @@ def synthetic(n: int = 40, seed: int = 0) -> dict[str, np.ndarray]:
     return arrays
 
 
+def netcal_like(n: int = 300, k: int = 5, seed: int = 0) -> dict[str, np.ndarray]:
+    """One split in the layout of netcal's CIFAR records: softmax ``predictions`` (N x K)
+    and integer ``ground_truth``, overconfident."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    logits = rng.normal(size=(n, k))
+    logits[np.arange(n), labels] += 1.5
+    probs = torch.softmax(torch.as_tensor(3.0 * logits), 1).numpy()
+    return {"predictions": probs, "ground_truth": labels}
+
+
+NETCAL_KEYS = {"probs": "predictions", "labels": "ground_truth"}
+
+
 def as_probs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {}
     for key, value in arrays.items():
@@ -193,3 +207,51 @@ def test_output_names_come_from_the_stem_or_a_checked_name():
             ValueError, match=r"predictions\.name must start with a letter or digit"
         ):
             output_name("x.npz", bad)
+
+
+def test_a_key_mapping_renames_the_files_arrays_to_the_layout(tmp_path):
+    path = write(tmp_path / "netcal.npz", netcal_like())
+    kind, arrays = read_predictions(path, NETCAL_KEYS)
+    assert kind == "probs" and sorted(arrays) == ["labels", "probs"]
+    renamed = synthetic()
+    renamed["z_val"] = renamed.pop("val_logits")
+    two_splits = write(tmp_path / "renamed.pt", renamed)
+    kind, arrays = read_predictions(two_splits, {"val_logits": "z_val"})
+    assert kind == "logits" and "z_val" not in arrays
+    np.testing.assert_array_equal(np.asarray(arrays["val_logits"]), synthetic()["val_logits"])
+
+
+def test_a_mapped_key_the_file_lacks_is_refused_listing_the_files_keys(tmp_path):
+    path = write(tmp_path / "netcal.npz", netcal_like())
+    with pytest.raises(
+        ValueError,
+        match=r"netcal.npz: has no key 'preds' \(for probs\); "
+        r"the file's keys are \['ground_truth', 'predictions'\]",
+    ):
+        read_predictions(path, {"probs": "preds", "labels": "ground_truth"})
+    with pytest.raises(ValueError, match=r"unknown name\(s\) \['scores'\]; valid names"):
+        read_predictions(path, {"scores": "predictions"})
+    with pytest.raises(ValueError, match=r"a key mapping applies to \.npz and \.pt files"):
+        read_predictions(write(tmp_path / "a.csv", synthetic()), {"labels": "label"})
+    both = write(tmp_path / "both.npz", {**synthetic(), "preds": synthetic()["val_logits"]})
+    with pytest.raises(ValueError, match=r"holds \['val_logits'\] besides the keys mapped"):
+        read_predictions(both, {"val_logits": "preds"})
+
+
+def test_an_unmapped_netcal_file_is_refused_with_the_mapping_spelled_out(tmp_path):
+    path = write(tmp_path / "netcal.npz", netcal_like())
+    with pytest.raises(ValueError) as refused:
+        read_predictions(path)
+    assert (
+        "--params=predictions.keys.probs=predictions,predictions.keys.labels=ground_truth,"
+        "predictions.val_fraction=0.5" in str(refused.value)
+    )
+    assert "'predictions' looks like probabilities: its rows sum to 1" in str(refused.value)
+    logits = write(
+        tmp_path / "z.npz",
+        {"z": np.log(netcal_like()["predictions"]) + 1, "y": netcal_like()["ground_truth"]},
+    )
+    with pytest.raises(
+        ValueError, match=r"predictions\.keys\.logits=z,predictions\.keys\.labels=y"
+    ):
+        read_predictions(logits)

@@ -19,30 +19,32 @@ from calib_pipeline.hooks import SessionConfigHook
 from calib_pipeline.kedro_datasets import CalibratorsDataset, PredictionsDataset, ReportDataset
 from calib_pipeline.pipelines import score
 from tests.crafted import MarkerPayload
-from tests.data.test_predictions import as_probs, synthetic, write
+from tests.data.test_predictions import NETCAL_KEYS, as_probs, netcal_like, synthetic, write
 from tests.pipelines.test_study_pipeline import PARAMETERS
 
 CALIBRATORS = {"ts": {"name": "temperature_nll"}, "hist": {"name": "histogram_binning"}}
 EVALUATION = {"n_bins": 10, "reliability_bins": [10, 5]}  # as params:evaluation.<key>
 
 
-def catalog(tmp_path, path, name):
+def catalog(tmp_path, path, *names):
+    """The project's dataset classes for the score pipeline of ``names`` (the file outputs
+    under ``out/<name>/``, the table across files under ``out/summary``)."""
     datasets = {
-        "score.predictions": PredictionsDataset(filepath=str(path)),
         "params:calibrators": MemoryDataset(CALIBRATORS),
         **{f"params:evaluation.{key}": MemoryDataset(value) for key, value in EVALUATION.items()},
-        f"score.{name}.calibrators": CalibratorsDataset(
-            filepath=str(tmp_path / "out" / "calibrators.pt")
-        ),
-        f"score.{name}.metrics": ParquetDataset(filepath=str(tmp_path / "out" / "metrics.parquet")),
-        f"score.{name}.reliability_bins": ParquetDataset(
-            filepath=str(tmp_path / "out" / "bins.parquet")
-        ),
+        "score.summary": ReportDataset(filepath=str(tmp_path / "out" / "summary")),
     }
-    for report in ("summary", "reliability"):
-        datasets[f"score.{name}.report_{report}"] = ReportDataset(
-            filepath=str(tmp_path / "out" / report)
-        )
+    for name in names:
+        out = tmp_path / "out" / name
+        datasets |= {
+            f"score.{name}.file": PredictionsDataset(filepath=path, name=name),
+            f"score.{name}.calibrators": CalibratorsDataset(filepath=str(out / "calibrators.pt")),
+            f"score.{name}.metrics": ParquetDataset(filepath=str(out / "metrics.parquet")),
+            f"score.{name}.reliability_bins": ParquetDataset(filepath=str(out / "bins.parquet")),
+            f"score.{name}.intervals": ParquetDataset(filepath=str(out / "intervals.parquet")),
+        }
+        for report in ("summary", "reliability"):
+            datasets[f"score.{name}.report_{report}"] = ReportDataset(filepath=str(out / report))
     return DataCatalog(datasets=datasets)
 
 
@@ -51,16 +53,19 @@ def test_the_pipeline_scores_a_file_and_writes_its_reports(tmp_path):
     path = write(tmp_path / "my model.csv", arrays)
     parameters = {
         "calibrators": CALIBRATORS,
-        "predictions": {"path": str(path), "calibrators": ["ts"]},
+        "predictions": {"path": str(path), "calibrators": ["ts"], "ci_resamples": 20},
     }
     pipeline = score.create_pipeline(parameters)
     assert {n.name for n in pipeline.nodes} == {
-        "score.fit_calibrators",
-        "score.evaluate",
-        "score.report_summary",
-        "score.report_reliability",
+        "score.my_model.prepare",
+        "score.my_model.fit_calibrators",
+        "score.my_model.evaluate",
+        "score.my_model.intervals",
+        "score.my_model.report_summary",
+        "score.my_model.report_reliability",
+        "score.summary",
     }
-    data = catalog(tmp_path, path, "my_model")
+    data = catalog(tmp_path, str(path), "my_model")
     SequentialRunner().run(pipeline, data)
     metrics = data.load("score.my_model.metrics")
     assert set(metrics["calibrator"]) == {"none", "ts"}
@@ -79,25 +84,73 @@ def test_the_pipeline_scores_a_file_and_writes_its_reports(tmp_path):
         "reliability_5_bins",
         "reliability_10_bins",
     }
+    assert data.load("score.summary")["summary"].startswith("# Scored predictions: 1 file(s)")
 
 
-def test_calibrators_that_need_logits_fail_the_run_on_probabilities(tmp_path):
+def test_several_one_split_files_in_one_run_give_one_table(tmp_path):
+    for seed, name in enumerate(("wrn_c100", "densenet_c100")):
+        write(tmp_path / f"{name}.npz", netcal_like(n=200, seed=seed))
+    pattern = str(tmp_path / "*_c100.npz")
+    parameters = {
+        "calibrators": CALIBRATORS,
+        "predictions": {
+            "path": pattern,
+            "keys": NETCAL_KEYS,
+            "val_fraction": 0.5,
+            "ci_resamples": 20,
+        },
+    }
+    data = catalog(tmp_path, pattern, "densenet_c100", "wrn_c100")
+    SequentialRunner().run(score.create_pipeline(parameters), data)
+    summary = data.load("score.summary")
+    assert summary["summary"].startswith("# Scored predictions: 2 file(s)")
+    table = summary["table"]
+    assert table["name"].unique().tolist() == ["densenet_c100", "wrn_c100"]
+    assert set(table["calibrator"]) == {"none", "ts", "hist"}
+    assert set(table["n_val"] + table["n_test"]) == {200}
+    assert set(abs(table["n_val"] - 100)) <= {0, 1, 2}  # each class split 1:1, up to rounding
+    for name in ("densenet_c100", "wrn_c100"):
+        metrics = data.load(f"score.{name}.metrics")
+        assert set(metrics["dataset"]) == {f"{name}.npz"}
+
+
+def test_calibrators_asked_for_that_need_logits_fail_the_run_on_probabilities(tmp_path):
     path = write(tmp_path / "p.npz", as_probs(synthetic()))
     parameters = {
         "calibrators": {"vs": {"name": "vector_scaling"}},
-        "predictions": {"path": str(path)},
+        "predictions": {"path": str(path), "calibrators": ["vs"]},
     }
-    data = catalog(tmp_path, path, "p")
+    data = catalog(tmp_path, str(path), "p")
     data["params:calibrators"] = MemoryDataset(parameters["calibrators"])
     with pytest.raises(ValueError, match="'vs' \\(vector_scaling\\) maps logits"):
         SequentialRunner().run(score.create_pipeline(parameters), data)
-    assert not (tmp_path / "out").exists(), "nothing is written when the fit is refused"
+    assert not (tmp_path / "out" / "p").exists(), "nothing is written when the fit is refused"
+
+
+def test_the_default_set_leaves_out_calibrators_that_need_logits_and_says_so(tmp_path, caplog):
+    path = write(tmp_path / "p.npz", as_probs(synthetic()))
+    calibrators = {"ts": {"name": "temperature_nll"}, "vs": {"name": "vector_scaling"}}
+    parameters = {"calibrators": calibrators, "predictions": {"path": str(path), "ci_resamples": 5}}
+    data = catalog(tmp_path, str(path), "p")
+    data["params:calibrators"] = MemoryDataset(calibrators)
+    SequentialRunner().run(score.create_pipeline(parameters), data)
+    assert set(data.load("score.p.metrics")["calibrator"]) == {"none", "ts"}
+    assert "vs (vector_scaling) maps logits and is not fitted" in caplog.text
+    assert (
+        "not fitted (they map logits, the file holds probabilities): vs"
+        in (data.load("score.summary")["summary"])
+    )
 
 
 def test_the_predictions_dataset_reads_the_file_or_says_how_to_give_one(tmp_path):
     path = write(tmp_path / "z.pt", synthetic())
-    assert PredictionsDataset(filepath=str(path)).load().inputs == "logits"
+    assert sorted(PredictionsDataset(filepath=str(path)).load().arrays) == sorted(synthetic())
     assert PredictionsDataset(filepath=str(path)).exists()
+    write(tmp_path / "y.pt", synthetic())
+    pattern = str(tmp_path / "*.pt")
+    assert PredictionsDataset(filepath=pattern, name="y").load().source == str(tmp_path / "y.pt")
+    with pytest.raises(DatasetError, match="holds no file scored as 'x'"):
+        PredictionsDataset(filepath=pattern, name="x").load()
     unset = PredictionsDataset(filepath=None)
     assert not unset.exists()
     with pytest.raises(
@@ -126,6 +179,7 @@ def test_score_is_registered_by_name_and_never_runs_by_default(monkeypatch, tmp_
     assert "score" in pipelines
     assert not set(pipelines["score"].nodes) & set(pipelines["__default__"].nodes)
     assert "score.predictions.metrics" in pipelines["score"].all_outputs()
+    assert "score.summary" in pipelines["score"].all_outputs()
     path = write(tmp_path / "resnet.npz", synthetic())
     named = registered(monkeypatch, predictions={"path": str(path)}, calibrators=CALIBRATORS)
     assert "score.resnet.metrics" in named["score"].all_outputs()

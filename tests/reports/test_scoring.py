@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from calib_pipeline.calibration.metrics import calibration_metrics
+from calib_pipeline.calibration.metrics import bootstrap_ci, calibration_metrics
 from calib_pipeline.calibration.predictions import load_predictions
 from calib_pipeline.reports import standard
 from calib_pipeline.reports.evaluation import TIDY_COLUMNS
@@ -15,9 +16,11 @@ from calib_pipeline.reports.scoring import (
     fit_calibrators,
     predictions_report,
     predictions_results,
+    score_intervals,
     score_predictions,
+    scores_summary,
 )
-from tests.data.test_predictions import as_probs, synthetic, write
+from tests.data.test_predictions import NETCAL_KEYS, as_probs, netcal_like, synthetic, write
 
 CALIBRATORS = {
     "ts": {"name": "temperature_nll"},
@@ -127,13 +130,35 @@ def test_calibrators_are_refused_on_another_file(tmp_path):
 def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
     path = str(write(tmp_path / "resnet 110.npz", synthetic()))
     options = ScoreOptions.from_params({"path": path}, CALIBRATORS)
-    assert options == ScoreOptions(path, "resnet_110", ("ts", "hist"))
-    assert ScoreOptions.from_params(None, CALIBRATORS).path is None
+    assert options == ScoreOptions({"resnet_110": path}, ("ts", "hist"))
+    assert options.defaulted and options.val_fraction is None and options.ci_resamples == 1000
+    unset = ScoreOptions.from_params(None, CALIBRATORS)
+    assert unset.files == {} and unset.names == ["predictions"]
     named = ScoreOptions.from_params(
         {"path": path, "name": "r110", "calibrators": ["hist"]}, CALIBRATORS
     )
-    assert (named.name, named.calibrators) == ("r110", ("hist",))
+    assert (named.names, named.calibrators, named.defaulted) == (["r110"], ("hist",), False)
     assert ScoreOptions.from_params({"calibrators": []}, CALIBRATORS).calibrators == ()
+
+
+def test_a_glob_or_a_list_scores_several_files_each_named_by_its_stem(tmp_path):
+    for stem in ("b", "a"):
+        write(tmp_path / f"{stem}.npz", synthetic())
+    pattern = str(tmp_path / "*.npz")
+    assert ScoreOptions.from_params({"path": pattern}, CALIBRATORS).names == ["a", "b"]
+    listed = [str(tmp_path / "b.npz"), str(tmp_path / "a.npz")]
+    assert ScoreOptions.from_params({"path": listed}, CALIBRATORS).names == ["b", "a"]
+    with pytest.raises(ValueError, match=r"predictions\.name names the outputs of one file"):
+        ScoreOptions.from_params({"path": pattern, "name": "x"}, CALIBRATORS)
+    (tmp_path / "sub").mkdir()
+    twin = write(tmp_path / "sub" / "a.npz", synthetic())
+    with pytest.raises(ValueError, match="would both be scored as 'a'"):
+        ScoreOptions.from_params({"path": [pattern, str(twin)]}, CALIBRATORS)
+    with pytest.raises(ValueError, match=r"no file matches .*\*\.pt"):
+        ScoreOptions.from_params({"path": str(tmp_path / "*.pt")}, CALIBRATORS)
+    reserved = write(tmp_path / "summary.npz", synthetic())
+    with pytest.raises(ValueError, match="'summary', the folder of the table across files"):
+        ScoreOptions.from_params({"path": str(reserved)}, CALIBRATORS)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +166,7 @@ def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
     [
         (
             {"paht": "x.npz"},
-            r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators'\]",
+            r"unknown key\(s\) \['paht'\]; valid keys: \['path', 'name', 'calibrators', 'keys'",
         ),
         ({"path": "x.h5"}, "formats are .npz, .pt, .csv"),
         ({"path": "missing.npz"}, "no file at missing.npz"),
@@ -153,6 +178,12 @@ def test_options_default_to_every_calibrator_and_the_file_stem(tmp_path):
         ({"calibrators": ["ts", "ts"]}, "must name distinct keys"),
         ({"calibrators": "ts"}, "must be a list of calibrator keys"),
         ("x.npz", "predictions must be a mapping"),
+        ({"val_fraction": 1.0}, r"predictions.val_fraction must be in \(0.0, 1.0\)"),
+        ({"split_seed": 0.5}, "predictions.split_seed must be an integer"),
+        ({"keys": {"scores": "predictions"}}, r"predictions.keys: unknown name\(s\) \['scores'\]"),
+        ({"keys": ["predictions"]}, "predictions.keys must map our names to the file's keys"),
+        ({"ci_resamples": 0}, "predictions.ci_resamples must be an integer >= 1"),
+        ({"ci_level": 95}, r"predictions.ci_level must be in \(0.0, 1.0\)"),
     ],
 )
 def test_bad_options_are_refused(entry, message):
@@ -170,3 +201,79 @@ def test_scores_of_a_float32_file_are_scored_as_given(tmp_path):
         "ece"
     ]
     assert value(metrics, "test", "none", "ece") == expected
+
+
+def scored_file(tmp_path, name, seed, calibrators=CALIBRATORS, **options):
+    path = write(tmp_path / f"{name}.npz", netcal_like(n=300, seed=seed))
+    predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5, **options)
+    return predictions, fit_calibrators(predictions, calibrators)
+
+
+def test_intervals_are_seeded_percentile_bootstraps_around_each_test_value(tmp_path):
+    predictions, fitted = scored_file(tmp_path, "c100", seed=0)
+    table = score_intervals(predictions, fitted, 10, name="c100", n_resamples=200, seed=1)
+    assert set(table["calibrator"]) == {"none", "ts", "hist"}
+    assert set(table["metric"]) == {"accuracy", "nll", "brier", "ece"}
+    assert (table["low"] <= table["high"]).all() and (table["low"] < table["high"]).any()
+    assert set(table["n_test"]) == {predictions.labels["test"].numel()}
+    metrics, _ = score_predictions(predictions, fitted, 10, name="c100")
+    for row in table.itertuples():
+        assert row.value == pytest.approx(value(metrics, "test", row.calibrator, row.metric))
+    expected = bootstrap_ci(
+        predictions.scores["test"],
+        predictions.labels["test"],
+        "ece",
+        n_resamples=200,
+        seed=1,
+        inputs="probs",
+        n_bins=10,
+    )
+    none_ece = table.query("calibrator == 'none' and metric == 'ece'").iloc[0]
+    assert (none_ece["low"], none_ece["high"]) == (expected["low"], expected["high"])
+    again = score_intervals(predictions, fitted, 10, name="c100", n_resamples=200, seed=1)
+    pd.testing.assert_frame_equal(table, again)
+
+
+def test_several_files_give_one_table_with_a_row_block_per_file(tmp_path):
+    calibrators = {**CALIBRATORS, "vs": {"name": "vector_scaling"}}
+    tables = []
+    for seed, name in enumerate(("densenet", "resnet")):
+        path = write(tmp_path / f"{name}.npz", netcal_like(n=300, seed=seed))
+        predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5)
+        fitted = fit_calibrators(predictions, calibrators, skip_logit_maps=True)
+        assert list(fitted["fitted"]) == ["ts", "hist"]  # vector scaling left out: probabilities
+        tables.append(score_intervals(predictions, fitted, name=name, n_resamples=50))
+    report = scores_summary(*tables, calibrators=list(calibrators))
+    assert report["table"]["name"].unique().tolist() == ["densenet", "resnet"]
+    lines = report["summary"].splitlines()
+    assert lines[0] == "# Scored predictions: 2 file(s)"
+    assert "95% percentile bootstrap interval over the test samples, 50 resamples" in lines[2]
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 2 * 3  # a block of none, ts, hist per file
+    assert rows[0].startswith("| densenet.npz ") and rows[3].startswith("| resnet")
+    assert rows[1].startswith("|  ")  # the file's cells are given once per block
+    accuracy = tables[0].query("calibrator == 'none' and metric == 'accuracy'").iloc[0]
+    cell = (
+        f"{accuracy['value'] * 100:.2f} [{accuracy['low'] * 100:.2f}, {accuracy['high'] * 100:.2f}]"
+    )
+    assert cell in rows[0]
+    assert (
+        "- resnet (resnet.npz): probs, val fraction 0.5 of 300, stratified by class, seed 0; "
+        "not fitted (they map logits, the file holds probabilities): vs" in lines
+    )
+
+
+def test_a_calibrator_asked_for_by_name_that_needs_logits_is_still_refused(tmp_path):
+    path = write(tmp_path / "p.npz", netcal_like())
+    predictions = load_predictions(path, keys=NETCAL_KEYS, val_fraction=0.5)
+    with pytest.raises(ValueError, match=r"'vs' \(vector_scaling\) maps logits"):
+        fit_calibrators(predictions, {"vs": {"name": "vector_scaling"}})
+
+
+def test_an_infinite_value_is_said_so_not_given_an_interval(tmp_path):
+    predictions, fitted = scored_file(tmp_path, "c10", seed=0)
+    table = score_intervals(predictions, fitted, name="renamed", n_resamples=20)
+    table.loc[table["metric"] == "nll", ["value", "low", "high"]] = [np.inf, 1.0, np.nan]
+    summary = scores_summary(table)["summary"]
+    assert "inf (a test label at probability 0)" in summary
+    assert "| renamed (c10.npz) |" in summary  # an output name other than the stem is shown

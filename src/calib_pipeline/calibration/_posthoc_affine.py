@@ -9,6 +9,7 @@ registry name       φ(z)                   W              default regulariser
 vector_scaling      z                      diagonal       none
 matrix_scaling      z                      full K×K       ODIR λ = μ = 100
 dirichlet           log softmax(z)         full K×K       ODIR λ = μ = 100
+dirichlet_cv        log softmax(z)         full K×K       ODIR λ = μ by k-fold CV
 ==================  =====================  =============  =====================
 
 ODIR (Kull et al.'s off-diagonal and intercept regularisation) adds
@@ -17,7 +18,8 @@ temperature) is free, cross-class terms and biases are shrunk. Kull et al. choos
 μ by cross-validation; the default 100 is ours, a strong prior chosen because the
 K(K+1) free parameters overfit badly otherwise (on 2,500 validation samples with
 K = 100, λ = μ = 1 gives a held-out NLL ten times that of temperature scaling; see
-docs/posthoc.md). Studies should sweep them.
+docs/posthoc.md). Studies should sweep them; ``dirichlet_cv`` chooses λ = μ from a grid by
+k-fold cross-validation on the fitting data, as Kull et al. do.
 Fitting starts at the identity ``W = I, b = 0`` (so ``z' = φ(z)`` and the output equals
 the uncalibrated softmax) and runs scipy's L-BFGS-B on the exact float64 gradient with
 its default tolerances (relative NLL change 2.2e-9, projected gradient 1e-5).
@@ -25,7 +27,8 @@ its default tolerances (relative NLL change 2.2e-9, projected gradient 1e-5).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,6 +38,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from calib_pipeline.calibration._posthoc_base import LogitCalibrator, register
+from calib_pipeline.data.splits import stratified_folds
 from calib_pipeline.registry import check_int, check_range
 
 
@@ -68,8 +72,36 @@ class AffineCalibration(LogitCalibrator):
 
     def _fit(self, logits: Tensor, labels: Tensor) -> bool:
         features = self._features(logits).cpu()
+        theta, converged = self._solve(
+            features,
+            labels.cpu(),
+            self.hyperparameters["off_diagonal_l2"],
+            self.hyperparameters["intercept_l2"],
+        )
+        self._keep(theta, features.shape[1])
+        return converged
+
+    def _keep(self, theta: np.ndarray, k: int) -> None:
+        """Store the parameter vector ``theta`` of ``k`` classes as ``weights`` and ``bias``."""
+        parameters = torch.from_numpy(np.ascontiguousarray(theta))
+        shape = (k,) if self.diagonal else (k, k)
+        self.weights = parameters[: parameters.numel() - k].reshape(shape).clone()
+        self.bias = parameters[parameters.numel() - k :].clone()
+
+    def _solve(
+        self,
+        features: Tensor,
+        labels: Tensor,
+        off_diagonal_l2: float,
+        intercept_l2: float,
+        start: np.ndarray | None = None,
+        *,
+        warn: bool = True,
+    ) -> tuple[np.ndarray, bool]:
+        """The minimiser of mean NLL + ODIR on ``features`` (from the identity, or ``start``)
+        and whether L-BFGS-B converged (a warning when not, unless ``warn`` is false)."""
         n, k = features.shape
-        one_hot = torch.nn.functional.one_hot(labels.cpu(), k).to(torch.float64)
+        one_hot = torch.nn.functional.one_hot(labels, k).to(torch.float64)
         weight_shape = (k,) if self.diagonal else (k, k)
         n_weights = int(np.prod(weight_shape))
         off_diagonal = (
@@ -77,8 +109,8 @@ class AffineCalibration(LogitCalibrator):
             if self.diagonal
             else (1.0 - torch.eye(k, dtype=torch.float64))
         )
-        lam = self.hyperparameters["off_diagonal_l2"] / (k * (k - 1))
-        mu = self.hyperparameters["intercept_l2"] / k
+        lam = off_diagonal_l2 / (k * (k - 1))
+        mu = intercept_l2 / k
 
         def loss_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
             parameters = torch.from_numpy(theta)
@@ -102,20 +134,21 @@ class AffineCalibration(LogitCalibrator):
             gradient = torch.cat([weight_gradient.reshape(-1), bias_gradient])
             return float(loss), gradient.numpy()
 
-        identity = np.ones(k) if self.diagonal else np.eye(k)
-        theta, converged = self._minimise(
-            loss_and_gradient, np.concatenate([identity.reshape(-1), np.zeros(k)])
-        )
-        parameters = torch.from_numpy(np.ascontiguousarray(theta))
-        self.weights = parameters[:n_weights].reshape(weight_shape).clone()
-        self.bias = parameters[n_weights:].clone()
-        return converged
+        if start is None:
+            identity = np.ones(k) if self.diagonal else np.eye(k)
+            start = np.concatenate([identity.reshape(-1), np.zeros(k)])
+        return self._minimise(loss_and_gradient, start, warn=warn)
 
     def _minimise(
-        self, loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]], start: np.ndarray
+        self,
+        loss_and_gradient: Callable[[np.ndarray], tuple[float, np.ndarray]],
+        start: np.ndarray,
+        *,
+        warn: bool = True,
     ) -> tuple[np.ndarray, bool]:
         """L-BFGS-B from ``start`` for at most ``max_iter`` iterations (``start`` itself,
-        with a warning, for 0): the parameters found and whether it converged."""
+        with a warning, for 0): the parameters found and whether it converged (a warning
+        when not, unless ``warn`` is false)."""
         max_iter = self.hyperparameters["max_iter"]
         if max_iter == 0:
             self._warn("max_iter = 0: the identity map was kept without fitting")
@@ -131,6 +164,8 @@ class AffineCalibration(LogitCalibrator):
                 options={"maxiter": max_iter},
             )
         self.iterations = int(result.nit)
+        if not warn:
+            return result.x, bool(result.success)
         converged = self._checked_convergence(bool(result.success), f"L-BFGS-B: {result.message}")
         return result.x, converged
 
@@ -194,3 +229,119 @@ class DirichletCalibration(AffineCalibration):
         super().__init__(
             off_diagonal_l2=off_diagonal_l2, intercept_l2=intercept_l2, max_iter=max_iter
         )
+
+
+# λ = μ candidates of dirichlet_cv: this module's ODIR scale (the penalty is divided by K(K-1)
+# and K, so one grid serves every K), a factor 10 apart from 1 to 1e7: at K = 100 and a few
+# thousand samples 1e5 or more wins, at K = 20 and 1,000 samples 1e4.
+DEFAULT_L2_GRID = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
+# dirichlet_cv stops weakening λ after this many in a row did worse than the best so far
+# (what it saves on 100 classes: docs/performance.md, "Figures behind choices in the code").
+STOP_AFTER_WORSE = 2
+
+
+@register
+class DirichletCrossValidated(DirichletCalibration):
+    """Dirichlet calibration with its ODIR strength chosen by k-fold cross-validation on the
+    fitting data, as Kull et al. (2019) do: for each λ = μ of ``l2_grid`` the mean held-out
+    NLL over ``folds`` stratified folds (seeded by ``seed``); the λ with the lowest is then
+    fitted on all of it. Within a fold, λ runs from the strongest down and each fit starts
+    from the previous one's solution, so weak λ start near a good map.
+    """
+
+    name = "dirichlet_cv"
+    fitted_attributes = ("weights", "bias", "iterations", "chosen_l2", "cv_nll", "cv_unconverged")
+
+    def __init__(
+        self,
+        *,
+        l2_grid: Sequence[float] = DEFAULT_L2_GRID,
+        folds: int = 5,
+        seed: int = 0,
+        max_iter: int = 1000,
+    ) -> None:
+        if isinstance(l2_grid, (str, bytes)) or not isinstance(l2_grid, Sequence) or not l2_grid:
+            raise ValueError(f"l2_grid must be a non-empty list of numbers >= 0, got {l2_grid!r}")
+        grid = [check_range("l2_grid value", value, low=0.0) for value in l2_grid]
+        if len(set(grid)) != len(grid):
+            raise ValueError(f"l2_grid must hold distinct values, got {grid}")
+        LogitCalibrator.__init__(
+            self,
+            l2_grid=grid,
+            folds=check_int("folds", folds, low=2),
+            seed=check_int("seed", seed),
+            max_iter=check_int("max_iter", max_iter, low=0),
+        )
+        self.iterations = 0
+
+    def _fit(self, logits: Tensor, labels: Tensor) -> bool:
+        features, labels = self._features(logits).cpu(), labels.cpu()
+        self.cv_nll, self.cv_unconverged = self._cross_validated_nll(features, labels)
+        grid = self.hyperparameters["l2_grid"]
+        tried = [(nll, l2) for nll, l2 in zip(self.cv_nll, grid) if nll is not None]
+        self.chosen_l2 = min(tried)[1]
+        if self.chosen_l2 in (min(grid), max(grid)) and len(grid) > 1:
+            self._warn(
+                f"the cross-validated λ = {self.chosen_l2:g} is at an end of l2_grid "
+                f"{grid}: widen the grid"
+            )
+        theta, converged = self._solve(features, labels, self.chosen_l2, self.chosen_l2)
+        self._keep(theta, features.shape[1])
+        return converged
+
+    def _cross_validated_nll(
+        self, features: Tensor, labels: Tensor
+    ) -> tuple[list[float | None], int]:
+        """Mean held-out NLL of each λ of ``l2_grid`` (in its order; None for a λ not tried)
+        and the number of fold fits that stopped without converging.
+
+        λ runs from the strongest down; within a fold each fit starts from the previous λ's
+        solution. Once ``STOP_AFTER_WORSE`` λ in a row did worse than the best so far, the
+        weaker ones are not tried: the held-out NLL rises as ODIR weakens past its optimum,
+        and the weak fits are the slow ones (many iterations, many classes).
+        """
+        grid = self.hyperparameters["l2_grid"]
+        fold_of = torch.from_numpy(
+            stratified_folds(
+                labels.numpy(), self.hyperparameters["folds"], self.hyperparameters["seed"]
+            )
+        )
+        folds = range(self.hyperparameters["folds"])
+        starts: dict[int, np.ndarray | None] = dict.fromkeys(folds)
+        held_out: list[float | None] = [None] * len(grid)
+        unconverged, worse = 0, 0
+        for position in sorted(range(len(grid)), key=lambda i: -grid[i]):
+            total = 0.0
+            for fold in folds:
+                fit, check = fold_of != fold, fold_of == fold
+                starts[fold], converged = self._solve(
+                    features[fit],
+                    labels[fit],
+                    grid[position],
+                    grid[position],
+                    starts[fold],
+                    warn=False,
+                )
+                unconverged += not converged
+                total += self._summed_nll(features[check], labels[check], starts[fold])
+            best = min((v for v in held_out if v is not None), default=math.inf)
+            held_out[position] = total / labels.numel()
+            worse = worse + 1 if held_out[position] > best else 0
+            if worse == STOP_AFTER_WORSE:
+                break
+        return held_out, unconverged
+
+    def _summed_nll(self, features: Tensor, labels: Tensor, theta: np.ndarray) -> float:
+        k = features.shape[1]
+        parameters = torch.from_numpy(np.ascontiguousarray(theta))
+        weights, bias = parameters[: k * k].reshape(k, k), parameters[k * k :]
+        scores = self._affine(features, weights, bias)
+        return float(torch.nn.functional.cross_entropy(scores, labels, reduction="sum"))
+
+    def _learned(self) -> dict[str, Any]:
+        return {
+            **super()._learned(),
+            "chosen_l2": self.chosen_l2,
+            "cv_nll": list(self.cv_nll),
+            "cv_unconverged": self.cv_unconverged,
+        }

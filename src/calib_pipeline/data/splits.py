@@ -77,6 +77,48 @@ def stratified_split(
     return {name: np.sort(order[part == i]).astype(np.int64) for i, name in enumerate(clean)}
 
 
+def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """The fold (0 .. ``folds`` - 1) of each sample for k-fold cross-validation: within each
+    class the samples are shuffled (NumPy ``default_rng(seed)``) and dealt to the folds in
+    turn, so every fold has each class's share up to one sample.
+
+    Raises:
+        ValueError: fewer samples than folds, or ``folds`` < 2.
+    """
+    labels = np.asarray(labels)
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"folds must be an integer >= 2, got {folds!r}")
+    if labels.ndim != 1 or labels.size < folds:
+        raise ValueError(
+            f"{folds}-fold cross-validation needs at least {folds} samples, got {labels.size}"
+        )
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(labels.size)
+    order = order[np.argsort(labels[order], kind="stable")]
+    _, first, counts = np.unique(labels[order], return_index=True, return_counts=True)
+    rank_in_class = np.arange(labels.size) - np.repeat(first, counts)
+    fold = np.empty(labels.size, dtype=np.int64)
+    # a running offset per class: the classes' remainders do not all land in fold 0
+    fold[order] = (rank_in_class + np.repeat(np.cumsum(counts) - counts, counts)) % folds
+    return fold
+
+
+def val_test_split(labels: np.ndarray, val_fraction: float, seed: int) -> dict[str, np.ndarray]:
+    """A stratified, seeded split of one labelled set into ``val`` (``val_fraction`` of each
+    class, up to rounding) and ``test`` (the rest): :func:`stratified_split` with the test
+    part in the place of its ``train`` part.
+
+    Raises:
+        ValueError: ``val_fraction`` outside (0, 1).
+    """
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
+        raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    parts = stratified_split(labels, {"train": 1.0 - val_fraction, "val": val_fraction}, seed)
+    return {"val": parts["val"], "test": parts["train"]}
+
+
 def check_subset(subset: Any, pool_size: int | None = None) -> int | None:
     """``None`` (the whole training part) or an integer >= 10 -- and at most ``pool_size``
     when it is known."""

@@ -9,7 +9,11 @@ MLflow layout, made for the UI's compare and sort views:
   accuracy / ECE / NLL, mean over seeds), the claims report's verdict counts
   (``<study>.claims.holds``, ...) and the reporting outputs as artifacts: a report folder as
   the catalog wrote it (``<namespace>/<report>/``), the evaluation tables (tidy metrics,
-  reliability bins) as CSV; a run that fails says why (tag ``calib.failure``);
+  reliability bins) as CSV; a run that fails says why (tag ``calib.failure``); a run of the
+  score pipeline alone is tagged with the files it scores (``dataset``), how it splits them
+  (``protocol``) and each file's description (``score.<name>``), and holds each file's
+  metrics (``score.<name>.<split>.<metric>.<calibrator>``) and bootstrap bounds
+  (``....ci_low``, ``....ci_high``);
 - one nested run per trained (method, seed), opened when its training node starts, tagged
   with the studies that read it, environment, dataset, protocol and the training's
   fingerprint, with its parameters as readable strings, its per-epoch history,
@@ -74,6 +78,7 @@ from calib_pipeline.hooks.tracking_metrics import (
     family_members,
     family_metrics,
     flatten,
+    metric_name,
     selected_row,
     study_summary,
 )
@@ -277,19 +282,32 @@ class MlflowTrackingHook:
         return None
 
     def _parent_tags(self, run_params: dict[str, Any], pipeline) -> dict[str, str]:
-        """The parent run's tags: what the UI filters and groups runs by."""
+        """The parent run's tags: what the UI filters and groups runs by. A run of the score
+        pipeline alone is tagged with the files it scores and how it splits them, not with
+        the environment's dataset."""
         studies = sorted(
             {n.namespace for n in (pipeline.nodes if pipeline else []) if "evaluation" in n.tags}
         )
+        described = self._scored_files_tags(pipeline) or self._globals
         return {
             "kedro.run_id": str(run_params.get("run_id")),
             "kedro.env": self._env,
-            "dataset": self._globals.get("dataset", "unknown"),
-            "protocol": self._globals.get("protocol", "unknown"),
+            "dataset": described.get("dataset", "unknown"),
+            "protocol": described.get("protocol", "unknown"),
             "studies": ",".join(str(s) for s in studies) or "none",
             **git_tags(getattr(self, "_project_path", None)),
             **owner_tags(),
         }
+
+    def _scored_files_tags(self, pipeline) -> dict[str, str] | None:
+        """``dataset`` and ``protocol`` of a run of the score pipeline alone (the files it
+        scores, how val and test are drawn); None for other runs."""
+        if not any("score" in n.tags for n in getattr(pipeline, "nodes", [])):
+            return None
+        # imported here: it loads torch, which only a score run needs
+        from calib_pipeline.pipelines.score import score_run_description
+
+        return score_run_description(pipeline, self._catalog)
 
     def _end_abandoned_runs(self) -> None:
         """Runs left ``RUNNING`` by a process of this host that no longer exists (kill -9,
@@ -378,8 +396,17 @@ class MlflowTrackingHook:
                 "outputs": outputs,
                 "unsaved": set(outputs),
             }
+        if "score" in node.tags:
+            self._tag_scored_files(outputs)
         if "reporting" in node.tags:
             self._log_artifacts(node, outputs)
+
+    def _tag_scored_files(self, outputs: dict[str, Any]) -> None:
+        """``score.<name>`` on the parent run: a scored file's classes, score kind, split
+        sizes and their origin (``PredictionsFile.describe``), once its node read it."""
+        for name, value in outputs.items():
+            if kind_of(name) == "score_predictions" and hasattr(value, "describe"):
+                self._client.set_tag(self._parent, name.rsplit(".", 1)[0], value.describe())
 
     def _log_training(
         self, node_name: str, inputs: dict[str, Any], outputs: dict[str, Any]
@@ -475,7 +502,9 @@ class MlflowTrackingHook:
         elif "reporting" not in node.tags:
             return
         study = dataset_name.split(".", 1)[0]
-        if (
+        if "score" in node.tags and isinstance(data, pd.DataFrame):
+            self._log_score(dataset_name, data)
+        elif (
             dataset_name.endswith(".metrics")
             and "evaluation" in node.tags
             and isinstance(data, pd.DataFrame)
@@ -518,6 +547,22 @@ class MlflowTrackingHook:
             self._log_metrics(run_id, rows)
             if made_here:
                 self._client.set_terminated(run_id, "FINISHED")
+
+    def _log_score(self, dataset_name: str, table: pd.DataFrame) -> None:
+        """A scored file's metrics on the parent run: from its tidy table the clean
+        per-calibrator metrics of val and test (``score.<name>.test.ece.ts``), from its
+        intervals the bootstrap bounds (``score.<name>.test.ece.ts.ci_low``, ``.ci_high``)."""
+        kind, prefix = kind_of(dataset_name), dataset_name.rsplit(".", 1)[0]
+        rows: list[tuple[str, float, int]] = []
+        if kind == "score_metrics":
+            for metrics in comparison_metrics(table).values():
+                rows.extend((metric_name(prefix, k), v, 0) for k, v in metrics.items())
+        elif kind == "score_intervals":
+            for row in table.itertuples(index=False):
+                for bound in ("low", "high"):
+                    name = metric_name(prefix, "test", row.metric, row.calibrator, f"ci_{bound}")
+                    rows.append((name, getattr(row, bound), 0))
+        self._log_metrics(self._parent, rows)
 
     def _takes_family_member(self, run_id: str, family: str, member: str) -> bool:
         """Whether ``member`` fills ``family``'s key on ``run_id`` in this run: unless a

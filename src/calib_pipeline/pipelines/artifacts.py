@@ -98,13 +98,18 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     "replication_report": ArtifactKind(
         "replication.report", "replication", "reporting", prerequisite=False
     ),
-    "predictions": ArtifactKind("score.predictions", None, "raw"),
+    "predictions": ArtifactKind("score.{name}.file", None, "raw"),
+    "score_predictions": ArtifactKind(
+        "score.{name}.predictions", "score", "intermediate", prerequisite=False
+    ),
     "score_calibrators": ArtifactKind("score.{name}.calibrators", "score", "reporting"),
     "score_metrics": ArtifactKind("score.{name}.metrics", "score", "reporting"),
     "score_reliability_bins": ArtifactKind("score.{name}.reliability_bins", "score", "reporting"),
     "score_report": ArtifactKind(
         "score.{name}.report_{report}", "score", "reporting", prerequisite=False
     ),
+    "score_intervals": ArtifactKind("score.{name}.intervals", "score", "reporting"),
+    "score_summary": ArtifactKind("score.summary", "score", "reporting", prerequisite=False),
 }
 _MOST_SPECIFIC_FIRST = sorted(ARTIFACTS, key=lambda kind: -ARTIFACTS[kind].specificity())
 
