@@ -110,7 +110,7 @@ def test_a_bare_invocation_lists_studies_stages_envs_and_runners_from_the_code(
     assert "focal_meta Towards Unbiased Calibration" in shown  # in every env: no mark
     stages = shown[shown.index("Stages") : shown.index("Environments")]
     assert sorted(STAGE_ORDER, key=lambda stage: stages.find(f" {stage} ")) == list(STAGE_ORDER)
-    assert " score Score a user's own predictions file " in stages
+    assert " score Score a user's own predictions files " in stages
     assert "lab digits, protocol lab" in shown
     assert "local digits, protocol digits (the default)" in shown
     assert "test digits, protocol test" in shown
