@@ -212,7 +212,7 @@ def compare_tables(sequential: Any, dask: Any, tolerance: float | None) -> list[
     """The two runs' metrics tables: equal exactly (``tolerance`` None) or to ``tolerance``."""
     import pandas as pd
 
-    keys = [c for c in sequential.columns if sequential[c].dtype == object]
+    keys = [c for c in sequential.columns if not pd.api.types.is_numeric_dtype(sequential[c])]
     if list(sequential.columns) != list(dask.columns) or len(sequential) != len(dask):
         return ["the Dask table has other columns or rows than the sequential one"]
     a = sequential.sort_values(keys).reset_index(drop=True)
