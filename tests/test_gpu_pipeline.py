@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,18 @@ def test_without_a_gpu_the_full_run_refuses_and_names_the_smoke_mode():
         check=False,
     )
     assert done.returncode == 2 and "run with --smoke" in done.stderr
+
+
+def test_the_wheels_for_a_gpu_node_are_the_projects_requirements_less_its_torch():
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_wheels.py", "--print-requirements"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    names = [re.split(r"[\[<>=!~; ]", line, maxsplit=1)[0] for line in done.stdout.split()]
+    assert {"kedro", "kedro-datasets", "mlflow", "dask", "dask-cuda", "omegaconf"} <= set(names)
+    assert not {"torch", "torchvision", "kedro-viz"} & set(names), "the node keeps its CUDA torch"
+    assert len(names) == len(set(names)), "each requirement once"
