@@ -146,6 +146,16 @@ def session_view(run: Run, env: str, params: str) -> tuple[Any, Any]:
     return pipelines, context.catalog
 
 
+def cluster_started(run: Run) -> tuple[str, str] | None:
+    """(workers, GPU or CPU) of the local Dask cluster the run's log file records starting
+    (the runner logs it to the file, not the console); None when none started."""
+    for log in sorted((run.data_dir / "logs").glob("*.log")):
+        found = DASK_CLUSTER.search(log.read_text(errors="replace"))
+        if found:
+            return found["count"], found["kind"]
+    return None
+
+
 def stage_of(tags: set[str]) -> str:
     return next((stage for stage in STAGES if stage in tags), "other")
 
@@ -209,8 +219,11 @@ def mlflow_checks(run: Run, trainings: int) -> list[str]:
 
 
 def compare_tables(sequential: Any, dask: Any, tolerance: float | None) -> list[str]:
-    """The two runs' metrics tables: equal exactly (``tolerance`` None) or to ``tolerance``."""
+    """The two runs' metrics tables: equal exactly (``tolerance`` None) or to ``tolerance``;
+    the ``run_id`` column (each run's save version) differs by design."""
     import pandas as pd
+
+    sequential, dask = (t.drop(columns=["run_id"], errors="ignore") for t in (sequential, dask))
 
     keys = [c for c in sequential.columns if not pd.api.types.is_numeric_dtype(sequential[c])]
     if list(sequential.columns) != list(dask.columns) or len(sequential) != len(dask):
@@ -263,9 +276,9 @@ def print_report(runs: dict[str, Run], seen: dict[str, dict[str, Any]]) -> None:
             print(f"{stage:<12}" + "".join(f"{n:>10} nodes {s:>8.1f} s" for n, s in cells))
     print(f"{'wall':<12}" + "".join(f"{runs[name].wall_seconds:>24.1f} s" for name in runs))
     for name in runs:
-        cluster = [m for m in map(DASK_CLUSTER.search, runs[name].lines) if m]
+        cluster = cluster_started(runs[name])
         if cluster:
-            print(f"{name}: local cluster of {cluster[0]['count']} {cluster[0]['kind']} worker(s)")
+            print(f"{name}: local cluster of {cluster[0]} {cluster[1]} worker(s)")
     print("\n=== training images/s (train images per second of epoch wall time)")
     for name in runs:
         for node, record in seen[name].get("rates", {}).items():
@@ -311,6 +324,9 @@ def main() -> int:
     }
     seen = {name: inspect_run(run, env, args.study, params, device) for name, run in runs.items()}
     failures = [failure for name in runs for failure in seen[name]["failures"]]
+    cluster = cluster_started(runs["dask"])
+    if runs["dask"].returncode == 0 and (cluster or ("", ""))[1] != device.upper():
+        failures.append(f"dask: no local {device.upper()} cluster in its log (found {cluster})")
     if not failures:
         tolerance = args.tolerance if args.nondeterministic else None
         failures += compare_tables(
