@@ -70,3 +70,22 @@ def test_on_request_must_be_a_bool():
     parameters["studies"]["baseline"]["on_request"] = "yes"
     with pytest.raises(ValueError, match=r"studies\.baseline\.on_request"):
         parse_structure(parameters)
+
+
+def test_the_listing_marks_a_study_run_by_name_only():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(project_root() / "src"), "DO_NOT_TRACK": "1"}
+    listing = subprocess.run(
+        [sys.executable, "-m", "calib_pipeline", "studies", "--env=fashion_mnist"],
+        cwd=project_root(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    assert "fast_modes: (run by name only)" in listing
+    assert "focal_meta: (run by name only)" not in listing
