@@ -4,6 +4,7 @@ stage pipelines, ``__default__`` or the replication report, and not run by make 
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -77,10 +78,11 @@ def test_the_listing_marks_a_study_run_by_name_only():
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": str(project_root() / "src"), "DO_NOT_TRACK": "1"}
+    root = Path(project_root())
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "DO_NOT_TRACK": "1"}
     listing = subprocess.run(
         [sys.executable, "-m", "calib_pipeline", "studies", "--env=fashion_mnist"],
-        cwd=project_root(),
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,
