@@ -137,7 +137,13 @@ def environment_overview(conf: Path, env: str) -> tuple[str, dict[str, str]]:
     except Exception as error:  # noqa: BLE001 -- the listing names the fault and goes on
         return f"its configuration cannot be read: {error}", {}
     words = f"{globals_['dataset']['name']}, protocol {globals_['protocol']}"
-    return words, {name: (study or {}).get("description", "") for name, study in studies.items()}
+    return words, {name: _described(study or {}) for name, study in studies.items()}
+
+
+def _described(study: dict) -> str:
+    """A study's description, marked when it runs by its name only (``on_request``)."""
+    description = study.get("description", "")
+    return f"(run by name only) {description}".strip() if study.get("on_request") else description
 
 
 def write_overview(formatter: click.HelpFormatter) -> None:
@@ -248,7 +254,7 @@ def studies(env: str | None) -> None:
     dataset, protocol = loader["globals"]["dataset"]["name"], loader["globals"]["protocol"]
     click.echo(f"--env={env}: {dataset}, protocol {protocol}; {len(structure.studies)} studies")
     for name, study in structure.studies.items():
-        description = (parameters["studies"][name] or {}).get("description", "")
+        description = _described(parameters["studies"][name] or {})
         click.echo(f"\n{name}: {description}".rstrip(": "))
         click.echo(f"  methods ({len(study.methods)}): {', '.join(study.methods)}")
         click.echo(f"  seeds: {', '.join(map(str, study.seeds))}")

@@ -111,9 +111,11 @@ def register_pipelines() -> dict[str, Pipeline]:
     shifted_val = bool((parameters.get("shift") or {}).get("shifted_val"))
 
     pipelines: dict[str, Pipeline] = stage_pipelines(
-        structure, list(structure.studies), dataset, shifted_val, protocol=protocol
+        structure, structure.default_studies(), dataset, shifted_val, protocol=protocol
     )
-    claims = [name for name, study in structure.studies.items() if "claims" in study.reports]
+    claims = [
+        name for name in structure.default_studies() if "claims" in structure.studies[name].reports
+    ]
     pipelines["replication"] = replication.create_pipeline(claims)
     pipelines["__default__"] = sum(pipelines.values(), Pipeline([]))
     for name in structure.studies:
@@ -132,4 +134,6 @@ def claims_studies(env: str) -> list[str]:
     """The studies of ``env`` with a claims report, in the order the parameters list them:
     those ``make replicate`` runs before the replication report."""
     structure = parse_structure(config_loader(env, project_root())["parameters"])
-    return [name for name, study in structure.studies.items() if "claims" in study.reports]
+    return [
+        name for name in structure.default_studies() if "claims" in structure.studies[name].reports
+    ]

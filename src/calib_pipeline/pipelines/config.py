@@ -25,7 +25,7 @@ from calib_pipeline.training.provenance import method_model, method_training
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
-STUDY_FIELDS = ("methods", "seeds", "calibrators", "reports", "description")
+STUDY_FIELDS = ("methods", "seeds", "calibrators", "reports", "description", "on_request")
 METHOD_FIELDS = frozenset(
     {
         "objective",
@@ -48,6 +48,9 @@ class StudySpec:
     seeds: tuple[int, ...]
     calibrators: tuple[str, ...]
     reports: dict[str, Any] = field(default_factory=dict)
+    # Run by its own name only: not in the stage pipelines, ``__default__`` or the
+    # replication report (a check of the tool itself, such as ``fast_modes``).
+    on_request: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class Structure:
     studies: dict[str, StudySpec]
     splits: tuple[str, ...]
     calibrators: dict[str, dict[str, Any]]
+
+    def default_studies(self) -> list[str]:
+        """The studies every stage pipeline, ``__default__`` and the replication report
+        cover: all but those run on request."""
+        return [name for name, study in self.studies.items() if not study.on_request]
 
     def shift_runs(self, study_names: list[str], shifted_val: bool) -> list[tuple[str, int]]:
         """The runs whose shifted sets some report reads (every run when calibrators are
@@ -287,6 +295,7 @@ def _parse_study(
         seeds=tuple(seeds),
         calibrators=study_calibrators,
         reports=reports,
+        on_request=check_bool(f"studies.{name}.on_request", entry.get("on_request", False)),
     )
 
 
