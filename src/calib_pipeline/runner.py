@@ -159,8 +159,15 @@ class DaskRunner(AbstractRunner):
         with cluster_client(
             self._address, self._workers, len(remote), self._tasks_per_gpu
         ) as client:
-            run = _DistributedRun(client, pipeline, catalog, hook_manager, run_id, self._is_async)
-            run.no_worker_timeout = self._no_worker_timeout
+            run = _DistributedRun(
+                client,
+                pipeline,
+                catalog,
+                hook_manager,
+                run_id,
+                self._is_async,
+                no_worker_timeout=self._no_worker_timeout,
+            )
             try:
                 run.execute()
             except Exception:
@@ -490,10 +497,12 @@ class _DistributedRun:
         hook_manager: Any,
         run_id: str | None,
         is_async: bool,
+        *,
+        no_worker_timeout: float = NO_WORKER_TIMEOUT,
     ) -> None:
         self.client, self.pipeline, self.catalog = client, pipeline, catalog
         self.hook_manager, self.run_id, self.is_async = hook_manager, run_id, is_async
-        self.no_worker_timeout = NO_WORKER_TIMEOUT
+        self.no_worker_timeout = no_worker_timeout
         self.done: set[Node] = set()
         self._in_flight: dict[distributed.Future, Node] = {}
         self._local_ready: list[Node] = []
