@@ -22,6 +22,14 @@ pytestmark = pytest.mark.slow
             "SequentialRunner, ThreadRunner, calib_pipeline.runner.DaskRunner",
         ),
         (
+            (
+                "--runner=calib_pipeline.runner.DaskRunner",
+                "--runner-params=tasks_per_gpu=0",
+                "--pipelines=baseline",
+            ),
+            "--runner-params: tasks_per_gpu must be a whole number >= 1, got 0. Nothing was run.",
+        ),
+        (
             ("--namespaces=nosuch", "--pipelines=baseline"),
             "namespaces: ['nosuch']; the namespaces of this run are baseline, ce, "
             "focal_gamma_3, ls_epsilon_0p05",

@@ -82,6 +82,19 @@ def refuse_unknown_runner(runner: str | None) -> None:
         ) from None
 
 
+def refuse_bad_runner_params(runner: str | None, runner_params: dict[str, Any] | None) -> None:
+    """``--runner-params`` the runner refuses (``workers=0``, ``tasks_per_gpu=0``, a name it
+    does not take), in one line: Kedro builds the runner outside any handler, and its
+    refusal would be a 30-line traceback."""
+    if not runner_params:
+        return
+    runner_class = load_obj(runner or "SequentialRunner", "kedro.runner")
+    try:
+        runner_class(**runner_params)
+    except (TypeError, ValueError) as error:
+        raise click.UsageError(f"--runner-params: {error}. Nothing was run.") from None
+
+
 def environment_names(conf: Path) -> list[str]:
     """The environments: the folders of ``conf``, sorted."""
     return sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -110,6 +123,7 @@ def _checked_run(**options: Any) -> Any:
 
     refuse_dropped_run_file_params(click.get_current_context())
     refuse_unknown_runner(options.get("runner"))
+    refuse_bad_runner_params(options.get("runner"), options.get("runner_params"))
     refuse_unknown_env(options.get("env"), Path(project_root()) / "conf")
     try:
         return kedro_run.callback(**options)
