@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from calib_pipeline.pipelines.config import expand_methods, parse_structure
-from calib_pipeline.reports.claim_specs import load_paper, paper_names
+from calib_pipeline.reports import claim_specs
+from calib_pipeline.reports.claim_specs import load_paper, paper_names, paper_text
 from calib_pipeline.reports.published import load_published, published_papers
 from calib_pipeline.reports.registry import StudyOutline, check_report
 from calib_pipeline.settings import load_parameters
@@ -26,11 +27,20 @@ SEED_FILES = {
     "mukhoti": "003_d8134c79ec0efa15.txt",
     "focal_meta": "004_bbe93ebd1c6a7a12.txt",
 }
+#: Papers beyond the five seeds (the `modern_baselines` study): their quotes are checked
+#: against the published abstracts kept in tests/reports/abstracts/ (the claims file's
+#: ``text.url``, first line of each file).
+BEYOND_THE_SEEDS = {"adafocal", "dual_focal", "mbls", "mdca", "logit_norm"}
+ABSTRACTS_DIR = Path(__file__).parent / "abstracts"
 ENVS = [None, "test", "cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"]
 
 
 def normalised(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
+
+
+def abstract(paper: str) -> str:
+    return (ABSTRACTS_DIR / f"{paper}.txt").read_text(encoding="utf-8")
 
 
 @cache
@@ -42,7 +52,7 @@ def seed_text(paper: str) -> str:
 
 
 def test_every_paper_has_claims_and_every_base_study_checks_them():
-    assert paper_names() == sorted(SEED_FILES)
+    assert set(SEED_FILES) <= set(paper_names())
     studies = yaml.safe_load((PROJECT / "conf/base/parameters_studies.yml").read_text())["studies"]
     assert {name: spec["reports"]["claims"]["papers"] for name, spec in studies.items()} == {
         "focal_meta": ["focal_meta"],
@@ -50,16 +60,44 @@ def test_every_paper_has_claims_and_every_base_study_checks_them():
         "soft_calibration": ["karandikar"],
         "calibratability": ["wang"],
         "dark_side": ["singh"],
+        "modern_baselines": sorted(BEYOND_THE_SEEDS),
     }
-    for paper in paper_names():
-        claims = load_paper(paper)
-        assert len(claims) >= 5, paper
-        assert (
-            yaml.safe_load(
-                (PROJECT / "src/calib_pipeline/reports/claims" / f"{paper}.yml").read_text()
-            )["seed_file"]
-            == SEED_FILES[paper]
-        )
+    for paper in SEED_FILES:
+        assert len(load_paper(paper)) >= 5, paper
+        assert paper_text(paper) == {"seed_file": SEED_FILES[paper]}
+    assert set(paper_names()) == set(SEED_FILES) | BEYOND_THE_SEEDS
+
+
+def test_a_paper_beyond_the_seeds_names_the_text_its_quotes_were_checked_against():
+    for paper in BEYOND_THE_SEEDS:
+        text = paper_text(paper)
+        assert text["url"].startswith("https://") and text["checked"], paper
+        assert abstract(paper).startswith(f"Source: {text['url']} "), paper
+        assert len(load_paper(paper)) >= 2, paper
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            {"seed_file": "x.txt", "text": {"url": "https://a", "checked": "2026-01-01"}},
+            "exactly one",
+        ),
+        ({}, "exactly one"),
+        ({"text": {"url": "http://a", "checked": "2026-01-01"}}, "https://"),
+        ({"text": {"url": "https://a", "checked": "soon"}}, "date"),
+        ({"text": {"url": "https://a", "checked": "2026-01-01", "page": 3}}, "unknown key"),
+    ],
+)
+def test_a_claims_file_without_a_checkable_text_is_refused(tmp_path, monkeypatch, content, message):
+    (tmp_path / "made_up.yml").write_text(yaml.safe_dump({"paper": "made_up", **content}))
+    monkeypatch.setattr(claim_specs, "CLAIMS_DIR", tmp_path)
+    load_paper.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=message):
+            load_paper("made_up")
+    finally:
+        load_paper.cache_clear()
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -84,6 +122,12 @@ def test_every_quote_is_the_papers_own_words(paper):
     for claim in load_paper(paper):
         text = normalised(seed_text(claim["quote_from"]))
         assert normalised(claim["quote"]) in text, f"{paper}:{claim['id']}"
+
+
+@pytest.mark.parametrize("paper", sorted(BEYOND_THE_SEEDS))
+def test_every_quote_of_a_paper_beyond_the_seeds_is_in_its_published_abstract(paper):
+    for claim in load_paper(paper):
+        assert normalised(claim["quote"]) in normalised(abstract(paper)), claim["id"]
 
 
 # --- published numbers -------------------------------------------------------------------

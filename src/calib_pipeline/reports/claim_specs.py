@@ -12,6 +12,7 @@ lists expanded, names checked against the study's methods and calibrators -- and
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -62,7 +63,9 @@ CLAIM_KEYS = (
     "test",
     "datasets",
 )
-FILE_KEYS = ("paper", "title", "seed_file", "protocol", "claims")
+FILE_KEYS = ("paper", "title", "seed_file", "text", "protocol", "claims")
+#: ``text`` of a paper beyond the seeds: where its quotes were checked, and when.
+TEXT_KEYS = ("url", "checked")
 
 
 @dataclass(frozen=True)
@@ -344,6 +347,35 @@ def paper_title(paper: str) -> str:
     return str(content.get("title") or paper)
 
 
+def _paper_text(where: str, content: Mapping[str, Any]) -> dict[str, str]:
+    """Where the file's quotes come from: ``seed_file`` (a paper of ``seeds/``, whose text
+    the test suite checks every quote against) or ``text: {url, checked}`` (a paper beyond
+    the seeds: the public text its quotes were checked against by hand, and the date)."""
+    if ("seed_file" in content) == ("text" in content):
+        _fail(where, "give exactly one of seed_file (a paper in seeds/) or text: {url, checked}")
+    if "seed_file" in content:
+        return {"seed_file": _text(where, "seed_file", content["seed_file"])}
+    text = _known(f"{where} text", content["text"], TEXT_KEYS)
+    url, checked = str(text.get("url", "")), str(text.get("checked", ""))
+    if not url.startswith("https://"):
+        _fail(where, f"text.url must be an https:// address of the paper's text, got {url!r}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", checked):
+        _fail(where, f"text.checked must be the date the quotes were checked, got {checked!r}")
+    return {"url": url, "checked": checked}
+
+
+@cache
+def paper_text(paper: str) -> dict[str, str]:
+    """Where ``paper``'s quotes come from: ``{"seed_file": ...}`` or ``{"url", "checked"}``.
+
+    Raises:
+        ValueError: an unknown paper (lists the valid ones) or a malformed file.
+    """
+    load_paper(paper)
+    content = yaml.safe_load((CLAIMS_DIR / f"{paper}.yml").read_text(encoding="utf-8"))
+    return _paper_text(f"claims file {paper}.yml", content)
+
+
 @cache
 def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
     """Every claim of ``paper`` parsed (:func:`parse_claim`), in file order.
@@ -360,6 +392,7 @@ def load_paper(paper: str) -> tuple[dict[str, Any], ...]:
     _known(f"claims file {paper}.yml", content, FILE_KEYS)
     if content.get("paper") != paper:
         _fail(f"claims file {paper}.yml", f"says paper {content.get('paper')!r}")
+    _paper_text(f"claims file {paper}.yml", content)
     claims = tuple(parse_claim(raw, paper) for raw in content.get("claims") or [])
     _no_duplicates(paper, claims)
     return claims
