@@ -1,4 +1,5 @@
-"""Batch-level calibration losses used as secondary terms: MMCE, AvUC, AvUC-GS, S-AvUC, SB-ECE.
+"""Batch-level calibration losses used as secondary terms: MMCE, AvUC, AvUC-GS, S-AvUC, SB-ECE,
+MDCA.
 
 Each maps ``(logits, targets)`` of one batch to a 0-d tensor. They are defined on the
 top-label confidence ``r_i = max_k p_ik`` and the correctness ``a_i`` of the top-1
@@ -159,3 +160,19 @@ def sb_ece(
     return soft_binned_ece(
         logits, targets, n_bins=n_bins, temperature=temperature, label_binned=label_binned, p=p
     )
+
+
+def mdca(logits: Tensor, targets: Tensor) -> Tensor:
+    """MDCA (Hebbalaguppe, Prakash, Madan & Arora, CVPR 2022).
+
+    ``(1/K) sum_k |mean_i p_ik - mean_i q_ik|``: per class, the batch's mean predicted
+    probability against the class's frequency in the batch (the mean target probability,
+    which for class indices is the share of labels equal to ``k``).
+    """
+    mean_probs = logits.softmax(dim=1).mean(dim=0)
+    if is_soft(targets):
+        frequencies = targets.mean(dim=0)
+    else:
+        counts = torch.bincount(targets, minlength=logits.shape[1])
+        frequencies = counts.to(logits.dtype) / logits.shape[0]
+    return (mean_probs - frequencies).abs().mean()
