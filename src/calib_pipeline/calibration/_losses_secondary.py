@@ -170,9 +170,6 @@ def mdca(logits: Tensor, targets: Tensor) -> Tensor:
     which for class indices is the share of labels equal to ``k``).
     """
     mean_probs = logits.softmax(dim=1).mean(dim=0)
-    if is_soft(targets):
-        frequencies = targets.mean(dim=0)
-    else:
-        counts = torch.bincount(targets, minlength=logits.shape[1])
-        frequencies = counts.to(logits.dtype) / logits.shape[0]
-    return (mean_probs - frequencies).abs().mean()
+    if not is_soft(targets):  # one-hot, not bincount: its output size would wait for the GPU
+        targets = F.one_hot(targets, logits.shape[1]).to(logits.dtype)
+    return (mean_probs - targets.mean(dim=0)).abs().mean()
