@@ -386,7 +386,18 @@ def test_sb_ece_rejects_target_probabilities():
 
 
 @pytest.mark.parametrize(
-    "name", ["cross_entropy", "focal", "label_smoothing", "flsd53", "inverse_focal", "mixup"]
+    "name",
+    [
+        "cross_entropy",
+        "focal",
+        "label_smoothing",
+        "flsd53",
+        "inverse_focal",
+        "mixup",
+        "dual_focal",
+        "mbls",
+        "logit_norm",
+    ],
 )
 def test_soft_target_loss_is_linear_in_the_targets(name):
     """Losses that are expectations over q mix linearly: L(lam q_a + (1-lam) q_b)."""

@@ -1,4 +1,4 @@
-"""Training objectives of the five papers, built by name: ``build_objective(name, **hp)``.
+"""Training objectives of the five papers and later baselines: ``build_objective(name, **hp)``.
 
 Every objective has the form of Karandikar et al.'s composite loss
 
