@@ -247,8 +247,8 @@ def margin_label_smoothing(logits: Tensor, targets: Tensor, *, margin: float, la
     """MbLS (Liu, Ben Ayed, Galdran & Dolz, CVPR 2022): CE plus a hinge on logit distances.
 
     ``CE(q) + lam * (1/K) sum_k max(0, max_j z_j - z_k - margin)``: only distances beyond
-    the margin are penalised. The class mean (the paper's equation sums over k) is the
-    authors' code's, with which their lam = 0.1 was chosen (docs/objectives.md).
+    the margin are penalised. The class mean (issue 31 states the paper's penalty as a sum
+    over k) is the authors' code's, with which their lam = 0.1 was chosen (docs/objectives.md).
     """
     # max (not amax): at tied maxima the subgradient goes to one logit, as in the authors' code
     distances = logits.max(dim=1, keepdim=True).values - logits

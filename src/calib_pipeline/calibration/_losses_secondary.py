@@ -1,11 +1,12 @@
 """Batch-level calibration losses used as secondary terms: MMCE, AvUC, AvUC-GS, S-AvUC, SB-ECE,
 MDCA.
 
-Each maps ``(logits, targets)`` of one batch to a 0-d tensor. They are defined on the
-top-label confidence ``r_i = max_k p_ik`` and the correctness ``a_i`` of the top-1
-prediction. With target probabilities ``q`` (mixup) the correctness is its expectation
-``a_i = q_{i, argmax_k p_ik}``, which is the 0/1 indicator for class indices; the
-accurate/inaccurate sums below are then weighted by ``a_i`` and ``1 - a_i``.
+Each maps ``(logits, targets)`` of one batch to a 0-d tensor. All but MDCA (which compares
+each class's mean probability with its frequency) are defined on the top-label confidence
+``r_i = max_k p_ik`` and the correctness ``a_i`` of the top-1 prediction. With target
+probabilities ``q`` (mixup) the correctness is its expectation ``a_i = q_{i, argmax_k p_ik}``,
+which is the 0/1 indicator for class indices; the accurate/inaccurate sums below are then
+weighted by ``a_i`` and ``1 - a_i``.
 """
 
 from __future__ import annotations
