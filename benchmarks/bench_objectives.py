@@ -53,6 +53,16 @@ CASES: list[tuple[str, str, dict[str, Any], float | None]] = [
     ("focal + soft_avuc", "composite", {"primary": "focal", "secondary": "soft_avuc"}, None),
     ("mse + sb_ece", "composite", {"primary": "mse", "secondary": "sb_ece"}, None),
     ("nll + l2 (composite)", "composite", {"l2": 5e-4}, None),
+    ("dual_focal", "dual_focal", {}, None),
+    ("mbls", "mbls", {}, None),
+    ("logit_norm", "logit_norm", {}, None),
+    ("mdca (nll + mdca)", "mdca", {}, None),
+    (
+        "label_smoothing + mdca",
+        "composite",
+        {"primary": "label_smoothing", "secondary": "mdca"},
+        None,
+    ),
 ]
 
 

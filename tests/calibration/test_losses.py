@@ -24,7 +24,7 @@ LOGITS = PROBS.log()
 LABELS = torch.tensor([0, 2, 0])
 P_T = [0.5, 0.3, 0.1]  # target-class probabilities of the three samples
 
-PRIMARIES = ["nll", {"name": "focal", "gamma": 1.0}, "mse"]
+PRIMARIES = ["nll", {"name": "focal", "gamma": 1.0}, "mse", "label_smoothing"]
 SECONDARIES = [
     "none",
     "mmce",
@@ -32,6 +32,7 @@ SECONDARIES = [
     "avuc_gs",
     {"name": "soft_avuc", "temperature": 0.5},
     "sb_ece",
+    "mdca",
 ]
 
 
@@ -385,7 +386,18 @@ def test_sb_ece_rejects_target_probabilities():
 
 
 @pytest.mark.parametrize(
-    "name", ["cross_entropy", "focal", "label_smoothing", "flsd53", "inverse_focal", "mixup"]
+    "name",
+    [
+        "cross_entropy",
+        "focal",
+        "label_smoothing",
+        "flsd53",
+        "inverse_focal",
+        "mixup",
+        "dual_focal",
+        "mbls",
+        "logit_norm",
+    ],
 )
 def test_soft_target_loss_is_linear_in_the_targets(name):
     """Losses that are expectations over q mix linearly: L(lam q_a + (1-lam) q_b)."""
@@ -543,7 +555,11 @@ def test_defaults_are_the_papers_values():
         ("sb_ece", {"n_bins": 0}, "n_bins must be an integer >= 1"),
         ("sb_ece", {"p": 0.5}, r"p must be in \[1.0, inf\)"),
         ("focal", {"gama": 2}, r"unknown parameter\(s\) \['gama'\]"),
-        ("composite", {"primary": "ce"}, "valid primary loss names are: focal, mse, nll"),
+        (
+            "composite",
+            {"primary": "ce"},
+            "valid primary loss names are: focal, label_smoothing, mse, nll",
+        ),
         ("composite", {"secondary": "dece"}, "valid secondary loss names are: avuc, avuc_gs"),
         ("composite", {"secondary": {"kappa": 0.5}}, "mapping with a 'name' key"),
         ("composite", {"primary": {"name": "focal", "gamma": -3}}, "gamma must be in"),

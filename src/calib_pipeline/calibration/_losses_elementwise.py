@@ -22,6 +22,8 @@ FLSD_THRESHOLD = 0.2
 FLSD_GAMMA_LOW_CONFIDENCE = 5.0
 FLSD_GAMMA = 3.0
 REDUCTIONS = ("mean", "sum", "none")
+# added to ||z|| by LogitNorm so that a zero logit vector stays finite (the authors' code)
+LOGIT_NORM_EPS = 1e-7
 
 
 def prepare_targets(logits: Tensor, targets: Tensor) -> Tensor:
@@ -209,6 +211,58 @@ def inverse_focal(
     columns = target_columns(F.log_softmax(logits, dim=1), targets)
     losses = _modulated_nll(columns, torch.log1p(columns.exp()), gamma, detach_pt)
     return target_expectation(losses, targets)
+
+
+def _log_next_lower_probability(log_probs: Tensor, columns: Tensor) -> Tensor:
+    """``log p_j`` for each entry of ``columns`` (log-probabilities taken from ``log_probs``'
+    rows), ``p_j`` the largest probability of that row strictly below the entry's.
+
+    ``-inf`` where no class has a smaller probability (``p_j = 0``). A binary search in the
+    row sorted ascending skips classes tied with the entry; the gradient flows into the
+    selected ``p_j`` (through ``sort``), not into the comparison.
+    """
+    ascending = log_probs.sort(dim=1).values
+    below = torch.searchsorted(ascending.detach(), columns.detach().contiguous(), side="left")
+    selected = ascending.gather(1, (below - 1).clamp_min(0))
+    return torch.where(below > 0, selected, float("-inf"))
+
+
+def dual_focal(logits: Tensor, targets: Tensor, *, gamma: float) -> Tensor:
+    """Dual focal loss (Tao, Dong & Xu, ICML 2023): ``-(1 - p_t + p_j)^gamma log p_t``.
+
+    ``p_j`` is the largest probability strictly below ``p_t`` (the class ranked right after
+    the target; 0 when the target ranks last), so the factor is the focal factor plus the
+    gap to the next class. For target probabilities the rule applies per class:
+    ``-sum_k q_k (1 - p_k + p_j(k))^gamma log p_k``. The base is formed in log space,
+    ``log(exp(log(1 - p_k)) + p_j)``, from the exact ``log(1 - p_k)`` of the focal loss.
+    """
+    log_probs = F.log_softmax(logits, dim=1)
+    columns = target_columns(log_probs, targets)
+    log_next = _log_next_lower_probability(log_probs, columns)
+    log_base = torch.logaddexp(_log_one_minus_p(logits, targets, columns), log_next)
+    return target_expectation(_modulated_nll(columns, log_base, gamma, False), targets)
+
+
+def margin_label_smoothing(logits: Tensor, targets: Tensor, *, margin: float, lam: float) -> Tensor:
+    """MbLS (Liu, Ben Ayed, Galdran & Dolz, CVPR 2022): CE plus a hinge on logit distances.
+
+    ``CE(q) + lam * (1/K) sum_k max(0, max_j z_j - z_k - margin)``: only distances beyond
+    the margin are penalised. The class mean (issue 31 states the paper's penalty as a sum
+    over k) is the authors' code's, with which their lam = 0.1 was chosen (docs/objectives.md).
+    """
+    # max (not amax): at tied maxima the subgradient goes to one logit, as in the authors' code
+    distances = logits.max(dim=1, keepdim=True).values - logits
+    penalty = F.relu(distances - margin).mean(dim=1)
+    return cross_entropy(logits, targets) + lam * penalty
+
+
+def logit_norm(logits: Tensor, targets: Tensor, *, temperature: float) -> Tensor:
+    """LogitNorm (Wei et al., ICML 2022): CE on ``z / (temperature * (||z||_2 + 1e-7))``.
+
+    The ``1e-7`` keeps a zero logit vector finite, as in the authors' code.
+    """
+    norms = torch.linalg.vector_norm(logits, dim=1, keepdim=True) + LOGIT_NORM_EPS
+    return cross_entropy(logits / (temperature * norms), targets)
 
 
 def l1_logit_norm(logits: Tensor, targets: Tensor, *, alpha: float) -> Tensor:

@@ -1,10 +1,12 @@
-"""Batch-level calibration losses used as secondary terms: MMCE, AvUC, AvUC-GS, S-AvUC, SB-ECE.
+"""Batch-level calibration losses used as secondary terms: MMCE, AvUC, AvUC-GS, S-AvUC, SB-ECE,
+MDCA.
 
-Each maps ``(logits, targets)`` of one batch to a 0-d tensor. They are defined on the
-top-label confidence ``r_i = max_k p_ik`` and the correctness ``a_i`` of the top-1
-prediction. With target probabilities ``q`` (mixup) the correctness is its expectation
-``a_i = q_{i, argmax_k p_ik}``, which is the 0/1 indicator for class indices; the
-accurate/inaccurate sums below are then weighted by ``a_i`` and ``1 - a_i``.
+Each maps ``(logits, targets)`` of one batch to a 0-d tensor. All but MDCA (which compares
+each class's mean probability with its frequency) are defined on the top-label confidence
+``r_i = max_k p_ik`` and the correctness ``a_i`` of the top-1 prediction. With target
+probabilities ``q`` (mixup) the correctness is its expectation ``a_i = q_{i, argmax_k p_ik}``,
+which is the 0/1 indicator for class indices; the accurate/inaccurate sums below are then
+weighted by ``a_i`` and ``1 - a_i``.
 """
 
 from __future__ import annotations
@@ -159,3 +161,16 @@ def sb_ece(
     return soft_binned_ece(
         logits, targets, n_bins=n_bins, temperature=temperature, label_binned=label_binned, p=p
     )
+
+
+def mdca(logits: Tensor, targets: Tensor) -> Tensor:
+    """MDCA (Hebbalaguppe, Prakash, Madan & Arora, CVPR 2022).
+
+    ``(1/K) sum_k |mean_i p_ik - mean_i q_ik|``: per class, the batch's mean predicted
+    probability against the class's frequency in the batch (the mean target probability,
+    which for class indices is the share of labels equal to ``k``).
+    """
+    mean_probs = logits.softmax(dim=1).mean(dim=0)
+    if not is_soft(targets):  # one-hot, not bincount: its output size would wait for the GPU
+        targets = F.one_hot(targets, logits.shape[1]).to(logits.dtype)
+    return (mean_probs - targets.mean(dim=0)).abs().mean()

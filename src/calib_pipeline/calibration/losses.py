@@ -1,4 +1,4 @@
-"""Training objectives of the five papers, built by name: ``build_objective(name, **hp)``.
+"""Training objectives of the five papers and later baselines: ``build_objective(name, **hp)``.
 
 Every objective has the form of Karandikar et al.'s composite loss
 
@@ -284,6 +284,12 @@ def _primary_mse() -> LossTerm:
     return elementwise.mse, {}
 
 
+@PRIMARY_LOSSES.register("label_smoothing")
+def _primary_label_smoothing(epsilon: float = 0.05) -> LossTerm:
+    epsilon = check_range("epsilon", epsilon, low=0.0, high=1.0, high_inclusive=False)
+    return partial(elementwise.label_smoothing, epsilon=epsilon), {"epsilon": epsilon}
+
+
 # --- secondary losses (composite) ---------------------------------------------------
 
 
@@ -334,6 +340,11 @@ def _secondary_sb_ece(
     return partial(secondary_losses.sb_ece, **params), params
 
 
+@SECONDARY_LOSSES.register("mdca")
+def _secondary_mdca() -> LossTerm:
+    return secondary_losses.mdca, {}
+
+
 def _build_term(registry: Registry[Any], spec: str | Mapping[str, Any]) -> tuple[str, Any]:
     """Build a primary/secondary term from ``"name"`` or ``{"name": ..., **params}``."""
     if isinstance(spec, str):
@@ -379,8 +390,8 @@ def _composite(
     beta: float = 1.0,
     l2: float = 0.0,
 ) -> Objective:
-    """Karandikar et al.: primary in {nll, focal, mse}, secondary in
-    {none, mmce, avuc, avuc_gs, soft_avuc, sb_ece}, each a name or a
+    """Karandikar et al.: primary in {nll, focal, mse, label_smoothing}, secondary in
+    {none, mmce, avuc, avuc_gs, soft_avuc, sb_ece, mdca}, each a name or a
     ``{"name": ..., **hyperparameters}`` mapping."""
     effective, primary_loss, secondary_loss = _composite_terms(primary, secondary, beta, l2)
     return Objective(
@@ -406,9 +417,8 @@ def _cross_entropy() -> Objective:
 
 @OBJECTIVES.register("label_smoothing")
 def _label_smoothing(epsilon: float = 0.05) -> Objective:
-    epsilon = check_range("epsilon", epsilon, low=0.0, high=1.0, high_inclusive=False)
-    loss = partial(elementwise.label_smoothing, epsilon=epsilon)
-    return Objective("label_smoothing", {"epsilon": epsilon}, loss)
+    loss, params = _primary_label_smoothing(epsilon)
+    return Objective("label_smoothing", params, loss)
 
 
 @OBJECTIVES.register("entropy_regularized")
@@ -498,3 +508,37 @@ def _sb_ece(
         "p": p,
     }
     return _nll_plus("sb_ece", "beta", beta, spec)
+
+
+# --- beyond the five papers (issue 31) ---------------------------------------------------
+
+
+@OBJECTIVES.register("dual_focal")
+def _dual_focal(gamma: float = 5.0) -> Objective:
+    """Tao et al.: ``-(1 - p_t + p_j)^gamma log p_t``; gamma 5 is the authors' value for
+    ResNet-50 on CIFAR-10 and CIFAR-100."""
+    gamma = _check_gamma(gamma)
+    loss = partial(elementwise.dual_focal, gamma=gamma)
+    return Objective("dual_focal", {"gamma": gamma}, loss)
+
+
+@OBJECTIVES.register("mbls")
+def _mbls(margin: float = 10.0, lam: float = 0.1) -> Objective:
+    """Liu et al.'s margin-based label smoothing: CE + lam * mean_k hinge(distance - m)."""
+    margin, lam = check_range("margin", margin, low=0.0), _check_coefficient("lam", lam)
+    loss = partial(elementwise.margin_label_smoothing, margin=margin, lam=lam)
+    return Objective("mbls", {"margin": margin, "lam": lam}, loss)
+
+
+@OBJECTIVES.register("logit_norm")
+def _logit_norm(temperature: float = 0.04) -> Objective:
+    """Wei et al.: CE on ``z / (temperature * ||z||)``."""
+    temperature = check_range("temperature", temperature, low=0.0, low_inclusive=False)
+    loss = partial(elementwise.logit_norm, temperature=temperature)
+    return Objective("logit_norm", {"temperature": temperature}, loss)
+
+
+@OBJECTIVES.register("mdca")
+def _mdca(beta: float = 1.0) -> Objective:
+    """Hebbalaguppe et al.'s NLL + beta * MDCA; other primaries through ``composite``."""
+    return _nll_plus("mdca", "beta", beta, {"name": "mdca"})
