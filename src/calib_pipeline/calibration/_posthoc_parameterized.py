@@ -82,7 +82,7 @@ class ParameterizedTemperatureScaling(LogitCalibrator):
 
     Hyperparameters:
         top_k (10), hidden (``[5, 5]``: units per hidden layer), loss (``"mse"``, the
-        paper's, or ``"nll"``), seed (0: the start of the hidden layers), max_iter (500).
+        paper's, or ``"nll"``), seed (0: the start of the hidden layers), max_iter (2000).
     """
 
     name = "parameterized_ts"
@@ -96,7 +96,7 @@ class ParameterizedTemperatureScaling(LogitCalibrator):
         hidden: Sequence[int] = (5, 5),
         loss: str = "mse",
         seed: int = 0,
-        max_iter: int = 500,
+        max_iter: int = 2000,
     ) -> None:
         if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence):
             raise ValueError(f"hidden must be a list of layer widths, got {hidden!r}")
