@@ -51,7 +51,7 @@ def _mixture_loss(
 
 @register
 class EnsembleTemperatureScaling(Calibrator):
-    """Ensemble temperature scaling (ETS; Zhang et al. 2020, eq. 8):
+    """Ensemble temperature scaling (ETS; Zhang et al. 2020):
     ``p = w₁·softmax(z/T) + w₂·softmax(z) + w₃·1/K``, w on the probability simplex.
 
     T is fitted first, then the three weights, both on the validation set and both by
@@ -136,7 +136,7 @@ TIE_BREAK = 1e-9
 
 @register
 class MulticlassIsotonic(Calibrator):
-    """Accuracy-preserving multi-class isotonic regression (IRM; Zhang et al. 2020, eq. 10).
+    """Accuracy-preserving multi-class isotonic regression (IRM; Zhang et al. 2020).
 
     One isotonic map is fitted on the N·K pairs ``(p_ik, 1[y_i = k])`` of every class at
     once (the same scikit-learn settings as ``isotonic_top_label``) and applied to every

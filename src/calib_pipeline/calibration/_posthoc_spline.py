@@ -3,10 +3,10 @@ Sminchisescu & Hartley, ICLR 2021).
 
 The validation confidences are sorted; with ``x_i = i/(N−1)`` (the authors' code) the
 cumulative sums ``Ã(x_i) = Σ_{j≤i} a_j / N`` of correctness and ``H̃(x_i) = Σ_{j≤i} c_j / N``
-of confidence are the empirical cumulative distributions the KS error compares (Sec. 4).
+of confidence are the empirical cumulative distributions the KS error compares.
 A natural cubic spline ``S`` with ``n_knots`` equally spaced knots on ``[0, 1]`` is fitted by
 least squares to ``Ã − H̃``, and the recalibrated confidence at the i-th sorted score is
-``c_i + S'(x_i)`` -- the derivative of the fitted cumulative accuracy (Sec. 5, eq. 11-12).
+``c_i + S'(x_i)`` -- the derivative of the fitted cumulative accuracy.
 A test confidence is mapped by linear interpolation between the validation scores,
 constant beyond them; the result is clipped to ``[0, 1]``.
 """
