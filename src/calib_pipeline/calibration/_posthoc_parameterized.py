@@ -82,7 +82,8 @@ class ParameterizedTemperatureScaling(LogitCalibrator):
 
     Hyperparameters:
         top_k (10), hidden (``[5, 5]``: units per hidden layer), loss (``"mse"``, the
-        paper's, or ``"nll"``), seed (0: the start of the hidden layers), max_iter (2000).
+        paper's, or ``"nll"``), seed (0: the start of the hidden layers), max_iter (2000:
+        fits converge in several hundred iterations, docs/performance.md).
     """
 
     name = "parameterized_ts"
