@@ -7,6 +7,7 @@ validation, round trips) run over every registered calibrator in test_posthoc*.p
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,11 @@ from calib_pipeline.calibration._posthoc_bbq import bdeu_binning, bin_counts_ran
 from calib_pipeline.calibration._posthoc_parameterized import sample_temperatures
 from calib_pipeline.calibration._posthoc_spline import fit_spline_recalibration
 from calib_pipeline.calibration._posthoc_temperature import fit_temperature_nll
-from calib_pipeline.calibration.posthoc import build_calibrator, calibrator_from_state
+from calib_pipeline.calibration.posthoc import (
+    CALIBRATORS,
+    build_calibrator,
+    calibrator_from_state,
+)
 
 RECENT = [
     "ets",
@@ -327,3 +332,9 @@ def test_pts_is_seeded_and_deterministic(split):
 def test_pts_uses_at_most_the_available_classes():
     val, val_labels = overconfident(300, 3, seed=5)
     assert build_calibrator("parameterized_ts", top_k=10).fit(val, val_labels).learned()["k"] == 3
+
+
+def test_every_registered_calibrator_has_a_row_in_docs_posthoc():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "posthoc.md").read_text()
+    missing = [name for name in CALIBRATORS.names() if f"\n| `{name}` |" not in doc]
+    assert not missing, f"docs/posthoc.md has no row for {missing}"
