@@ -115,13 +115,14 @@ def test_each_run_stores_only_the_calibrators_its_studies_read(project_run):
         assert tuple(stored["fitted"]) == structure.run_calibrators(method, 0)
     # LS-0.05 is in baseline (ts), focal (its Mukhoti table's ts_grid_mukhoti), calibratability
     # (the ls sweep: Wang's ts_grid_wang, hist_binning) and dark_side (Singh's ts_fixed); not
-    # in soft_calibration, the only study reading ts_sb_ece; isotonic, vector_scaling and
-    # dirichlet_cv are configured for `score` only
+    # in soft_calibration, the only study reading ts_sb_ece; isotonic, vector_scaling,
+    # dirichlet_cv and the issue-32 calibrators are configured for `score` only
     assert set(structure.run_calibrators("ls_epsilon_0p05", 0)) == set(structure.calibrators) - {
         "ts_sb_ece",
         "isotonic",
         "vector_scaling",
         "dirichlet_cv",
+        *("ets", "irm", "spline", "bbq", "svs", "sms", "pts"),
     }
 
 

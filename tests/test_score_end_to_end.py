@@ -42,7 +42,7 @@ def test_scoring_a_file_writes_its_metrics_and_reports(
     out = data_dir / "08_reporting" / "score" / path.stem
     metrics = pd.read_parquet(latest(out / "metrics.parquet") / "metrics.parquet")
     # conf/base: every configured calibrator, evaluation.n_bins 15
-    # vector scaling maps logits: the default set leaves it out on probabilities
+    # vector scaling and pts map logits: the default set leaves them out on probabilities
     assert set(metrics["calibrator"]) == {
         "none",
         "ts",
@@ -53,7 +53,13 @@ def test_scoring_a_file_writes_its_metrics_and_reports(
         "hist_binning",
         "isotonic",
         "dirichlet_cv",
-        *(["vector_scaling"] if kind == "logits" else []),
+        "ets",
+        "irm",
+        "spline",
+        "bbq",
+        "svs",
+        "sms",
+        *(["vector_scaling", "pts"] if kind == "logits" else []),
     }
     expected = calibration_metrics(
         arrays[f"test_{kind}"], arrays["test_labels"], n_bins=15, inputs=kind

@@ -35,8 +35,9 @@ def test_needs_logits_says_whether_a_row_constant_matters(name):
         )
 
 
-def test_only_the_logit_affine_maps_need_logits():
+def test_only_the_logit_affine_maps_and_the_parameterized_temperature_need_logits():
     assert [n for n in CALIBRATORS.names() if CALIBRATORS.factory(n).needs_logits] == [
         "matrix_scaling",
+        "parameterized_ts",
         "vector_scaling",
     ]

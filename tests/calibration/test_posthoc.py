@@ -82,6 +82,13 @@ def test_registry_lists_every_calibrator():
         "matrix_scaling",
         "dirichlet",
         "dirichlet_cv",
+        "ets",
+        "irm",
+        "spline",
+        "bbq",
+        "structured_vector_scaling",
+        "structured_matrix_scaling",
+        "parameterized_ts",
     }
 
 

@@ -15,12 +15,16 @@ Registry names (``CALIBRATORS.names()``; details and defaults in ``docs/posthoc.
 - ``histogram_binning``, ``isotonic_top_label``, ``platt_top_label``,
   ``scaling_binning`` — top-label confidence calibrators (the argmax never changes);
 - ``isotonic_one_vs_rest``;
-- ``vector_scaling``, ``matrix_scaling``, ``dirichlet`` — affine maps on logits or
-  log-probabilities.
+- ``vector_scaling``, ``matrix_scaling``, ``dirichlet``, ``dirichlet_cv`` — affine maps on
+  logits or log-probabilities;
+- ``ets``, ``irm`` (Zhang et al. 2020), ``spline`` (Gupta et al. 2021), ``bbq`` (Naeini et
+  al. 2015), ``structured_vector_scaling``, ``structured_matrix_scaling`` (Berta et al. 2026),
+  ``parameterized_ts`` (Tomani et al. 2022).
 
 Every calibrator has ``fit(logits, labels) -> self``, ``predict_proba(logits)``,
 ``learned()``, ``converged``, ``warnings``, ``name`` and ``hyperparameters``; the
-temperature and affine calibrators also have ``transform_logits(logits)``.
+temperature, affine and parameterised-temperature calibrators also have
+``transform_logits(logits)``.
 
 ``calibrator.state_dict()`` is the calibrator as plain data (tensors, numbers, strings,
 lists, dicts) and ``calibrator_from_state(state)`` rebuilds it: stored with ``torch.save``
@@ -43,6 +47,8 @@ from calib_pipeline.calibration import metrics
 from calib_pipeline.calibration._posthoc_affine import (
     DirichletCalibration,
     MatrixScaling,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
     VectorScaling,
 )
 from calib_pipeline.calibration._posthoc_base import (
@@ -53,6 +59,7 @@ from calib_pipeline.calibration._posthoc_base import (
     TopLabelCalibrator,
     redistribute_top_label,
 )
+from calib_pipeline.calibration._posthoc_bbq import BayesianBinningQuantiles
 from calib_pipeline.calibration._posthoc_binning import (
     HistogramBinning,
     OneVsRestIsotonic,
@@ -60,6 +67,12 @@ from calib_pipeline.calibration._posthoc_binning import (
     ScalingBinning,
     TopLabelIsotonic,
 )
+from calib_pipeline.calibration._posthoc_mixnmatch import (
+    EnsembleTemperatureScaling,
+    MulticlassIsotonic,
+)
+from calib_pipeline.calibration._posthoc_parameterized import ParameterizedTemperatureScaling
+from calib_pipeline.calibration._posthoc_spline import SplineCalibration
 from calib_pipeline.calibration._posthoc_temperature import (
     TEMPERATURE_GRIDS,
     FixedTemperatureScaling,
@@ -82,18 +95,25 @@ __all__ = [
     "CALIBRATORS",
     "STATE_FORMAT",
     "TEMPERATURE_GRIDS",
+    "BayesianBinningQuantiles",
     "Calibrator",
     "DirichletCalibration",
+    "EnsembleTemperatureScaling",
     "FixedTemperatureScaling",
     "GridTemperatureScaling",
     "HistogramBinning",
     "LogitCalibrator",
     "MatrixScaling",
+    "MulticlassIsotonic",
     "NLLTemperatureScaling",
     "OneVsRestIsotonic",
+    "ParameterizedTemperatureScaling",
     "PlattScaling",
     "SBECETemperatureScaling",
     "ScalingBinning",
+    "SplineCalibration",
+    "StructuredMatrixScaling",
+    "StructuredVectorScaling",
     "TopLabelCalibrator",
     "TopLabelIsotonic",
     "VectorScaling",
