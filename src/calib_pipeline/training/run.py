@@ -112,6 +112,8 @@ def train_run(
     provenance = training_provenance(trained_config, run_id=run_id, env=env, protocol=protocol)
     if reuse:
         provenance["reuse"] = reuse
+    if learner.validation_feedback is not None:  # declared: it read the val split in training
+        provenance["validation_feedback"] = learner.validation_feedback
     checkpoint = run_checkpoint(method, seed, data, trained_config, result, provenance, learner)
     return checkpoint, run_history(method.key, seed, result, provenance)
 
