@@ -38,7 +38,7 @@ class ValidationAdaptiveObjective:
     restored only into an objective of the same name and hyperparameters."""
 
     uses_features = False
-    validation_feedback: str = ""
+    validation_feedback: str  # what it adapts on the val split (each subclass says)
 
     def __init__(self, name: str, hyperparameters: dict[str, Any]) -> None:
         self.name = name
@@ -47,9 +47,12 @@ class ValidationAdaptiveObjective:
     def observe_validation(
         self, logits: Tensor, labels: Tensor, *, epoch: int
     ) -> dict[str, Tensor]:
+        """Adapt the state to the val split's logits and labels after ``epoch`` (1-based);
+        return 0-d statistics for the epoch's history row."""
         raise NotImplementedError
 
     def _tensors(self) -> dict[str, Tensor | None]:
+        """The adapted tensors by attribute name (None before their first use)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

@@ -201,7 +201,7 @@ class ObjectiveLearner:
     @property
     def validation_feedback(self) -> str | None:
         """What the objective adapts on the val split during training, or None."""
-        return getattr(self.objective, "validation_feedback", None) or None
+        return getattr(self.objective, "validation_feedback", None)
 
     def observe_validation(
         self, logits: Tensor, labels: Tensor, *, epoch: int
