@@ -180,7 +180,8 @@ def train_model(
 
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every
-        training sample and the learner's state (None for a plain objective): a
+        training sample and the learner's state (a meta-learner's parameters, what a
+        validation-adaptive objective adapted; None for any other objective): a
         :class:`TrainResult`.
     """
     splits = {"train": train, "val": val, "test": test, "meta_val": meta_val}
