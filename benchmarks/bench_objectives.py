@@ -53,6 +53,9 @@ CASES: list[tuple[str, str, dict[str, Any], float | None]] = [
     ("focal + soft_avuc", "composite", {"primary": "focal", "secondary": "soft_avuc"}, None),
     ("mse + sb_ece", "composite", {"primary": "mse", "secondary": "sb_ece"}, None),
     ("nll + l2 (composite)", "composite", {"l2": 5e-4}, None),
+    # validation-adaptive (issue 31): the step with the initial state (no val update timed)
+    ("adafocal", "adafocal", {}, None),
+    ("cals", "cals", {}, None),
 ]
 
 
