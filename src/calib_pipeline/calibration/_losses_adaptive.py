@@ -116,6 +116,10 @@ def adafocal_gamma_update(
     return updated.clamp(gamma_min, gamma_max)
 
 
+# the hyperparameters of adafocal_gamma_update
+_UPDATE_OPTIONS = ("lam", "switch_threshold", "gamma_min", "gamma_max")
+
+
 class AdaFocal(ValidationAdaptiveObjective):
     """AdaFocal: focal / inverse-focal loss with the γ of the val bin a sample's ``p_t``
     falls in; after every epoch each bin's γ moves by its val calibration gap
@@ -171,9 +175,6 @@ class AdaFocal(ValidationAdaptiveObjective):
         self.gammas = adafocal_gamma_update(self.gammas.to(gaps.device), gaps, **options)
         self.edges = edges[0]
         return {f"adafocal_gamma_bin{b:02d}": gamma for b, gamma in enumerate(self.gammas)}
-
-
-_UPDATE_OPTIONS = ("lam", "switch_threshold", "gamma_min", "gamma_max")
 
 
 def adafocal(
