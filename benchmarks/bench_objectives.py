@@ -63,6 +63,9 @@ CASES: list[tuple[str, str, dict[str, Any], float | None]] = [
         {"primary": "label_smoothing", "secondary": "mdca"},
         None,
     ),
+    # validation-adaptive (issue 31): the step with the initial state (no val update timed)
+    ("adafocal", "adafocal", {}, None),
+    ("cals", "cals", {}, None),
 ]
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from calib_pipeline.calibration import _losses_adaptive as adaptive
 from calib_pipeline.calibration import _losses_elementwise as elementwise
 from calib_pipeline.calibration import _losses_secondary as secondary_losses
 from calib_pipeline.calibration._losses_elementwise import focal_loss, prepare_targets
@@ -542,3 +543,11 @@ def _logit_norm(temperature: float = 0.04) -> Objective:
 def _mdca(beta: float = 1.0) -> Objective:
     """Hebbalaguppe et al.'s NLL + beta * MDCA; other primaries through ``composite``."""
     return _nll_plus("mdca", "beta", beta, {"name": "mdca"})
+
+
+# --- validation-adaptive objectives (issue 31): state updated from the val split ----------
+# AdaFocal and CALS live in ``_losses_adaptive`` with their validating factories; the engine
+# calls their ``observe_validation`` after every epoch (docs/objectives.md).
+
+OBJECTIVES.register("adafocal")(adaptive.adafocal)
+OBJECTIVES.register("cals")(adaptive.cals)

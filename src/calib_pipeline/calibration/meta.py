@@ -216,6 +216,12 @@ class MetaLearner:
         """Per-sample focal γ for ``features`` ``(N, d)``; ``None`` for learners without γ."""
         return None
 
+    @property
+    def validation_feedback(self) -> None:
+        """None: a meta-learner learns from its meta-val batches in ``step``, never from the
+        val split (the engine never calls ``observe_validation`` on it)."""
+        return
+
     def _after_meta_update(self) -> None:
         """Hook run after each Adam step on the learner's parameters (e.g. a projection)."""
 

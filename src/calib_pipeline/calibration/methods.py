@@ -73,7 +73,13 @@ class Learner(Protocol):
     1-based epoch the batch belongs to (a plain objective receives it as context). It returns
     detached 0-d tensors: ``loss`` (the train-batch loss), optionally ``logits`` (the
     train-batch logits, for the training accuracy) and any statistics to average per epoch.
-    ``state_dict`` is empty for a learner without trainable state.
+    ``state_dict`` is empty for a learner without trainable or adapted state.
+    ``validation_feedback`` declares whether the learner reads the val split during
+    training: None, or a sentence naming what it adapts there (the run's provenance records
+    it); only then does the engine call ``observe_validation`` after every epoch with the
+    val split's logits and labels (never another split's), and the learner returns 0-d
+    statistics for the epoch's history row. (A meta-learner reads its own meta-val split,
+    batch by batch, in ``step``.)
     ``with_training_options`` binds the run's gradient clipping, precision and generator
     (or raises where the learner cannot follow them), so every option means the same on
     every path.
@@ -94,6 +100,11 @@ class Learner(Protocol):
         self, *, grad_clip: float | None, precision: str, generator: torch.Generator
     ) -> Learner: ...
     def gamma(self, features: Tensor) -> Tensor | None: ...
+    @property
+    def validation_feedback(self) -> str | None: ...
+    def observe_validation(
+        self, logits: Tensor, labels: Tensor, *, epoch: int
+    ) -> dict[str, Tensor]: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> Any: ...
     def to(self, device: torch.device) -> Any: ...
@@ -114,6 +125,10 @@ class ObjectiveLearner:
             checkpointed stream.
         grad_clip: clip the gradient norm to this value before the optimiser step.
         precision: ``fp32`` or ``bf16`` (autocast of the forward pass; the loss is fp32).
+
+    An objective with a ``validation_feedback`` sentence (AdaFocal, CALS) adapts its state
+    on the val split: the learner passes ``observe_validation`` on to it and its state is the
+    learner's ``state_dict``.
     """
 
     objective: Any
@@ -183,17 +198,36 @@ class ObjectiveLearner:
         """A plain objective learns no per-sample focal γ."""
         return
 
+    @property
+    def validation_feedback(self) -> str | None:
+        """What the objective adapts on the val split during training, or None."""
+        return getattr(self.objective, "validation_feedback", None)
+
+    def observe_validation(
+        self, logits: Tensor, labels: Tensor, *, epoch: int
+    ) -> dict[str, Tensor]:
+        """The objective's update from the val split after ``epoch``; its statistics.
+
+        Raises:
+            ValueError: the objective does not read the val split.
+        """
+        if self.validation_feedback is None:
+            raise ValueError(f"objective {self.objective!r} does not read the val split")
+        return self.objective.observe_validation(logits, labels, epoch=epoch)
+
     def state_dict(self) -> dict[str, Any]:
-        """Empty: a plain objective has no trainable state."""
-        return {}
+        """The state a validation-adaptive objective adapted; empty for any other."""
+        return {} if self.validation_feedback is None else self.objective.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Accepts only the empty state of ``state_dict``."""
-        if state:
+        """Restore ``state_dict()``; a plain objective accepts only the empty state."""
+        if self.validation_feedback is not None:
+            self.objective.load_state_dict(state)
+        elif state:
             raise ValueError(f"a plain objective has no state to load, got keys {sorted(state)}")
 
     def to(self, device: torch.device) -> ObjectiveLearner:
-        """Nothing to move: the objective holds no tensors."""
+        """Nothing to move: an adaptive objective moves its state to the logits' device."""
         return self
 
 

@@ -162,6 +162,8 @@ def train_model(
             (one backbone update per batch) or a meta-learner (backbone and meta update per
             batch); both follow ``config.grad_clip`` and ``config.precision``.
         train, val, test, meta_val: the splits; ``meta_val`` is required with a meta-learner.
+            A learner that declares ``validation_feedback`` (AdaFocal, CALS) also adapts on
+            ``val`` after every epoch (``_validation_feedback``); ``test`` never trains.
         config: the hyperparameters; ``num_threads`` holds for this run only (torch's
             setting is restored afterwards).
         normalization: per-channel (mean, std).
@@ -178,7 +180,8 @@ def train_model(
 
     Returns:
         The selected weights (on CPU), the per-epoch history, the learned epoch of every
-        training sample and the learner's state (None for a plain objective): a
+        training sample and the learner's state (a meta-learner's parameters, what a
+        validation-adaptive objective adapted; None for any other objective): a
         :class:`TrainResult`.
     """
     splits = {"train": train, "val": val, "test": test, "meta_val": meta_val}
@@ -602,7 +605,8 @@ def _learner_step(
 
 def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str, float]:
     """The epoch's history row: train statistics, val (and test) statistics, the head's
-    weight norm and, for learners with a per-sample γ, its mean and spread on val / test.
+    weight norm, what a learner that reads the val split reports of its update and, for
+    learners with a per-sample γ, its mean and spread on val / test.
 
     Raises:
         FloatingPointError: the training loss or the model's val outputs are not finite.
@@ -631,6 +635,7 @@ def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str,
         for part, part_logits in logits.items():
             run.epoch_logits[part].append(part_logits.cpu())
     stats.update(trained.learner_stats)
+    stats.update(_validation_feedback(run, epoch, val_logits))
     for part, part_features in features.items():
         gamma = run.learner.gamma(part_features)
         if gamma is not None:
@@ -640,6 +645,18 @@ def _evaluate_epoch(run: _Run, epoch: int, trained: _EpochTraining) -> dict[str,
     # One host sync per epoch for every statistic.
     values = torch.stack([stats[k].double().reshape(()) for k in names]).tolist()
     return {"epoch": epoch, "lr": run.optimizer.param_groups[0]["lr"], **dict(zip(names, values))}
+
+
+def _validation_feedback(
+    run: _Run, epoch: int, val_logits: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """A learner that reads the val split (``validation_feedback``, e.g. AdaFocal, CALS)
+    adapts on it now: on the logits of the whole val split at the epoch's last weights, in
+    eval mode, and its labels -- never the test split's. The next epoch trains with what it
+    adapted; the checkpoint of this epoch holds it. Returns the learner's statistics."""
+    if run.learner.validation_feedback is None:
+        return {}
+    return run.learner.observe_validation(val_logits, run.val.labels, epoch=epoch)
 
 
 def _select(selected: Selected, score: float, epoch: int, model: nn.Module) -> Selected:

@@ -110,10 +110,19 @@ def train_run(
     result, trained_config, reuse = _train_or_reuse(run, store, run_config, code, config.reuse)
     _log_outcome(method.key, seed, result)
     provenance = training_provenance(trained_config, run_id=run_id, env=env, protocol=protocol)
-    if reuse:
-        provenance["reuse"] = reuse
+    provenance.update(_provenance_notes(reuse, learner))
     checkpoint = run_checkpoint(method, seed, data, trained_config, result, provenance, learner)
     return checkpoint, run_history(method.key, seed, result, provenance)
+
+
+def _provenance_notes(reuse: dict[str, Any] | None, learner: Any) -> dict[str, Any]:
+    """What the provenance adds where it applies: ``reuse``, how a finished training was
+    reused under other code, and ``validation_feedback``, what a method that read the val
+    split during training (AdaFocal, CALS) adapted there."""
+    notes: dict[str, Any] = {"reuse": reuse} if reuse else {}
+    if learner.validation_feedback is not None:
+        notes["validation_feedback"] = learner.validation_feedback
+    return notes
 
 
 @dataclass(frozen=True)
