@@ -30,7 +30,7 @@ SEED_FILES = {
 #: Papers beyond the five seeds (the `modern_baselines` study): their quotes are checked
 #: against the published abstracts kept in tests/reports/abstracts/ (the claims file's
 #: ``text.url``, first line of each file).
-BEYOND_THE_SEEDS = {"adafocal", "dual_focal", "mbls", "mdca", "logit_norm"}
+BEYOND_THE_SEEDS = {"adafocal", "cals", "dual_focal", "mbls", "mdca", "logit_norm"}
 ABSTRACTS_DIR = Path(__file__).parent / "abstracts"
 ENVS = [None, "test", "cifar10", "cifar100", "svhn", "tiny_imagenet", "fashion_mnist"]
 
