@@ -77,6 +77,20 @@ class StudyResults:
     schedules: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Method -> the training settings it was trained with (every ``TrainConfig`` field,
     its own ``training`` over the study's); empty when unknown."""
+    ensembles: list[dict[str, Any]] = field(default_factory=list)
+    """The study's ensembles (``reports.ensembles.EnsembleSpec.record``: key, label,
+    members); their rows in ``metrics`` and ``bins`` have seed ``ENSEMBLE_SEED``."""
+
+    @property
+    def row_methods(self) -> list[str]:
+        """The ``method`` keys of the tidy table's rows: the study's methods, then the keys
+        of its ensembles (which have rows but no per-run artifacts)."""
+        return [*self.methods, *(record["key"] for record in self.ensembles)]
+
+    @property
+    def row_labels(self) -> dict[str, str]:
+        """Method key -> label of every :attr:`row_methods` entry."""
+        return {**self.labels, **{record["key"]: record["label"] for record in self.ensembles}}
 
     @property
     def dataset_label(self) -> str:

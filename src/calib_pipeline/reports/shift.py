@@ -594,7 +594,7 @@ def shift_figures(
     if rows.empty:
         return {"shift_figures": _empty_note(results, "corruption", sources)}
     with_metrics(rows, [metric, "accuracy"])
-    colors = method_colors(results.methods, results.labels)
+    colors = method_colors(results.row_methods, results.row_labels)
     figures: dict[str, Any] = {}
     for source, part in rows.groupby("source", sort=False):
         suffix = f"_{source}" if rows["source"].nunique() > 1 else ""

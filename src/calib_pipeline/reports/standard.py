@@ -21,6 +21,7 @@ from calib_pipeline.reports.common import (
     paper_view,
     table_units_note,
 )
+from calib_pipeline.reports.ensembles import ENSEMBLE_SEED, ensembles_section
 from calib_pipeline.reports.registry import (
     METRIC,
     Option,
@@ -88,7 +89,12 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     return {
         "table": wide,
         "fit_warnings": warnings,
-        "summary": header + paper_view(wide).to_markdown(index=False) + "\n" + footer + "\n",
+        "summary": header
+        + paper_view(wide).to_markdown(index=False)
+        + "\n"
+        + ensembles_section(results.ensembles)
+        + footer
+        + "\n",
     }
 
 
@@ -274,11 +280,13 @@ def seeds_note(bins: pd.DataFrame, seed: int | None) -> str:
     with several seeds, that its ECE is not the tables' mean over seeds."""
     if seed is not None:
         return f"seed {seed} only"
-    seeds = sorted(bins["seed"].unique().tolist())
+    seeds = sorted(s for s in bins["seed"].unique().tolist() if s != ENSEMBLE_SEED)
     listed = ", ".join(map(str, seeds))
     note = f"{POOLED_OVER_SEEDS} (count-weighted bins of {len(seeds)} seed(s): {listed})"
     if len(seeds) > 1:
         note += f"; ECE of the pooled bins, not the tables' {MEAN_OVER_SEEDS}"
+    if (bins["seed"] == ENSEMBLE_SEED).any():
+        note += "; an ensemble's panel is its one run"
     return note
 
 
@@ -340,7 +348,7 @@ def reliability(
                 f"seeds: {sorted(set(bins['seed']))}"
             )
         bins = bins[bins["seed"] == seed]
-    colors = method_colors(results.methods, results.labels)
+    colors = method_colors(results.row_methods, results.row_labels)
     suffix = "" if seed is None else f"_seed_{seed}"
     return {
         f"reliability_{count}_bins{suffix}": reliability_figure(

@@ -22,6 +22,7 @@ import pandas as pd
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.artifacts import run_artifact
 from calib_pipeline.pipelines.provenance import check_run
+from calib_pipeline.reports.ensembles import EnsembleSpec
 from calib_pipeline.reports.evaluation import evaluate_runs, evaluation_options
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 from calib_pipeline.training.artifacts import (
@@ -68,6 +69,7 @@ def evaluate_study(
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
     calibrator_definitions: dict[str, dict[str, Any]] | None = None,
+    ensembles: tuple[EnsembleSpec, ...] = (),
     **collections: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score a study's cached artifacts.
@@ -86,7 +88,10 @@ def evaluate_study(
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw, kept in the per-bin table too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
-            calibrator fitted under another definition is refused.
+            calibrator fitted under another definition is refused; the ensembles'
+            pool-then-calibrate calibrators are fitted as they say.
+        ensembles: the study's ensembles of its runs, scored after them
+            (:mod:`calib_pipeline.reports.ensembles`).
         **collections: one :func:`collect_runs` value per method (its runs' artifacts).
 
     Returns:
@@ -109,7 +114,15 @@ def evaluate_study(
     )
     labels = {key: method.label for key, method in methods.items()}
     options = {"calibrators": calibrators, **evaluation_options(evaluation, report_bins)}
-    return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
+    return evaluate_runs(
+        runs,
+        dataset=dataset["name"],
+        study=study,
+        labels=labels,
+        ensembles=ensembles,
+        calibrator_definitions=calibrator_definitions,
+        **options,
+    )
 
 
 def _checked_runs(

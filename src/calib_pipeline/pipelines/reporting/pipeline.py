@@ -124,6 +124,7 @@ def _evaluate_node(
             calibrators=calibrators,
             report_bins=report_bins,
             calibrator_definitions={k: structure.calibrators[k] for k in study.calibrators},
+            ensembles=study.ensembles,
         ),
         # in the order of evaluate_study's arguments: Kedro's parameter validation maps
         # node inputs to arguments by position
@@ -174,6 +175,7 @@ def study_pipeline(
         "seeds": list(study.seeds),
         "labels": labels,
         "groups": {m: structure.methods[m].group for m in study.methods},
+        "ensembles": [spec.record() for spec in study.ensembles],
     }
     reports = _report_nodes(structure, study, study_info, run_keys, collections, tuple(calibrators))
     return Pipeline(_collect_nodes(name, run_keys, kinds)) + Pipeline(
