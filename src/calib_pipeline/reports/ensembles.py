@@ -117,7 +117,7 @@ def _as_run(sets: dict[str, dict[str, Any]], run_id: str) -> dict[str, Any]:
 
 
 def _run_id(members: list[dict[str, Any]]) -> str:
-    return "+".join(str(m.get("run_id")) for m in members)
+    return "+".join(dict.fromkeys(str(m.get("run_id")) for m in members))
 
 
 def pooled_run(

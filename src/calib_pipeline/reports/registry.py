@@ -102,12 +102,14 @@ class StudyResults:
 @dataclass(frozen=True)
 class StudyOutline:
     """What is known of a study when the pipelines are built: its name, its methods (in
-    order), each method's sweep group and the calibrator keys it evaluates."""
+    order), each method's sweep group, the calibrator keys it evaluates and the keys of its
+    ensembles (``reports.ensembles``)."""
 
     name: str
     methods: tuple[str, ...]
     groups: Mapping[str, str]
     calibrators: tuple[str, ...]
+    ensembles: tuple[str, ...] = ()
 
 
 # --- option declarations -----------------------------------------------------------------

@@ -70,7 +70,13 @@ def _report_nodes(
     """One node per report of the study; each report's options are checked against what
     only the study can tell (e.g. a claim naming a method the study lacks)."""
     name = study.name
-    outline = StudyOutline(name, study.methods, study_info["groups"], calibrators)
+    outline = StudyOutline(
+        name,
+        study.methods,
+        study_info["groups"],
+        calibrators,
+        tuple(spec.key for spec in study.ensembles),
+    )
     models = {m: structure.methods[m].model for m in study.methods}
     trainings = {m: structure.methods[m].training for m in study.methods}
     nodes = []
