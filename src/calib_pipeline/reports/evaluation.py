@@ -227,25 +227,16 @@ def evaluate_runs(
         "reliability_bin_counts": reliability_bin_counts,
         "shift_metrics": shift_metrics,
     }
-    rows: list[dict[str, Any]] = []
-    bins: list[pd.DataFrame] = []
-    for run_key, run in runs.items():
-        run_rows, run_bins = _evaluate_run(
-            run_key, run, {"dataset": dataset, "study": study}, labels, calibrators, **scoring
-        )
-        rows.extend(run_rows)
-        bins.extend(run_bins)
-    for spec in ensembles:
-        run_rows, run_bins = _evaluate_ensemble(
-            spec,
-            runs,
-            {"dataset": dataset, "study": study},
-            calibrators,
-            calibrator_definitions or {},
-            **scoring,
-        )
-        rows.extend(run_rows)
-        bins.extend(run_bins)
+    identifiers = {"dataset": dataset, "study": study}
+    scored = [
+        _evaluate_run(key, run, identifiers, labels, calibrators, **scoring)
+        for key, run in runs.items()
+    ] + [
+        _evaluate_ensemble(spec, runs, identifiers, calibrators, calibrator_definitions, **scoring)
+        for spec in ensembles
+    ]
+    rows = [row for run_rows, _ in scored for row in run_rows]
+    bins = [frame for _, run_bins in scored for frame in run_bins]
     table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     logger.info("%s: scored %d rows", study, len(table))
     return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()
@@ -295,13 +286,13 @@ def _evaluate_ensemble(
     runs: dict[str, dict[str, Any]],
     identifiers: dict[str, str],
     calibrators: list[str],
-    definitions: Mapping[str, Mapping[str, Any]],
+    definitions: Mapping[str, Mapping[str, Any]] | None,
     **scoring: Any,
 ) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
     """Rows and per-bin tables of ensemble ``spec``: its averaged probabilities
     uncalibrated and pool-then-calibrate (``<key>``), then calibrate-then-pool
     (``<key>@calibrate_then_pool``) for each of ``calibrators``."""
-    pooled = pooled_run(spec, runs, definitions)
+    pooled = pooled_run(spec, runs, definitions or {})
     rows, bins = _evaluate_run(
         f"{spec.key}|{ENSEMBLE_SEED}",
         pooled,

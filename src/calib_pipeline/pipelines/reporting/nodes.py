@@ -88,10 +88,8 @@ def evaluate_study(
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw, kept in the per-bin table too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
-            calibrator fitted under another definition is refused; the ensembles'
-            pool-then-calibrate calibrators are fitted as they say.
-        ensembles: the study's ensembles of its runs, scored after them
-            (:mod:`calib_pipeline.reports.ensembles`).
+            calibrator fitted under another definition is refused (ensembles' are fitted).
+        ensembles: the study's ensembles (:mod:`calib_pipeline.reports.ensembles`).
         **collections: one :func:`collect_runs` value per method (its runs' artifacts).
 
     Returns:
@@ -102,27 +100,19 @@ def evaluate_study(
         ProvenanceError: a run's artifacts come from different trainings, another protocol
             or a training the session's parameters do not describe; nothing is scored.
     """
-    session = {
-        "dataset": dataset,
-        "model": model,
-        "training": training,
-        "splits": splits,
-        "run_info": run_info,
-    }
+    session = {"dataset": dataset, "model": model, "training": training, "splits": splits}
+    session["run_info"] = run_info
     runs = _checked_runs(
         run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
     )
     labels = {key: method.label for key, method in methods.items()}
-    options = {"calibrators": calibrators, **evaluation_options(evaluation, report_bins)}
-    return evaluate_runs(
-        runs,
-        dataset=dataset["name"],
-        study=study,
-        labels=labels,
-        ensembles=ensembles,
-        calibrator_definitions=calibrator_definitions,
-        **options,
-    )
+    options = {
+        "calibrators": calibrators,
+        "ensembles": ensembles,
+        "calibrator_definitions": calibrator_definitions,
+        **evaluation_options(evaluation, report_bins),
+    }
+    return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
 
 
 def _checked_runs(
