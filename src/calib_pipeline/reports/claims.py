@@ -913,6 +913,7 @@ CLAIMS_OPTIONS = {
     study_check=check_study_claims,
     calibrators=claim_calibrators,
     options=CLAIMS_OPTIONS,
+    ensembles=True,
 )
 def claims_report(
     results: StudyResults,

@@ -25,6 +25,9 @@ Register one with ``@report("name", needs=(...), options={...})``:
   study" (summary, reliability) declares none;
 - ``study_check(study, options)``, when given, validates the options against the study
   itself (its methods, sweep groups, calibrators: a :class:`StudyOutline`).
+- ``ensembles=True`` says it shows the study's ensemble rows (``reports.ensembles``: seed
+  ``ENSEMBLE_SEED``, one run each); the others get the study without them (they read
+  per-run artifacts an ensemble lacks, or lay out a paper's grid of methods).
 
 :func:`check_report` validates a study's options against the declaration without running
 anything (the pipelines call it when they are built; given the study's outline it also
@@ -35,13 +38,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
+from calib_pipeline.reports.ensembles import ENSEMBLE_SEED
 
 ReportFunction = Callable[..., dict[str, Any]]
 REPORTS: Registry[ReportFunction] = Registry("report")
@@ -259,6 +263,7 @@ class Declaration:
     study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None
     calibrators: Callable[[Mapping[str, Any]], Iterable[str]] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
+    ensembles: bool = False
 
 
 _DECLARATIONS: dict[str, Declaration] = {}
@@ -271,13 +276,15 @@ def report(
     shifted: bool | Callable[[Mapping[str, Any]], bool] = False,
     study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None,
     calibrators: Callable[[Mapping[str, Any]], Iterable[str]] | None = None,
+    ensembles: bool = False,
 ) -> Callable[[ReportFunction], ReportFunction]:
     """Register ``func`` as report ``name`` reading ``needs`` and taking ``options``;
     ``shifted`` says it reads the tidy table's shifted rows (the studies that list it get
     the shift stage; the others skip it) -- a bool, or a function of the study's options;
     ``study_check(study, options)`` validates the options against a :class:`StudyOutline`;
     ``calibrators(options)`` gives the calibrator keys the report reads (the studies that
-    list it evaluate them, and the posthoc stage fits them for the studies' runs).
+    list it evaluate them, and the posthoc stage fits them for the studies' runs);
+    ``ensembles`` says it shows ensemble rows (else :func:`build_report` removes them).
 
     Raises:
         ValueError: an unknown kind in ``needs``, declared options that are not the
@@ -301,7 +308,7 @@ def report(
         REPORTS.register(name)(func)
         defaults = {option: parameter.default for option, parameter in parameters.items()}
         _DECLARATIONS[name] = Declaration(
-            tuple(needs), declared, shifted, study_check, calibrators, defaults
+            tuple(needs), declared, shifted, study_check, calibrators, defaults, ensembles
         )
         return func
 
@@ -427,8 +434,24 @@ def check_report(
             raise ValueError(message) from None
 
 
+def shows_ensembles(name: str) -> bool:
+    """Whether report ``name`` shows a study's ensemble rows (it declared ``ensembles``)."""
+    REPORTS.factory(name)
+    return _DECLARATIONS[name].ensembles
+
+
+def without_ensembles(results: StudyResults) -> StudyResults:
+    """``results`` without its ensembles' rows (seed ``ENSEMBLE_SEED``) and records."""
+    bins = results.bins
+    if "seed" in bins:
+        bins = bins[bins["seed"] != ENSEMBLE_SEED]
+    metrics = results.metrics[results.metrics["seed"] != ENSEMBLE_SEED]
+    return replace(results, metrics=metrics, bins=bins, ensembles=[])
+
+
 def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, Any]:
-    """Check the options of report ``name`` (:func:`check_report`), then run it.
+    """Check the options of report ``name`` (:func:`check_report`), then run it -- without
+    the study's ensemble rows unless it declared ``ensembles``.
 
     Args:
         name: a registered report name.
@@ -439,6 +462,8 @@ def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, 
         Artifact name -> DataFrame / Markdown string / Figure.
     """
     check_report(name, options)
+    if not _DECLARATIONS[name].ensembles:
+        results = without_ensembles(results)
     artifacts = REPORTS.factory(name)(results, **options)
     if not isinstance(artifacts, dict) or not artifacts:
         raise ValueError(f"report {name!r} must return a non-empty dict of artifacts")

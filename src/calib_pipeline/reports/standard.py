@@ -68,7 +68,12 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "seed", "calibrator", "converged", "warning"])
 
 
-@report("summary", needs=("calibrators",), options={"metrics": optional(list_of(METRIC))})
+@report(
+    "summary",
+    needs=("calibrators",),
+    options={"metrics": optional(list_of(METRIC))},
+    ensembles=True,
+)
 def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str, Any]:
     """Mean ± std over seeds on the clean test split, per method and calibrator, followed
     by every calibrator fit warning (a degenerate fit is reported, never hidden)."""
@@ -333,6 +338,7 @@ def reliability_figure(
 @report(
     "reliability",
     options={"n_bins": either(BIN_COUNT, list_of(BIN_COUNT)), "seed": optional(integer())},
+    ensembles=True,
 )
 def reliability(
     results: StudyResults, n_bins: list[int] | int = 15, seed: int | None = None
