@@ -15,7 +15,7 @@ from calib_pipeline.reports.ensembles import (
     EnsembleSpec,
 )
 from calib_pipeline.reports.evaluation import evaluate_runs
-from calib_pipeline.reports.registry import StudyResults, build_report
+from calib_pipeline.reports.registry import StudyResults, build_report, shows_ensembles
 
 from .synthetic import fitted_runs
 
@@ -183,7 +183,9 @@ def results(scored, runs):
         metrics=table,
         bins=bins,
         ensembles=[ENSEMBLE.record()],
-        calibrators={tuple(k.split("|")): r["calibrators"] for k, r in runs.items()},
+        calibrators={
+            (k.split("|")[0], int(k.split("|")[1])): r["calibrators"] for k, r in runs.items()
+        },
     )
 
 
@@ -257,3 +259,12 @@ def test_a_claim_on_an_ensembles_temperature_is_not_measured(results):
     row = build_report("claims", results, claims=[spec])["claims"].iloc[0]
     assert row["verdict"] == "not measured"
     assert "ce_ensemble is an ensemble" in row["note"]
+
+
+def test_reports_reading_per_run_artifacts_are_handed_the_study_without_ensembles(results):
+    assert shows_ensembles("summary") and shows_ensembles("claims")
+    assert not shows_ensembles("mukhoti_table")
+    # the fitted T of each row's run: an ensemble has no stored calibrator, so it is left out
+    out = build_report("mukhoti_table", results, calibrator="ts")
+    assert set(out["temperatures"]["method"]) == {"ce", "focal"}
+    assert "Ensemble" not in out["mukhoti_table"]

@@ -255,7 +255,6 @@ def _legend(calibrator: str, baseline: str, test: str, alpha: float, metrics: li
     options=TABLE_OPTIONS,
     calibrators=calibrators_in("calibrator"),
     study_check=study_needs_calibrator("calibrator"),
-    ensembles=True,
 )
 def singh_table(
     results: StudyResults,
