@@ -107,3 +107,43 @@ def test_ensembles_are_scored_from_cached_logits_and_rescored_alike(
     SequentialRunner().run(rescoring, catalog)
     again = catalog.load("mini.metrics")
     assert again.equals(table)
+
+
+def claims_report(a_method, a_calibrator):
+    claim = {
+        "id": "ensemble_beats_ce",
+        "source": "test",
+        "quote": "q",
+        "expect": "lower",
+        "a": {"method": a_method, "calibrator": a_calibrator},
+        "b": {"method": "ce", "calibrator": "ts"},
+        "quantity": {"metric": "nll"},
+    }
+    return {"claims": {"claims": [claim]}}
+
+
+def test_claims_may_name_an_ensemble_and_its_calibrate_then_pool_rows(parameters):
+    parameters["studies"]["mini"]["reports"] = claims_report(
+        "ce_ensemble", "ts@calibrate_then_pool"
+    )
+    structure = parse_structure(parameters)
+    assert structure.studies["mini"].calibrators == ("ts",)  # the members' own ts serves
+    reporting.create_pipeline(structure, ["mini"], "digits", protocol="test")
+
+
+@pytest.mark.parametrize(
+    "method, calibrator, message",
+    [
+        ("ls_ensemble", "ts", r"method 'ls_ensemble' is not in study 'mini'.*ensembles: ce_ens"),
+        ("ce", "ts@calibrate_then_pool", "calibrator 'ts@calibrate_then_pool' is not evaluated"),
+    ],
+)
+def test_claims_on_ensembles_the_study_lacks_fail_when_built(
+    parameters, method, calibrator, message
+):
+    if method == "ce":  # without ensembles, calibrate-then-pool rows do not exist
+        del parameters["studies"]["mini"]["ensembles"]
+    parameters["studies"]["mini"]["reports"] = claims_report(method, calibrator)
+    structure = parse_structure(parameters)
+    with pytest.raises(ValueError, match=message):
+        reporting.create_pipeline(structure, ["mini"], "digits", protocol="test")

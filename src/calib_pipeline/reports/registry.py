@@ -441,7 +441,11 @@ def shows_ensembles(name: str) -> bool:
 
 
 def without_ensembles(results: StudyResults) -> StudyResults:
-    """``results`` without its ensembles' rows (seed ``ENSEMBLE_SEED``) and records."""
+    """``results`` without its ensembles' rows (seed ``ENSEMBLE_SEED``) and records; itself
+    when it has none."""
+    seeds = results.metrics.get("seed")
+    if not results.ensembles and (seeds is None or not (seeds == ENSEMBLE_SEED).any()):
+        return results
     bins = results.bins
     if "seed" in bins:
         bins = bins[bins["seed"] != ENSEMBLE_SEED]
