@@ -47,6 +47,8 @@ def test_a_mapping_chooses_methods_seeds_and_label(parameters):
 def test_a_study_without_ensembles_has_none(parameters):
     del parameters["studies"]["mini"]["ensembles"]
     assert ensembles(parameters) == ()
+    parameters["studies"]["mini"]["ensembles"] = None  # an environment switching them off
+    assert ensembles(parameters) == ()
 
 
 @pytest.mark.parametrize(

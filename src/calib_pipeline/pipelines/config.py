@@ -382,8 +382,9 @@ def _ensemble(
     runs = tuple((m, s) for m in chosen for s in chosen_seeds)
     if len(runs) < 2:
         raise ValueError(
-            f"{where} has {len(runs)} member run(s) ({runs}); an ensemble needs at least 2 "
-            "(more seeds, or more methods)"
+            f"{where} has {len(runs)} member run(s) ({runs}); an ensemble needs at least 2: "
+            "more seeds or methods (an environment with one seed can set the study's `seeds`, "
+            "or `ensembles: null` to have none)"
         )
     splits = sorted({methods[m].split for m in chosen})
     if len(splits) > 1:
