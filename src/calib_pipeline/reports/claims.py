@@ -20,6 +20,9 @@ plus the study's own), measures each claim's effect per seed, and judges it:
   datasets is ``not applicable``.
 
 With one seed there is no spread: the verdict is ``inconclusive`` and the report says so.
+An ensemble (:mod:`.ensembles`, seed ``ENSEMBLE_SEED``) is one run: against a method, its
+value is held fixed and the method's seeds give the effects (as against a threshold; the
+ensemble's own variability is not measured); two ensembles give one effect, never a test.
 When every seed has the same effect (zero spread -- common for discrete metrics on small
 test sets, e.g. an error one test image apart on every seed), the t statistic is undefined;
 its limit as the spread goes to 0 decides (p = 0: significant in the effect's direction),
