@@ -20,12 +20,22 @@ from calib_pipeline.data import check_fractions, dataset_names
 from calib_pipeline.data.shift_suites import resolve_suites
 from calib_pipeline.models import check_model_params
 from calib_pipeline.registry import check_bool
+from calib_pipeline.reports.ensembles import EnsembleSpec
 from calib_pipeline.reports.registry import check_report, report_calibrators, uses_shift
 from calib_pipeline.training.provenance import method_model, method_training
 
 VALID_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_REPORTS = {"summary": {}, "reliability": {}}
-STUDY_FIELDS = ("methods", "seeds", "calibrators", "reports", "description", "on_request")
+STUDY_FIELDS = (
+    "methods",
+    "seeds",
+    "calibrators",
+    "reports",
+    "description",
+    "on_request",
+    "ensembles",
+)
+ENSEMBLE_FIELDS = ("methods", "seeds", "label")
 METHOD_FIELDS = frozenset(
     {
         "objective",
@@ -51,6 +61,8 @@ class StudySpec:
     # Run by its own name only: not in the stage pipelines, ``__default__`` or the
     # replication report (a check of the tool itself, such as ``fast_modes``).
     on_request: bool = False
+    # Deep ensembles of the study's runs, scored from their logits (reports.ensembles).
+    ensembles: tuple[EnsembleSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -296,7 +308,95 @@ def _parse_study(
         calibrators=study_calibrators,
         reports=reports,
         on_request=check_bool(f"studies.{name}.on_request", entry.get("on_request", False)),
+        ensembles=_study_ensembles(name, entry.get("ensembles"), members, seeds, methods),
     )
+
+
+def _study_ensembles(
+    study: str,
+    raw: Any,
+    members: list[str],
+    seeds: list[int],
+    methods: dict[str, MethodSpec],
+) -> tuple[EnsembleSpec, ...]:
+    """The study's ``ensembles``: a list of its method keys (``[ce]``: ``ce_ensemble`` of
+    every seed) or a mapping key -> ``{methods, seeds, label}``.
+
+    Raises:
+        ValueError: not a list or mapping; a bad key or field; a method or seed the study
+            lacks; fewer than 2 members; members trained on different splits; a key that
+            names a method or a label that another row of the study's tables has.
+    """
+    if raw is None:
+        return ()
+    if isinstance(raw, list) and all(isinstance(m, str) for m in raw):
+        raw = {f"{method}_ensemble": {"methods": [method]} for method in raw}
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(
+            f"study {study!r}: ensembles must be a list of the study's method keys or a "
+            f"mapping ensemble key -> {{methods, seeds, label}}, got {raw!r}"
+        )
+    specs = tuple(
+        _ensemble(study, key, entry, members, seeds, methods) for key, entry in raw.items()
+    )
+    labels = [methods[m].label for m in members] + [spec.label for spec in specs]
+    shared = sorted({label for label in labels if labels.count(label) > 1})
+    if shared:
+        raise ValueError(
+            f"study {study!r}: ensemble label(s) {shared} are also another row's label; the "
+            "tables would pool them into one row -- give each ensemble its own `label`"
+        )
+    return specs
+
+
+def _ensemble(
+    study: str,
+    key: str,
+    entry: Any,
+    members: list[str],
+    seeds: list[int],
+    methods: dict[str, MethodSpec],
+) -> EnsembleSpec:
+    """Ensemble ``key`` of study ``study``, checked (``_study_ensembles``)."""
+    where = f"study {study!r}: ensemble {key!r}"
+    _check_key("ensemble", key)
+    if key in methods:
+        raise ValueError(f"{where} has the key of a method; its rows would mix with the method's")
+    if not isinstance(entry, dict) or set(entry) - set(ENSEMBLE_FIELDS):
+        raise ValueError(
+            f"{where} must be a mapping with fields {list(ENSEMBLE_FIELDS)}, got {entry!r}"
+        )
+    listed = entry.get("methods")
+    if not isinstance(listed, list) or not listed:
+        raise ValueError(f"{where}: methods must be a non-empty list of the study's methods")
+    chosen = _expand_members(listed, methods)
+    unknown = [m for m in chosen if m not in members]
+    if unknown:
+        raise ValueError(
+            f"{where} names method(s) {unknown} the study lacks; its methods: {members}"
+        )
+    chosen_seeds = _study_seeds(f"{study}.ensembles.{key}", entry.get("seeds", seeds))
+    absent = [s for s in chosen_seeds if s not in seeds]
+    if absent:
+        raise ValueError(f"{where} names seed(s) {absent} the study lacks; its seeds: {seeds}")
+    runs = tuple((m, s) for m in chosen for s in chosen_seeds)
+    if len(runs) < 2:
+        raise ValueError(
+            f"{where} has {len(runs)} member run(s) ({runs}); an ensemble needs at least 2: "
+            "more seeds or methods (an environment with one seed can set the study's `seeds`, "
+            "or `ensembles: null` to have none)"
+        )
+    splits = sorted({methods[m].split for m in chosen})
+    if len(splits) > 1:
+        raise ValueError(
+            f"{where}: its methods train on different splits {splits}; members must be "
+            "evaluated on the same validation and test samples"
+        )
+    names = " + ".join(methods[m].label for m in chosen)
+    label = entry.get("label", f"Ensemble of {names} ({len(runs)})")
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"{where}: label must be a non-empty string, got {label!r}")
+    return EnsembleSpec(key=key, label=label, members=runs)
 
 
 def _study_members(

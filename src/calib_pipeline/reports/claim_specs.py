@@ -23,6 +23,7 @@ import yaml
 
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
+from calib_pipeline.reports.ensembles import CALIBRATE_THEN_POOL_SUFFIX
 from calib_pipeline.reports.registry import StudyOutline
 
 CLAIMS_DIR = Path(__file__).resolve().parent / "claims"
@@ -522,7 +523,7 @@ def _members(where: str, names: Sequence[str], study: StudyOutline) -> tuple[str
     out: list[str] = []
     for name in names:
         group = [m for m in study.methods if study.groups.get(m, m) == name]
-        if name in study.methods:
+        if name in study.methods or name in study.ensembles:
             out.append(name)
         elif group:
             out.extend(group)
@@ -532,14 +533,18 @@ def _members(where: str, names: Sequence[str], study: StudyOutline) -> tuple[str
                 where,
                 f"method {name!r} is not in study {study.name!r}; its methods: "
                 f"{', '.join(study.methods)}"
-                + (f"; its groups: {', '.join(groups)}" if groups else ""),
+                + (f"; its groups: {', '.join(groups)}" if groups else "")
+                + (f"; its ensembles: {', '.join(study.ensembles)}" if study.ensembles else ""),
             )
     return tuple(dict.fromkeys(out))
 
 
 def _check_calibrators(where: str, quantity: Quantity, study: StudyOutline) -> None:
     for key in quantity.calibrator_keys:
-        if key not in study.calibrators:
+        pooled_after = study.ensembles and key.endswith(CALIBRATE_THEN_POOL_SUFFIX)
+        if key.removesuffix(CALIBRATE_THEN_POOL_SUFFIX if pooled_after else "") not in (
+            study.calibrators
+        ):
             _fail(
                 where,
                 f"calibrator {key!r} is not evaluated in study {study.name!r}; its calibrators: "
@@ -684,7 +689,12 @@ def claim_calibrators(options: Mapping[str, Any]) -> list[str]:
     """The calibrator keys the claims of a ``claims`` report's options read (after
     ``only`` and ``rename``): the report's ``calibrators`` declaration, so a study fits the
     calibrators its claims compare."""
-    return [key for side in option_sides(options) for key in side["quantity"].calibrator_keys]
+    return [
+        # an ensemble's calibrate-then-pool rows read its members' own calibrator
+        key.removesuffix(CALIBRATE_THEN_POOL_SUFFIX)
+        for side in option_sides(options)
+        for key in side["quantity"].calibrator_keys
+    ]
 
 
 def check_study_claims(study: StudyOutline, options: Mapping[str, Any] | None = None) -> None:

@@ -20,6 +20,9 @@ plus the study's own), measures each claim's effect per seed, and judges it:
   datasets is ``not applicable``.
 
 With one seed there is no spread: the verdict is ``inconclusive`` and the report says so.
+An ensemble (:mod:`.ensembles`, seed ``ENSEMBLE_SEED``) is one run: against a method, its
+value is held fixed and the method's seeds give the effects (as against a threshold; the
+ensemble's own variability is not measured); two ensembles give one effect, never a test.
 When every seed has the same effect (zero spread -- common for discrete metrics on small
 test sets, e.g. an error one test image apart on every seed), the t statistic is undefined;
 its limit as the spread goes to 0 decides (p = 0: significant in the effect's direction),
@@ -61,6 +64,7 @@ from calib_pipeline.reports.claim_specs import (
     study_claims,
 )
 from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED, metric_name
+from calib_pipeline.reports.ensembles import ENSEMBLE_SEED
 from calib_pipeline.reports.registry import (
     SIGNIFICANCE,
     TEXT,
@@ -229,6 +233,11 @@ def measure(
 ) -> pd.Series:
     """Per seed (per seed and severity with ``by_severity``), the quantity of ``method``,
     NaN seeds dropped; ``distance_from`` applied."""
+    if quantity.kind != "metric" and method in {e["key"] for e in results.ensembles}:
+        raise NotMeasured(
+            f"{method} is an ensemble: it has metrics only (no training history, no stored "
+            "calibrator of its own)"
+        )
     if quantity.kind == "temperature":
         values = temperature_values(results, method, quantity.temperature)
     elif quantity.kind == "history":
@@ -275,6 +284,35 @@ def _trend_effects(claim: Claim, results: StudyResults) -> pd.Series:
     return _slopes(levels, list(levels.columns))
 
 
+def _fixed_if_one_run(side: pd.Series, other: pd.Series) -> pd.Series:
+    """``side`` per seed; when it is one run (an ensemble: its only seed is
+    ``ENSEMBLE_SEED``) and ``other`` is not, its value repeated at each of ``other``'s seeds:
+    the claim then tests ``other``'s seeds about that fixed value, as against a threshold
+    (module docstring)."""
+    if list(side.index) == [ENSEMBLE_SEED] and list(other.index) != [ENSEMBLE_SEED]:
+        return pd.Series(side.iloc[0], index=other.index)
+    return side
+
+
+def _one_run_note(claim: Claim, results: StudyResults) -> str:
+    """What a claim on an ensemble tests: it is one run, never a sample of seeds."""
+    ensembles = {record["key"] for record in results.ensembles}
+    methods = [
+        m
+        for side in filter(None, (claim.a, claim.b))
+        for m in (side.method if isinstance(side.method, tuple) else (side.method,))
+    ]
+    named = [results.row_labels.get(m, m) for m in methods if m in ensembles]
+    if not named:
+        return ""
+    if len(named) == len(methods):
+        return "ensembles only: one run each, no spread, so no test"
+    return (
+        f"{', '.join(named)} is one run (an ensemble): its value is held fixed and the other "
+        "side's seeds are tested about it; the ensemble's own variability is not measured"
+    )
+
+
 def claim_effects(claim: Claim, results: StudyResults) -> pd.Series:
     """Per seed, the claim's effect (module docstring), seeds without one dropped.
 
@@ -290,7 +328,7 @@ def claim_effects(claim: Claim, results: StudyResults) -> pd.Series:
             if claim.b is not None
             else pd.Series(claim.threshold, index=a.index)
         )
-        effects = (a - b).dropna()
+        effects = (_fixed_if_one_run(a, b) - _fixed_if_one_run(b, a)).dropna()
     if effects.empty:
         raise NotMeasured("no seed has a value on both sides")
     return effects.sort_index()
@@ -527,7 +565,7 @@ def evaluate_claim(
     claim: Claim, results: StudyResults, alpha: float, power: float
 ) -> tuple[dict[str, Any], pd.Series]:
     """One row of the claims table and the claim's per-seed effects."""
-    statement, effect_is = describe_claim(claim, results.labels)
+    statement, effect_is = describe_claim(claim, results.row_labels)
     row = {
         "paper": claim.paper,
         "id": claim.id,
@@ -552,7 +590,7 @@ def evaluate_claim(
         power=power,
         tolerance=claim.tolerance,
     )
-    note = "; ".join(filter(None, [verdict.pop("note"), claim.note]))
+    note = "; ".join(filter(None, [_one_run_note(claim, results), verdict.pop("note"), claim.note]))
     return {**row, **verdict, "note": note}, effects
 
 
@@ -878,6 +916,7 @@ CLAIMS_OPTIONS = {
     study_check=check_study_claims,
     calibrators=claim_calibrators,
     options=CLAIMS_OPTIONS,
+    ensembles=True,
 )
 def claims_report(
     results: StudyResults,
@@ -910,6 +949,7 @@ def claims_report(
         tuple(results.methods),
         results.groups,
         tuple(c for c in dict.fromkeys(results.metrics["calibrator"]) if c != UNCALIBRATED),
+        tuple(record["key"] for record in results.ensembles),
     )
     options = {"papers": papers, "claims": claims, "only": only, "rename": rename}
     resolved = study_claims(view, options)

@@ -7,7 +7,7 @@ study from the runs' cached logits and fitted calibrators; every report reads it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -20,6 +20,12 @@ from calib_pipeline.calibration.metrics import (
 )
 from calib_pipeline.calibration.posthoc import calibrated_scores
 from calib_pipeline.reports.common import UNCALIBRATED, UNSHIFTED
+from calib_pipeline.reports.ensembles import (
+    ENSEMBLE_SEED,
+    EnsembleSpec,
+    calibrated_then_pooled_runs,
+    pooled_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +192,10 @@ def evaluate_runs(
     n_bins: int = 15,
     reliability_bin_counts: tuple[int, ...] = (15,),
     shift_metrics: tuple[str, ...] = SHIFT_METRICS,
+    ensembles: Sequence[EnsembleSpec] = (),
+    calibrator_definitions: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Score every cell of a study.
+    """Score every cell of a study, then of each of its ensembles.
 
     Clean val/test cells get the whole metric suite; shifted sets (often ~100 per run)
     get ``shift_metrics``, scored in one batched call per (run, calibrator) -- the sets
@@ -204,6 +212,11 @@ def evaluate_runs(
         n_bins: bins of the binned metrics.
         reliability_bin_counts: bin counts of the per-bin table (clean test split).
         shift_metrics: metric keys computed on shifted sets.
+        ensembles: ensembles of runs of ``runs``, scored after them
+            (:mod:`calib_pipeline.reports.ensembles`: seed ``ENSEMBLE_SEED``, calibrators in
+            both pooling orders).
+        calibrator_definitions: key -> ``{"name", "params"}`` of ``calibrators``: what the
+            ensembles' pool-then-calibrate calibrators are fitted as.
 
     Returns:
         The tidy metrics table (``TIDY_COLUMNS``; ``run_id`` says which training produced
@@ -214,14 +227,16 @@ def evaluate_runs(
         "reliability_bin_counts": reliability_bin_counts,
         "shift_metrics": shift_metrics,
     }
-    rows: list[dict[str, Any]] = []
-    bins: list[pd.DataFrame] = []
-    for run_key, run in runs.items():
-        run_rows, run_bins = _evaluate_run(
-            run_key, run, {"dataset": dataset, "study": study}, labels, calibrators, **scoring
-        )
-        rows.extend(run_rows)
-        bins.extend(run_bins)
+    identifiers = {"dataset": dataset, "study": study}
+    scored = [
+        _evaluate_run(key, run, identifiers, labels, calibrators, **scoring)
+        for key, run in runs.items()
+    ] + [
+        _evaluate_ensemble(spec, runs, identifiers, calibrators, calibrator_definitions, **scoring)
+        for spec in ensembles
+    ]
+    rows = [row for run_rows, _ in scored for row in run_rows]
+    bins = [frame for _, run_bins in scored for frame in run_bins]
     table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     logger.info("%s: scored %d rows", study, len(table))
     return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()
@@ -261,6 +276,41 @@ def _evaluate_run(
         }
         calibrator = None if cal_name == UNCALIBRATED else fitted[cal_name]
         run_rows, run_bins = _score_run(run, base, calibrator, **scoring)
+        rows.extend(run_rows)
+        bins.extend(run_bins)
+    return rows, bins
+
+
+def _evaluate_ensemble(
+    spec: EnsembleSpec,
+    runs: dict[str, dict[str, Any]],
+    identifiers: dict[str, str],
+    calibrators: list[str],
+    definitions: Mapping[str, Mapping[str, Any]] | None,
+    **scoring: Any,
+) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
+    """Rows and per-bin tables of ensemble ``spec``: its averaged probabilities
+    uncalibrated and pool-then-calibrate (``<key>``), then calibrate-then-pool
+    (``<key>@calibrate_then_pool``) for each of ``calibrators``."""
+    pooled = pooled_run(spec, runs, definitions or {})
+    rows, bins = _evaluate_run(
+        f"{spec.key}|{ENSEMBLE_SEED}",
+        pooled,
+        identifiers,
+        {spec.key: spec.label},
+        calibrators,
+        **scoring,
+    )
+    for name, run in calibrated_then_pooled_runs(spec, runs, calibrators).items():
+        base = {
+            **identifiers,
+            "method": spec.key,
+            "label": spec.label,
+            "seed": ENSEMBLE_SEED,
+            "run_id": run["run_id"],
+            "calibrator": name,
+        }
+        run_rows, run_bins = _score_run(run, base, None, **scoring)
         rows.extend(run_rows)
         bins.extend(run_bins)
     return rows, bins

@@ -25,6 +25,9 @@ Register one with ``@report("name", needs=(...), options={...})``:
   study" (summary, reliability) declares none;
 - ``study_check(study, options)``, when given, validates the options against the study
   itself (its methods, sweep groups, calibrators: a :class:`StudyOutline`).
+- ``ensembles=True`` says it shows the study's ensemble rows (``reports.ensembles``: seed
+  ``ENSEMBLE_SEED``, one run each); the others get the study without them (they read
+  per-run artifacts an ensemble lacks, or lay out a paper's grid of methods).
 
 :func:`check_report` validates a study's options against the declaration without running
 anything (the pipelines call it when they are built; given the study's outline it also
@@ -35,13 +38,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from calib_pipeline.calibration.metrics import metric_names
 from calib_pipeline.registry import Registry, check_bool, check_choice, check_int, check_range
+from calib_pipeline.reports.ensembles import ENSEMBLE_SEED
 
 ReportFunction = Callable[..., dict[str, Any]]
 REPORTS: Registry[ReportFunction] = Registry("report")
@@ -77,6 +81,20 @@ class StudyResults:
     schedules: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Method -> the training settings it was trained with (every ``TrainConfig`` field,
     its own ``training`` over the study's); empty when unknown."""
+    ensembles: list[dict[str, Any]] = field(default_factory=list)
+    """The study's ensembles (``reports.ensembles.EnsembleSpec.record``: key, label,
+    members); their rows in ``metrics`` and ``bins`` have seed ``ENSEMBLE_SEED``."""
+
+    @property
+    def row_methods(self) -> list[str]:
+        """The ``method`` keys of the tidy table's rows: the study's methods, then the keys
+        of its ensembles (which have rows but no per-run artifacts)."""
+        return [*self.methods, *(record["key"] for record in self.ensembles)]
+
+    @property
+    def row_labels(self) -> dict[str, str]:
+        """Method key -> label of every :attr:`row_methods` entry."""
+        return {**self.labels, **{record["key"]: record["label"] for record in self.ensembles}}
 
     @property
     def dataset_label(self) -> str:
@@ -88,12 +106,14 @@ class StudyResults:
 @dataclass(frozen=True)
 class StudyOutline:
     """What is known of a study when the pipelines are built: its name, its methods (in
-    order), each method's sweep group and the calibrator keys it evaluates."""
+    order), each method's sweep group, the calibrator keys it evaluates and the keys of its
+    ensembles (``reports.ensembles``)."""
 
     name: str
     methods: tuple[str, ...]
     groups: Mapping[str, str]
     calibrators: tuple[str, ...]
+    ensembles: tuple[str, ...] = ()
 
 
 # --- option declarations -----------------------------------------------------------------
@@ -243,6 +263,7 @@ class Declaration:
     study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None
     calibrators: Callable[[Mapping[str, Any]], Iterable[str]] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
+    ensembles: bool = False
 
 
 _DECLARATIONS: dict[str, Declaration] = {}
@@ -255,13 +276,15 @@ def report(
     shifted: bool | Callable[[Mapping[str, Any]], bool] = False,
     study_check: Callable[[StudyOutline, Mapping[str, Any]], None] | None = None,
     calibrators: Callable[[Mapping[str, Any]], Iterable[str]] | None = None,
+    ensembles: bool = False,
 ) -> Callable[[ReportFunction], ReportFunction]:
     """Register ``func`` as report ``name`` reading ``needs`` and taking ``options``;
     ``shifted`` says it reads the tidy table's shifted rows (the studies that list it get
     the shift stage; the others skip it) -- a bool, or a function of the study's options;
     ``study_check(study, options)`` validates the options against a :class:`StudyOutline`;
     ``calibrators(options)`` gives the calibrator keys the report reads (the studies that
-    list it evaluate them, and the posthoc stage fits them for the studies' runs).
+    list it evaluate them, and the posthoc stage fits them for the studies' runs);
+    ``ensembles`` says it shows ensemble rows (else :func:`build_report` removes them).
 
     Raises:
         ValueError: an unknown kind in ``needs``, declared options that are not the
@@ -285,7 +308,7 @@ def report(
         REPORTS.register(name)(func)
         defaults = {option: parameter.default for option, parameter in parameters.items()}
         _DECLARATIONS[name] = Declaration(
-            tuple(needs), declared, shifted, study_check, calibrators, defaults
+            tuple(needs), declared, shifted, study_check, calibrators, defaults, ensembles
         )
         return func
 
@@ -411,8 +434,28 @@ def check_report(
             raise ValueError(message) from None
 
 
+def shows_ensembles(name: str) -> bool:
+    """Whether report ``name`` shows a study's ensemble rows (it declared ``ensembles``)."""
+    REPORTS.factory(name)
+    return _DECLARATIONS[name].ensembles
+
+
+def without_ensembles(results: StudyResults) -> StudyResults:
+    """``results`` without its ensembles' rows (seed ``ENSEMBLE_SEED``) and records; itself
+    when it has none."""
+    seeds = results.metrics.get("seed")
+    if not results.ensembles and (seeds is None or not (seeds == ENSEMBLE_SEED).any()):
+        return results
+    bins = results.bins
+    if "seed" in bins:
+        bins = bins[bins["seed"] != ENSEMBLE_SEED]
+    metrics = results.metrics[results.metrics["seed"] != ENSEMBLE_SEED]
+    return replace(results, metrics=metrics, bins=bins, ensembles=[])
+
+
 def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, Any]:
-    """Check the options of report ``name`` (:func:`check_report`), then run it.
+    """Check the options of report ``name`` (:func:`check_report`), then run it -- without
+    the study's ensemble rows unless it declared ``ensembles``.
 
     Args:
         name: a registered report name.
@@ -423,6 +466,8 @@ def build_report(name: str, results: StudyResults, **options: Any) -> dict[str, 
         Artifact name -> DataFrame / Markdown string / Figure.
     """
     check_report(name, options)
+    if not _DECLARATIONS[name].ensembles:
+        results = without_ensembles(results)
     artifacts = REPORTS.factory(name)(results, **options)
     if not isinstance(artifacts, dict) or not artifacts:
         raise ValueError(f"report {name!r} must return a non-empty dict of artifacts")

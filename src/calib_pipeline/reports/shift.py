@@ -319,6 +319,7 @@ def _tables_markdown(
 @report(
     "shift_tables",
     needs=("shift",),
+    ensembles=True,
     options={
         "metrics": optional(list_of(METRIC)),
         "sem": choice(*SEM_MODES),
@@ -400,6 +401,7 @@ def natural_table(tidy: pd.DataFrame, sets: list[str], metrics: list[str]) -> pd
     "natural_shift_table",
     options={"metrics": optional(list_of(METRIC)), "include_clean": BOOLEAN},
     shifted=True,
+    ensembles=True,
 )
 def natural_shift_table(
     results: StudyResults, metrics: list[str] | None = None, include_clean: bool = False
@@ -572,6 +574,7 @@ def accuracy_scatter(
     "shift_figures",
     options={"metric": METRIC, "sem": choice(*SEM_MODES), "sources": SOURCES},
     shifted=True,
+    ensembles=True,
 )
 def shift_figures(
     results: StudyResults, metric: str = "ece", sem: str = "plain", sources: list[str] | None = None
@@ -594,7 +597,7 @@ def shift_figures(
     if rows.empty:
         return {"shift_figures": _empty_note(results, "corruption", sources)}
     with_metrics(rows, [metric, "accuracy"])
-    colors = method_colors(results.methods, results.labels)
+    colors = method_colors(results.row_methods, results.row_labels)
     figures: dict[str, Any] = {}
     for source, part in rows.groupby("source", sort=False):
         suffix = f"_{source}" if rows["source"].nunique() > 1 else ""

@@ -21,6 +21,7 @@ from calib_pipeline.reports.common import (
     paper_view,
     table_units_note,
 )
+from calib_pipeline.reports.ensembles import ENSEMBLE_SEED, ensembles_section
 from calib_pipeline.reports.registry import (
     METRIC,
     Option,
@@ -67,7 +68,12 @@ def fit_warnings(results: StudyResults) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "seed", "calibrator", "converged", "warning"])
 
 
-@report("summary", needs=("calibrators",), options={"metrics": optional(list_of(METRIC))})
+@report(
+    "summary",
+    needs=("calibrators",),
+    options={"metrics": optional(list_of(METRIC))},
+    ensembles=True,
+)
 def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str, Any]:
     """Mean ± std over seeds on the clean test split, per method and calibrator, followed
     by every calibrator fit warning (a degenerate fit is reported, never hidden)."""
@@ -88,7 +94,12 @@ def summary(results: StudyResults, metrics: list[str] | None = None) -> dict[str
     return {
         "table": wide,
         "fit_warnings": warnings,
-        "summary": header + paper_view(wide).to_markdown(index=False) + "\n" + footer + "\n",
+        "summary": header
+        + paper_view(wide).to_markdown(index=False)
+        + "\n"
+        + ensembles_section(results.ensembles)
+        + footer
+        + "\n",
     }
 
 
@@ -274,11 +285,13 @@ def seeds_note(bins: pd.DataFrame, seed: int | None) -> str:
     with several seeds, that its ECE is not the tables' mean over seeds."""
     if seed is not None:
         return f"seed {seed} only"
-    seeds = sorted(bins["seed"].unique().tolist())
+    seeds = sorted(s for s in bins["seed"].unique().tolist() if s != ENSEMBLE_SEED)
     listed = ", ".join(map(str, seeds))
     note = f"{POOLED_OVER_SEEDS} (count-weighted bins of {len(seeds)} seed(s): {listed})"
     if len(seeds) > 1:
         note += f"; ECE of the pooled bins, not the tables' {MEAN_OVER_SEEDS}"
+    if (bins["seed"] == ENSEMBLE_SEED).any():
+        note += "; an ensemble's panel is its one run"
     return note
 
 
@@ -325,6 +338,7 @@ def reliability_figure(
 @report(
     "reliability",
     options={"n_bins": either(BIN_COUNT, list_of(BIN_COUNT)), "seed": optional(integer())},
+    ensembles=True,
 )
 def reliability(
     results: StudyResults, n_bins: list[int] | int = 15, seed: int | None = None
@@ -340,7 +354,7 @@ def reliability(
                 f"seeds: {sorted(set(bins['seed']))}"
             )
         bins = bins[bins["seed"] == seed]
-    colors = method_colors(results.methods, results.labels)
+    colors = method_colors(results.row_methods, results.row_labels)
     suffix = "" if seed is None else f"_seed_{seed}"
     return {
         f"reliability_{count}_bins{suffix}": reliability_figure(

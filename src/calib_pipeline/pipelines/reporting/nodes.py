@@ -22,6 +22,7 @@ import pandas as pd
 from calib_pipeline.calibration.methods import MethodSpec
 from calib_pipeline.pipelines.artifacts import run_artifact
 from calib_pipeline.pipelines.provenance import check_run
+from calib_pipeline.reports.ensembles import EnsembleSpec
 from calib_pipeline.reports.evaluation import evaluate_runs, evaluation_options
 from calib_pipeline.reports.registry import StudyResults, build_report, report_needs
 from calib_pipeline.training.artifacts import (
@@ -68,6 +69,7 @@ def evaluate_study(
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
     calibrator_definitions: dict[str, dict[str, Any]] | None = None,
+    ensembles: tuple[EnsembleSpec, ...] = (),
     **collections: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score a study's cached artifacts.
@@ -86,7 +88,8 @@ def evaluate_study(
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw, kept in the per-bin table too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
-            calibrator fitted under another definition is refused.
+            calibrator fitted under another definition is refused (ensembles' are fitted).
+        ensembles: the study's ensembles (:mod:`calib_pipeline.reports.ensembles`).
         **collections: one :func:`collect_runs` value per method (its runs' artifacts).
 
     Returns:
@@ -97,18 +100,18 @@ def evaluate_study(
         ProvenanceError: a run's artifacts come from different trainings, another protocol
             or a training the session's parameters do not describe; nothing is scored.
     """
-    session = {
-        "dataset": dataset,
-        "model": model,
-        "training": training,
-        "splits": splits,
-        "run_info": run_info,
-    }
+    session = {"dataset": dataset, "model": model, "training": training, "splits": splits}
+    session["run_info"] = run_info
     runs = _checked_runs(
         run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
     )
     labels = {key: method.label for key, method in methods.items()}
-    options = {"calibrators": calibrators, **evaluation_options(evaluation, report_bins)}
+    options = {
+        "calibrators": calibrators,
+        "ensembles": ensembles,
+        "calibrator_definitions": calibrator_definitions,
+        **evaluation_options(evaluation, report_bins),
+    }
     return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
 
 

@@ -70,7 +70,13 @@ def _report_nodes(
     """One node per report of the study; each report's options are checked against what
     only the study can tell (e.g. a claim naming a method the study lacks)."""
     name = study.name
-    outline = StudyOutline(name, study.methods, study_info["groups"], calibrators)
+    outline = StudyOutline(
+        name,
+        study.methods,
+        study_info["groups"],
+        calibrators,
+        tuple(spec.key for spec in study.ensembles),
+    )
     models = {m: structure.methods[m].model for m in study.methods}
     trainings = {m: structure.methods[m].training for m in study.methods}
     nodes = []
@@ -124,6 +130,7 @@ def _evaluate_node(
             calibrators=calibrators,
             report_bins=report_bins,
             calibrator_definitions={k: structure.calibrators[k] for k in study.calibrators},
+            ensembles=study.ensembles,
         ),
         # in the order of evaluate_study's arguments: Kedro's parameter validation maps
         # node inputs to arguments by position
@@ -174,6 +181,7 @@ def study_pipeline(
         "seeds": list(study.seeds),
         "labels": labels,
         "groups": {m: structure.methods[m].group for m in study.methods},
+        "ensembles": [spec.record() for spec in study.ensembles],
     }
     reports = _report_nodes(structure, study, study_info, run_keys, collections, tuple(calibrators))
     return Pipeline(_collect_nodes(name, run_keys, kinds)) + Pipeline(
