@@ -466,7 +466,8 @@ def leaderboard(scores: pd.DataFrame, options: RankOptions) -> tuple[pd.DataFram
     for metric in dict.fromkeys(scores["metric"]):
         mine = ran[ran["metric"] == metric].groupby("calibrator")
         board[f"phi_{metric}"] = mine["phi"].mean()
-        board[f"phi_{metric}_relative"] = mine["phi_relative"].mean()
+        if metric in options.rank_by:
+            board[f"phi_{metric}_relative"] = mine["phi_relative"].mean()
     pairwise = None
     for metric in options.rank_by:
         columns, rates = _score_columns(scores, metric, entrants, options)
@@ -548,26 +549,43 @@ def leaderboard_figure(board: pd.DataFrame, rank_by: Sequence[str]) -> Figure:
         ax.set_xlabel(f"win rate in {metric_name(metric)}")
         ax.grid(axis="x", alpha=0.3)
     axes[0].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Calibrator arena: win rate against every other calibrator", fontsize=9)
+    fig.suptitle("Calibrator arena: win rate against every other entrant", fontsize=9)
     return fig
 
 
-def phi_by_method_figure(by_method: pd.DataFrame, metric: str) -> Figure:
-    """Mean PHI in ``metric`` per training method (rows) and calibrator (columns): which
-    calibrator helps which training most."""
+def phi_by_method_figure(by_method: pd.DataFrame, metric: str, order: Sequence[str]) -> Figure:
+    """Mean PHI in ``metric`` per training method (rows) and calibrator (columns, in
+    ``order``), each cell annotated: which calibrator helps which training most. The colour
+    scale spans the finite values; an infinite mean (a label given probability 0) takes
+    the scale's end and reads ``-inf``."""
     from matplotlib.figure import Figure
 
-    table = by_method[by_method["calibrator"] != UNCALIBRATED].pivot(
-        index="method", columns="calibrator", values=f"phi_{metric}"
-    )
-    fig = Figure(
-        figsize=(0.55 * table.shape[1] + 2.5, 0.4 * table.shape[0] + 1.8), layout="constrained"
-    )
+    columns = [c for c in order if c != UNCALIBRATED]
+    table = by_method.pivot(index="method", columns="calibrator", values=f"phi_{metric}")
+    values = table.reindex(columns=columns).to_numpy(dtype=float)
+    finite = np.abs(values[np.isfinite(values)])
+    bound = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    fig = Figure(figsize=(0.6 * len(columns) + 2.8, 0.45 * len(table) + 2.0), layout="constrained")
     ax = fig.subplots()
-    bound = float(np.nanmax(np.abs(table.to_numpy()))) or 1.0
-    image = ax.imshow(table.to_numpy(), cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
-    ax.set_xticks(range(table.shape[1]), table.columns, rotation=60, ha="right", fontsize=7)
-    ax.set_yticks(range(table.shape[0]), table.index, fontsize=7)
+    image = ax.imshow(
+        np.clip(values, -bound, bound), cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto"
+    )
+    for (row, column), value in np.ndenumerate(values):
+        text = "" if np.isnan(value) else f"{value:.3g}"
+        dark = abs(value) > 0.6 * bound  # white on the scale's dark ends
+        ax.text(
+            column,
+            row,
+            text,
+            ha="center",
+            va="center",
+            fontsize=6,
+            color="white" if dark else "black",
+        )
+    ax.set_xticks(range(len(columns)), columns, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(table)), table.index, fontsize=7)
+    ax.set_xlabel("calibrator (overall leaderboard order)")
+    ax.set_ylabel("training method")
     fig.colorbar(image, ax=ax, label=f"mean PHI in {metric_name(metric)} (> 0: helps)")
     return fig
 
@@ -614,5 +632,7 @@ def arena_report(scores: pd.DataFrame, options: RankOptions) -> dict[str, Any]:
         "summary": arena_summary(tables, options),
         **tables,
         "leaderboard_figure": leaderboard_figure(tables["leaderboard"], options.rank_by),
-        "phi_by_method": phi_by_method_figure(tables["by_method"], options.rank_by[0]),
+        "phi_by_method": phi_by_method_figure(
+            tables["by_method"], options.rank_by[0], list(tables["leaderboard"]["calibrator"])
+        ),
     }
