@@ -143,6 +143,9 @@ class RankOptions:
     seed: int = 0
 
 
+#: The metrics scored when ``posthoc_arena.metrics`` is not given: the two proper scores,
+#: ECE variants and accuracy (which a calibrator that keeps the argmax leaves unchanged).
+DEFAULT_METRICS = ("nll", "brier", "ece", "ece_em", "classwise_ece", "accuracy")
 ARENA_KEYS = ("calibrators", "metrics", "rank_by", "shifted", "ci_resamples", "ci_level", "ci_seed")
 
 
@@ -180,8 +183,8 @@ class ArenaOptions:
         unknown = sorted(set(entry) - set(ARENA_KEYS))
         if unknown:
             raise ValueError(f"posthoc_arena: unknown key(s) {unknown}; valid: {list(ARENA_KEYS)}")
-        metrics = tuple(entry.get("metrics") or ("nll", "brier", "ece"))
-        rank_by = tuple(entry.get("rank_by") or ("nll", "brier"))
+        metrics = tuple(entry.get("metrics") or DEFAULT_METRICS)
+        rank_by = tuple(entry.get("rank_by") or RankOptions.rank_by)
         check_arena_metrics(metrics, rank_by)
         level = float(entry.get("ci_level", 0.95))
         resamples = int(entry.get("ci_resamples", 1000))
