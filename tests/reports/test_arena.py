@@ -199,6 +199,7 @@ def test_the_parameters_default_to_every_registered_calibrator_and_take_configur
         ({"metrics": ["nll"], "rank_by": ["brier"]}, "must name one or more of"),
         ({"ci_level": 1.5}, "ci_level must be in"),
         ({"shuffle": True}, r"unknown key\(s\) \['shuffle'\]"),
+        ({"shifted": "false"}, "shifted must be true or false"),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_valid_values(entry, message):

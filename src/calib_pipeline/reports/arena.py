@@ -193,13 +193,11 @@ class ArenaOptions:
                 f"posthoc_arena: ci_level must be in (0, 1) and ci_resamples >= 1, got {level} "
                 f"and {resamples}"
             )
+        shifted = entry.get("shifted", False)
+        if not isinstance(shifted, bool):
+            raise ValueError(f"posthoc_arena.shifted must be true or false, got {shifted!r}")
         rank = RankOptions(rank_by, resamples, level, int(entry.get("ci_seed", 0)))
-        return cls(
-            _entrants(entry.get("calibrators"), calibrators),
-            metrics,
-            rank,
-            bool(entry.get("shifted", False)),
-        )
+        return cls(_entrants(entry.get("calibrators"), calibrators), metrics, rank, shifted)
 
     def factories(self) -> dict[str, Callable[[], Calibrator]]:
         """Entrant key -> a function building it unfitted."""
