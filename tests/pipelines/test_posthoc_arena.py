@@ -17,11 +17,17 @@ from kedro.io.core import Version
 from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import ParquetDataset
 
-from calib_pipeline.kedro_datasets import ReportDataset, RunLogitsStoreDataset, TorchDataset
+from calib_pipeline.kedro_datasets import (
+    PredictionsDataset,
+    ReportDataset,
+    RunLogitsStoreDataset,
+    TorchDataset,
+)
 from calib_pipeline.pipelines import posthoc_arena
 from calib_pipeline.pipelines.provenance import ProvenanceError
 from calib_pipeline.pipelines.run_info import run_info
 from calib_pipeline.reports.arena import NoPredictionSetsError
+from tests.data.test_predictions import as_probs, synthetic, write
 
 PARAMETERS = {
     "posthoc_arena": {
@@ -53,9 +59,12 @@ def store(root: Path, run: str, artifact: str, data: dict, version: str) -> None
     TorchDataset(filepath=path.as_posix(), version=Version(None, version)).save(data)
 
 
-def run_arena(root: Path, out: Path, parameters: dict = PARAMETERS) -> dict:
+def run_arena(
+    root: Path, out: Path, parameters: dict = PARAMETERS, files: dict | None = None
+) -> dict:
     catalog = DataCatalog(
         {
+            **(files or {}),
             "stored_run_logits": RunLogitsStoreDataset(path=str(root)),
             "run_info": MemoryDataset(run_info("r", "test", "test")),
             "params:evaluation.n_bins": MemoryDataset(10),
@@ -86,6 +95,21 @@ def test_the_arena_ranks_every_stored_runs_newest_logits(tmp_path):
     assert (folder / "leaderboard_figure.png").is_file()
     board = pd.read_csv(folder / "leaderboard.csv")
     assert board["calibrator"].iloc[0] == "ts" and set(board["n_sets"]) == {3}
+
+
+def test_a_predictions_file_enters_as_a_run_of_its_own(tmp_path):
+    root = tmp_path / "store"
+    store(root, "ce.seed_0", "logits", stored_logits(0, 3.0), "2026-01-01T00.00.00.000Z")
+    path = write(tmp_path / "mine.npz", as_probs(synthetic(n=200)))
+    parameters = {**PARAMETERS, "predictions": {"path": str(path)}}
+    parameters["posthoc_arena"] = {**PARAMETERS["posthoc_arena"], "calibrators": ["ts", "vs"]}
+    parameters["calibrators"] = {**PARAMETERS["calibrators"], "vs": {"name": "vector_scaling"}}
+    file = {"score.mine.file": PredictionsDataset(filepath=str(path), name="mine")}
+    scores = run_arena(root, tmp_path / "out", parameters, file)["scores"]
+    assert set(scores["set"]) == {"ce.seed_0", "score.mine"}
+    status = scores.drop_duplicates(["set", "calibrator"]).set_index(["set", "calibrator"])
+    assert status.loc[("score.mine", "vs"), "status"] == "not applicable", "probabilities"
+    assert status.loc[("ce.seed_0", "vs"), "status"] == "ok"
 
 
 def test_an_empty_store_is_refused_saying_what_to_run(tmp_path):
