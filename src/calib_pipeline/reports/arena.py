@@ -467,7 +467,8 @@ def leaderboard(scores: pd.DataFrame, options: RankOptions) -> tuple[pd.DataFram
     for metric in dict.fromkeys(scores["metric"]):
         mine = ran[ran["metric"] == metric].groupby("calibrator")
         board[f"phi_{metric}"] = mine["phi"].mean()
-        if metric in options.rank_by:
+        if metric in options.rank_by:  # the median: a few blown-up fits dominate a mean
+            board[f"phi_{metric}_median"] = mine["phi"].median()
             board[f"phi_{metric}_relative"] = mine["phi_relative"].mean()
     pairwise = None
     for metric in options.rank_by:
@@ -557,8 +558,10 @@ def leaderboard_figure(board: pd.DataFrame, rank_by: Sequence[str]) -> Figure:
 def phi_by_method_figure(by_method: pd.DataFrame, metric: str, order: Sequence[str]) -> Figure:
     """Mean PHI in ``metric`` per training method (rows) and calibrator (columns, in
     ``order``), each cell annotated: which calibrator helps which training most. The colour
-    scale spans the finite values; an infinite mean (a label given probability 0) takes
-    the scale's end and reads ``-inf``."""
+    scale is symmetric-logarithmic over the finite values (linear within the median
+    absolute one), so that gains of 0.01 stay visible beside a fit that lost 50; an
+    infinite mean (a label given probability 0) takes the scale's end and reads ``-inf``."""
+    from matplotlib.colors import SymLogNorm
     from matplotlib.figure import Figure
 
     columns = [c for c in order if c != UNCALIBRATED]
@@ -566,14 +569,14 @@ def phi_by_method_figure(by_method: pd.DataFrame, metric: str, order: Sequence[s
     values = table.reindex(columns=columns).to_numpy(dtype=float)
     finite = np.abs(values[np.isfinite(values)])
     bound = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    small = finite[finite > 0]
+    norm = SymLogNorm(float(np.median(small)) if small.size else bound, vmin=-bound, vmax=bound)
     fig = Figure(figsize=(0.6 * len(columns) + 2.8, 0.45 * len(table) + 2.0), layout="constrained")
     ax = fig.subplots()
-    image = ax.imshow(
-        np.clip(values, -bound, bound), cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto"
-    )
+    image = ax.imshow(np.clip(values, -bound, bound), cmap="RdBu", norm=norm, aspect="auto")
     for (row, column), value in np.ndenumerate(values):
         text = "" if np.isnan(value) else f"{value:.3g}"
-        dark = abs(value) > 0.6 * bound  # white on the scale's dark ends
+        dark = abs(norm(np.clip(value, -bound, bound)) - 0.5) > 0.3  # white on the dark ends
         ax.text(
             column,
             row,
