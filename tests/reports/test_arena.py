@@ -219,5 +219,7 @@ def test_the_report_holds_the_tables_and_both_figures(crafted_scores):
     assert hasattr(report["leaderboard_figure"], "savefig")
     assert len(report["leaderboard_figure"].axes) == 2
     assert "Best overall: **ts**" in report["summary"]
-    pairwise = report["pairwise"].set_index(["calibrator", "opponent"])
-    assert pairwise.loc[("ts", "uniform"), "win_rate"] == 1.0
+    pairwise = report["pairwise"].set_index(["score", "calibrator", "opponent"])
+    assert len(pairwise) == 2 * 3 * 2, "each ordered pair of 3 entrants, in each score"
+    assert pairwise.loc[("nll", "ts", "uniform"), "win_rate"] == 1.0
+    assert pairwise.loc[("brier", "uniform", "ts"), "win_rate"] == 0.0

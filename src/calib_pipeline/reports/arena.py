@@ -450,7 +450,7 @@ def _score_columns(
 
 def leaderboard(scores: pd.DataFrame, options: RankOptions) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The leaderboard of ``scores`` (every entrant, ``none`` included) and its pairwise
-    win rates in the first ``rank_by`` score.
+    win rates in each ``rank_by`` score.
 
     Returns:
         ``(board, pairwise)``: per calibrator the sets it ran on and failed on, the mean PHI
@@ -470,15 +470,14 @@ def leaderboard(scores: pd.DataFrame, options: RankOptions) -> tuple[pd.DataFram
         if metric in options.rank_by:  # the median: a few blown-up fits dominate a mean
             board[f"phi_{metric}_median"] = mine["phi"].median()
             board[f"phi_{metric}_relative"] = mine["phi_relative"].mean()
-    pairwise = None
+    pairwise = []
     for metric in options.rank_by:
         columns, rates = _score_columns(scores, metric, entrants, options)
         board = board.join(columns)
-        if pairwise is None:
-            pairwise = _pairwise_table(entrants, metric, rates)
+        pairwise.append(_pairwise_table(entrants, metric, rates))
     first = options.rank_by[0]
     board = board.sort_values([f"win_{first}", f"phi_{first}"], ascending=False)
-    return board.reset_index(), pairwise
+    return board.reset_index(), pd.concat(pairwise, ignore_index=True)
 
 
 def _pairwise_table(entrants: list[str], metric: str, rates: WinRates) -> pd.DataFrame:
