@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlflow
 import pandas as pd
 import pytest
 import torch
@@ -139,7 +140,7 @@ def kedro_run(pipeline: str, data_dir: Path) -> subprocess.CompletedProcess:
         "DO_NOT_TRACK": "1",
         "KEDRO_DISABLE_TELEMETRY": "true",
         "CALIB_DATA_DIR": str(data_dir),
-        "CALIB_MLFLOW": "off",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{data_dir}/mlflow.db",
         "PYTHONWARNINGS": "ignore",
     }
     return subprocess.run(
@@ -172,3 +173,10 @@ def test_kedro_run_posthoc_arena_after_a_study(tmp_path):
     assert set(board["n_sets"]) == {9}, "3 runs, each with its clean and 2 shifted test sets"
     assert {"none", "ts", "vector_scaling"} <= set(board["calibrator"])
     assert "posthoc_arena" in (tmp_path / "08_reporting" / "test" / "LATEST.md").read_text()
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (parent,) = client.search_runs(
+        [experiment.experiment_id for experiment in client.search_experiments()],
+        "tags.mlflow.runName = 'posthoc_arena [test]' and attributes.status = 'FINISHED'",
+    )
+    logged = [a.path for a in client.list_artifacts(parent.info.run_id, "posthoc_arena/report")]
+    assert "posthoc_arena/report/leaderboard.csv" in logged
