@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import pandas as pd
@@ -18,6 +19,8 @@ from kedro.io.core import Version
 from kedro.runner import SequentialRunner
 from kedro_datasets.pandas import ParquetDataset
 
+from calib_pipeline import pipeline_registry
+from calib_pipeline.hooks import SessionConfigHook
 from calib_pipeline.kedro_datasets import (
     PredictionsDataset,
     ReportDataset,
@@ -28,6 +31,7 @@ from calib_pipeline.pipelines import posthoc_arena
 from calib_pipeline.pipelines.provenance import ProvenanceError
 from calib_pipeline.pipelines.run_info import run_info
 from calib_pipeline.reports.arena import NoPredictionSetsError
+from calib_pipeline.settings import config_loader, project_root
 from tests.data.test_predictions import as_probs, synthetic, write
 
 PARAMETERS = {
@@ -129,6 +133,19 @@ def test_logits_of_another_protocol_are_refused(tmp_path):
 def test_a_bad_calibrator_is_refused_when_the_pipeline_is_built():
     with pytest.raises(ValueError, match="'nope' is neither a key"):
         posthoc_arena.create_pipeline({"posthoc_arena": {"calibrators": ["nope"]}})
+
+
+def test_it_runs_by_name_only_after_any_studies():
+    session = SessionConfigHook()
+    loader = config_loader("test", project_root())
+    session.after_context_created(SimpleNamespace(config_loader=loader, env="test"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline_registry, "SESSION_CONFIG", session)
+        pipelines = pipeline_registry.register_pipelines()
+    arena = pipelines["posthoc_arena"]
+    assert {n.name for n in arena.nodes} == {"posthoc_arena.score", "posthoc_arena.report"}
+    assert arena.inputs() == {"stored_run_logits", "run_info", "params:evaluation.n_bins"}
+    assert not {n.name for n in pipelines["__default__"].nodes} & {"posthoc_arena.score"}
 
 
 PROJECT = Path(__file__).resolve().parents[2]
