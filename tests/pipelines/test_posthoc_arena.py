@@ -88,7 +88,7 @@ def test_the_arena_ranks_every_stored_runs_newest_logits(tmp_path):
     store(root, "focal.seed_1", "logits", stored_logits(1, 3.0), "2026-01-01T00.00.00.000Z")
     shifted = {"sets": {"noise_5": {**stored_logits(1, 3.0)["test"], "split": "test"}}}
     store(root, "focal.seed_1", "shift_logits", shifted, "2026-01-01T00.00.00.000Z")
-    (root / "other.seed_0" / "logits.pt").mkdir(parents=True)  # no version: no run
+    (root / "other" / "seed_0" / "logits.pt").mkdir(parents=True)  # no version: no run
     scores = run_arena(root, tmp_path / "out")["scores"]
     assert set(scores["set"]) == {"ce.seed_0", "focal.seed_1", "focal.seed_1/noise_5"}
     assert set(scores["method"]) == {"ce", "focal"}
