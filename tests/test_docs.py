@@ -6,6 +6,7 @@ from pathlib import Path
 from calib_pipeline.data.shift_suites import SHIFT_DEFAULTS
 from calib_pipeline.pipelines.checks import GROUPS
 from calib_pipeline.pipelines.config import STUDY_FIELDS
+from calib_pipeline.reports.arena import ARENA_KEYS
 from calib_pipeline.reports.scoring import OPTION_KEYS
 from calib_pipeline.training.config import TrainConfig
 
@@ -33,6 +34,7 @@ def test_every_key_is_documented_in_its_group():
         "model": ["name", "params"],
         "studies": list(STUDY_FIELDS),
         "predictions": list(OPTION_KEYS),
+        "posthoc_arena": list(ARENA_KEYS),
         "methods": [
             "objective",
             "meta_learner",

@@ -33,6 +33,7 @@ SAFE_DATASET_TYPES = {
     "calib_pipeline.kedro_datasets.CalibratorsDataset",
     "calib_pipeline.kedro_datasets.ReportDataset",
     "calib_pipeline.kedro_datasets.PredictionsDataset",  # np.load(allow_pickle=False), weights_only
+    "calib_pipeline.kedro_datasets.RunLogitsStoreDataset",  # each run through TorchDataset
 }
 ENVIRONMENTS = sorted(p.name for p in (Path(project_root()) / "conf").iterdir() if p.is_dir())
 
@@ -85,6 +86,19 @@ def test_a_crafted_artifact_is_refused_by_the_catalog_and_runs_no_code(
     refused = f"{re.escape(str(path))} holds objects that could run code"
     with pytest.raises(DatasetError, match=refused):
         catalog.load(entry)
+    assert not marker.exists(), "loading must not have executed the payload"
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_the_run_logits_store_refuses_a_crafted_run_and_runs_no_code(tmp_path, monkeypatch):
+    catalog = DataCatalog.from_config(catalog_config("test", tmp_path / "data", monkeypatch))
+    path = Path(str(catalog.get("ce.seed_0.logits")._get_versioned_path(VERSION)))
+    marker = tmp_path / "pwned"
+    write_crafted(path, marker, "torch.save")
+    runs = catalog.load("stored_run_logits")
+    assert list(runs) == ["ce.seed_0"]
+    with pytest.raises(DatasetError, match="holds objects that could run code"):
+        runs["ce.seed_0"]
     assert not marker.exists(), "loading must not have executed the payload"
 
 

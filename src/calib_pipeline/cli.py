@@ -204,6 +204,7 @@ def stage_modules() -> dict[str, ModuleType]:
         data_split,
         logits,
         posthoc,
+        posthoc_arena,
         replication,
         reporting,
         score,
@@ -211,7 +212,17 @@ def stage_modules() -> dict[str, ModuleType]:
         training,
     )
 
-    packages = (data_split, training, logits, shift, posthoc, reporting, replication, score)
+    packages = (
+        data_split,
+        training,
+        logits,
+        shift,
+        posthoc,
+        reporting,
+        replication,
+        score,
+        posthoc_arena,
+    )
     return {package.__name__.rsplit(".", 1)[-1]: package for package in packages}
 
 

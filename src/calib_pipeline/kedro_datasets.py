@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -225,6 +226,70 @@ class CheckpointStoreDataset(AbstractDataset[None, CheckpointStore]):
 
     def _exists(self) -> bool:
         return True
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": self._path}
+
+
+# the file names of a run's logits under its folder (the catalog's "{method}.{seed}.logits")
+RUN_LOGITS, RUN_SHIFT_LOGITS = "logits.pt", "shift_logits.pt"
+
+
+class StoredRuns(Mapping[str, dict[str, Any]]):
+    """Every (method, seed) run with stored logits under a protocol's model-output folder
+    (``<root>/<method>/seed_<k>/logits.pt/<version>/``), by run name ``<method>.seed_<k>``;
+    a run's artifacts are loaded when it is looked up, one run at a time.
+
+    A run maps to ``{"logits": ..., "shift_logits": ... or None}``, each the newest complete
+    version (the one ``catalog.load("<method>.seed_<k>.logits")`` gives).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        found = sorted(root.glob(f"*/seed_*/{RUN_LOGITS}")) if root.is_dir() else []
+        self._runs = {
+            f"{folder.parent.parent.name}.{folder.parent.name}": folder.parent
+            for folder in found
+            if _newest(folder).exists()
+        }
+
+    def __getitem__(self, run: str) -> dict[str, Any]:
+        folder = self._runs[run]
+        shift = _newest(folder / RUN_SHIFT_LOGITS)
+        return {
+            "logits": _newest(folder / RUN_LOGITS).load(),
+            "shift_logits": shift.load() if shift.exists() else None,
+        }
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._runs)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
+def _newest(path: Path) -> TorchDataset:
+    """The versioned torch artifact at ``path``, loading its newest version."""
+    return TorchDataset(filepath=path.as_posix(), version=Version(None, None))
+
+
+class RunLogitsStoreDataset(AbstractDataset[None, StoredRuns]):
+    """Every run's newest stored logits of a protocol (:class:`StoredRuns`), whichever
+    studies made them: for reports over all runs there are (the ``posthoc_arena``
+    pipeline). Read-only; the ``{method}.{seed}.logits`` entries write these files."""
+
+    def __init__(self, *, path: str, metadata: dict | None = None) -> None:
+        self._path = path
+        self.metadata = metadata
+
+    def load(self) -> StoredRuns:
+        return StoredRuns(Path(self._path))
+
+    def save(self, data: None) -> None:
+        raise DatasetError("RunLogitsStoreDataset is read-only")
+
+    def _exists(self) -> bool:
+        return len(StoredRuns(Path(self._path))) > 0
 
     def _describe(self) -> dict[str, Any]:
         return {"path": self._path}

@@ -4,9 +4,10 @@ Names: one pipeline per stage over every study (``training``, ``posthoc``, ...),
 study (``focal_meta``), and one per study and stage (``focal_meta.posthoc``), so that a
 single study's cached logits can be re-scored with
 ``kedro run --pipelines=focal_meta.posthoc,focal_meta.reporting``; ``replication``, which
-puts every study's claims report in one table (also part of ``__default__``); and
+puts every study's claims report in one table (also part of ``__default__``);
 ``score``, which scores a user's predictions file (``docs/predictions.md``) and runs only
-when named.
+when named; and ``posthoc_arena``, the calibrator arena over every run's stored logits
+(docs/posthoc.md), also run by name only.
 
 ``find_pipelines()`` is not used: since Kedro 1.5 ``--pipelines=X`` makes it import a
 module named X, and study names are not modules. Structural lists (methods, seeds,
@@ -27,6 +28,7 @@ from calib_pipeline.pipelines import (
     data_split,
     logits,
     posthoc,
+    posthoc_arena,
     replication,
     reporting,
     score,
@@ -123,10 +125,12 @@ def register_pipelines() -> dict[str, Pipeline]:
         for stage, pipeline in study_stages.items():
             pipelines[f"{name}.{stage}"] = pipeline  # e.g. focal.posthoc: one study's stage
         pipelines[name] = sum(study_stages.values(), Pipeline([]))
-    for reserved in ("score", "replication"):
+    for reserved in ("score", "replication", "posthoc_arena"):
         if reserved in structure.studies:
             raise ValueError(f"no study may be named {reserved!r}: it names a pipeline of its own")
     pipelines["score"] = score.create_pipeline(parameters)  # run by name only, not by default
+    # by name only too: in __default__ its fits would lengthen `make run` and add a report
+    pipelines["posthoc_arena"] = posthoc_arena.create_pipeline(parameters)
     return pipelines
 
 

@@ -48,6 +48,14 @@ GIVEN_SPLIT = "val and test as given"
 SMALLEST_PROBABILITY = torch.finfo(torch.float64).tiny
 
 
+def log_probabilities(probabilities: Tensor) -> Tensor:
+    """``log p`` in float64, a probability of 0 clamped to :data:`SMALLEST_PROBABILITY`: the
+    logits calibrators fit on and transform for scores given as probabilities."""
+    return torch.log(
+        torch.as_tensor(probabilities).to(torch.float64).clamp_min(SMALLEST_PROBABILITY)
+    )
+
+
 @dataclass(frozen=True)
 class PredictionsFile:
     """The validated contents of a predictions file.
@@ -90,9 +98,7 @@ class PredictionsFile:
         calibrators, which read only ``softmax(z)``). Those fit exactly as on the logits.
         """
         scores = self.scores[split]
-        if self.inputs == "logits":
-            return scores
-        return torch.log(scores.to(torch.float64).clamp_min(SMALLEST_PROBABILITY))
+        return scores if self.inputs == "logits" else log_probabilities(scores)
 
     def provenance(self) -> dict[str, Any]:
         """A plain record of the file (stored beside the calibrators fitted on it)."""

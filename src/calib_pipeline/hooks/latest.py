@@ -38,7 +38,12 @@ INDEX = "LATEST.md"
 # the report kinds of the artifact table, with how many folders up from a saved version
 # (``<study>/<report>/<version>/<report>``, ``replication/<version>/replication``) the
 # folder whose index lists them is
-INDEXED_DEPTH = {"report": 3, "score_report": 3, "replication_report": 2}
+INDEXED_DEPTH = {
+    "report": 3,
+    "score_report": 3,
+    "replication_report": 2,
+    "arena_report": 3,
+}
 CLAIMS_VERDICTS = ("claims", "verdicts.json")
 
 

@@ -13,7 +13,8 @@ MLflow layout, made for the UI's compare and sort views:
   score pipeline alone is tagged with the files it scores (``dataset``), how it splits them
   (``protocol``) and each file's description (``score.<name>``), and holds each file's
   metrics (``score.<name>.<split>.<metric>.<calibrator>``) and bootstrap bounds
-  (``....ci_low``, ``....ci_high``);
+  (``....ci_low``, ``....ci_high``); the calibrator arena's report folder is logged as
+  ``posthoc_arena/report/``;
 - one nested run per trained (method, seed), opened when its training node starts, tagged
   with the studies that read it, environment, dataset, protocol and the training's
   fingerprint, with its parameters as readable strings, its per-epoch history,
@@ -499,7 +500,7 @@ class MlflowTrackingHook:
                 self._log_training(node.name, pending["inputs"], pending["outputs"])
         if "replication" in node.tags and isinstance(data, dict):
             self._log_replication(data)
-        elif "reporting" not in node.tags:
+        elif "reporting" not in node.tags and "posthoc_arena" not in node.tags:
             return
         study = dataset_name.split(".", 1)[0]
         if "score" in node.tags and isinstance(data, pd.DataFrame):
@@ -520,6 +521,8 @@ class MlflowTrackingHook:
             path = f"{node.namespace}/{stem}" if node.namespace else stem
             if "replication" in node.tags:
                 path = "replication"
+            elif "posthoc_arena" in node.tags:
+                path = f"posthoc_arena/{stem}"
             self._client.log_artifacts(self._parent, str(folder), artifact_path=path)
 
     def _log_evaluation(self, study: str, table: pd.DataFrame) -> None:

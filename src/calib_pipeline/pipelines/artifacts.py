@@ -6,8 +6,8 @@ its names.
 pattern and layer (``tests/pipelines/test_artifacts.py`` checks that the two agree); every
 module builds and recognises catalog names here. A (method, seed) run's artifacts are named
 ``<method>.seed_<k>.<kind>``, a study's ``<study>.<kind>``, the score pipeline's
-``score.<name>.<kind>``. Kept to the standard library: the hooks, loaded with the
-project's settings, read it too.
+``score.<name>.<kind>``, the calibrator arena's ``posthoc_arena.<kind>``. Kept to the
+standard library: the hooks, loaded with the project's settings, read it too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ STAGE_ORDER = (
     "reporting",
     "replication",
     "score",
+    "posthoc_arena",
 )
 LAYERS = ("raw", "intermediate", "models", "model_output", "reporting")
 FIELD = re.compile(r"\{(\w+)\}")
@@ -110,6 +111,15 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     ),
     "score_intervals": ArtifactKind("score.{name}.intervals", "score", "reporting"),
     "score_summary": ArtifactKind("score.summary", "score", "reporting", prerequisite=False),
+    # every run's newest logits files, read whichever studies wrote them (no node writes
+    # the store itself; the arena refuses to run when it is empty and no file is given)
+    "run_logits_store": ArtifactKind("stored_run_logits", None, "model_output"),
+    "arena_scores": ArtifactKind(
+        "posthoc_arena.scores", "posthoc_arena", "reporting", prerequisite=False
+    ),
+    "arena_report": ArtifactKind(
+        "posthoc_arena.report", "posthoc_arena", "reporting", prerequisite=False
+    ),
 }
 _MOST_SPECIFIC_FIRST = sorted(ARTIFACTS, key=lambda kind: -ARTIFACTS[kind].specificity())
 

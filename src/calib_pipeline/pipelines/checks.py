@@ -141,7 +141,7 @@ def check_methods(group: str, entry: Any) -> None:
 
 
 def _checked_elsewhere(group: str, entry: Any) -> None:
-    """Groups whose keys their own parser checks (shift, studies, predictions)."""
+    """Groups whose keys their own parser checks (shift, studies, predictions, posthoc_arena)."""
 
 
 GROUPS: dict[str, GroupCheck] = {
@@ -157,6 +157,7 @@ GROUPS: dict[str, GroupCheck] = {
     "methods": check_methods,  # and config.parse_structure
     "studies": _checked_elsewhere,  # config.parse_structure
     "predictions": _checked_elsewhere,  # reports.scoring.ScoreOptions (score pipeline)
+    "posthoc_arena": _checked_elsewhere,  # reports.arena.ArenaOptions (posthoc_arena pipeline)
 }
 
 
