@@ -253,6 +253,7 @@ def ks_error(pred: Predictions) -> torch.Tensor:
     gap = (confidence - correct).cumsum(-1).gather(-1, group_end)
     return gap.abs().amax(-1) / pred.n_samples
 
+
 def _area_under_risk(pred: Predictions, *, selective: bool) -> torch.Tensor:
     """Trapezoidal area under the risk-coverage curve whose points are the accepted
     fraction a/N at each distinct confidence threshold (accepting the most confident

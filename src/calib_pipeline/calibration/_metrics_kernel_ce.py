@@ -24,8 +24,12 @@ _MEDIAN_BINS = 2**16
 #: Largest distance between two probability vectors (two vertices of the simplex).
 _MAX_DISTANCE = math.sqrt(2.0)
 #: log z for z = 0 in the Dirichlet kernel's log-density: finite, so that a zero exponent
-#: times it gives 0 (0 log 0 = 0) while a positive one sends the density to 0.
+#: times it gives 0 (0 log 0 = 0) in the matrix product, while a positive one gives a
+#: log-density below ``_VANISHED``, which is then set to -inf (density 0). A true
+#: log-density is far above it: exponents z/h <= 1e5 times log z >= -745 (the smallest
+#: float64) over K classes.
 _LOG_ZERO = -1e300
+_VANISHED = -1e200
 #: ECE-KDE's bandwidth grid (Popordanoska et al.'s code): 15 log-spaced values from 1e-5
 #: to 0.1 and 0.2, 0.4, ..., 1.
 KDE_BANDWIDTHS = (
@@ -240,6 +244,7 @@ def _dirichlet_log_kernel(points: torch.Tensor, log_points: torch.Tensor, bandwi
     exponent = (alpha - 1).T
     for rows in _row_blocks(len(points)):
         block = log_points[rows] @ exponent - log_beta
+        block.masked_fill_(block < _VANISHED, -math.inf)
         block.diagonal(offset=rows.start).fill_(-math.inf)
         yield rows, block
 
