@@ -48,44 +48,48 @@ def _distances(block: torch.Tensor, points: torch.Tensor, norms: torch.Tensor) -
     """Euclidean distances between the rows of ``block`` and of ``points`` (``norms``: the
     squared norms of ``points``'s rows), by the Gram identity, clamped at 0 before the
     root (rounding can make a squared distance slightly negative)."""
-    squared = block.square().sum(-1, keepdim=True) + norms - 2 * block @ points.T
-    return squared.clamp_min(0).sqrt()
+    squared = torch.addmm(block.square().sum(-1, keepdim=True) + norms, block, points.T, alpha=-2)
+    return squared.clamp_min_(0).sqrt_()
 
 
-def _upper_distances(probs: torch.Tensor) -> Iterator[torch.Tensor]:
-    """The distances ||p_i - p_j|| of every pair i < j, a row block at a time (1-D)."""
+def _upper_bins(probs: torch.Tensor, width: float) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Row blocks of the distances ||p_i - p_j||, j >= i, flattened, with the index of
+    each in bins of ``width`` (the last bin holding everything above); the pairs j <= i go
+    to the extra bin ``_MEDIAN_BINS`` (a fill, not boolean indexing: cheaper)."""
+    n = len(probs)
     norms = probs.square().sum(-1)
-    columns = torch.arange(len(probs), device=probs.device)
-    for rows in _row_blocks(len(probs)):
-        block = _distances(probs[rows], probs, norms)
-        above = columns.unsqueeze(0) > columns[rows].unsqueeze(1)
-        yield block[above]
+    for rows in _row_blocks(n):
+        block = _distances(probs[rows], probs[rows.start :], norms[rows.start :])
+        index = (block / width).long().clamp_(0, _MEDIAN_BINS - 1)
+        size = rows.stop - rows.start
+        lower = torch.ones(size, size, dtype=torch.bool, device=probs.device).tril_()
+        index[:, :size].masked_fill_(lower, _MEDIAN_BINS)
+        yield block.reshape(-1), index.reshape(-1)
 
 
 def _rank_value(probs: torch.Tensor, rank: int) -> float:
     """The ``rank``-th smallest (0-based) pairwise distance, by two histogram passes over
-    the blocks of distances: the coarse bin holding the rank, then its sub-bin; returns
-    the smallest distance in that sub-bin (within ~3e-10 of the exact order statistic)."""
+    the blocks of distances: the coarse bin holding the rank, then, among the distances in
+    it, the sub-bin; returns the smallest distance in that sub-bin (within ~3e-10 of the
+    exact order statistic)."""
     width = _MAX_DISTANCE / _MEDIAN_BINS
-    counts = torch.zeros(_MEDIAN_BINS, dtype=torch.int64, device=probs.device)
-    for values in _upper_distances(probs):
-        index = (values / width).long().clamp(0, _MEDIAN_BINS - 1)
-        counts += torch.bincount(index, minlength=_MEDIAN_BINS)
-    cumulative = counts.cumsum(0)
-    target = torch.tensor(rank + 1, device=probs.device)
-    coarse = int(torch.searchsorted(cumulative, target))
+    device = probs.device
+    counts = torch.zeros(_MEDIAN_BINS + 1, dtype=torch.int64, device=device)
+    for _, index in _upper_bins(probs, width):
+        counts += torch.bincount(index, minlength=_MEDIAN_BINS + 1)
+    cumulative = counts[:-1].cumsum(0)
+    coarse = int(torch.searchsorted(cumulative, torch.tensor(rank + 1, device=device)))
     below = int(cumulative[coarse - 1]) if coarse else 0
     fine_width = width / _MEDIAN_BINS
-    fine_counts = torch.zeros_like(counts)
-    smallest = torch.full((_MEDIAN_BINS,), math.inf, dtype=probs.dtype, device=probs.device)
-    for values in _upper_distances(probs):
-        inside = values[((values / width).long().clamp(0, _MEDIAN_BINS - 1)) == coarse]
-        index = ((inside - coarse * width) / fine_width).long().clamp(0, _MEDIAN_BINS - 1)
-        fine_counts += torch.bincount(index, minlength=_MEDIAN_BINS)
-        smallest.scatter_reduce_(0, index, inside, reduce="amin")
-    target = torch.tensor(rank + 1, device=probs.device)
-    fine = int(torch.searchsorted(fine_counts.cumsum(0) + below, target))
-    return float(smallest[fine])
+    fine_counts = torch.zeros(_MEDIAN_BINS, dtype=torch.int64, device=device)
+    smallest = torch.full((_MEDIAN_BINS,), math.inf, dtype=probs.dtype, device=device)
+    for distance, index in _upper_bins(probs, width):
+        inside = distance[index == coarse]
+        fine = ((inside - coarse * width) / fine_width).long().clamp_(0, _MEDIAN_BINS - 1)
+        fine_counts += torch.bincount(fine, minlength=_MEDIAN_BINS)
+        smallest.scatter_reduce_(0, fine, inside, reduce="amin")
+    target = torch.tensor(rank + 1 - below, device=device)
+    return float(smallest[int(torch.searchsorted(fine_counts.cumsum(0), target))])
 
 
 def median_distance(probs: torch.Tensor) -> float:

@@ -67,6 +67,7 @@ def evaluate_study(
     methods: dict[str, MethodSpec],
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
+    report_metrics: tuple[str, ...] = (),
     calibrator_definitions: dict[str, dict[str, Any]] | None = None,
     **collections: dict[str, Any],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -85,6 +86,8 @@ def evaluate_study(
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
         report_bins: bin counts the study's reports draw, kept in the per-bin table too.
+        report_metrics: on-request metrics the study's reports show, computed on clean
+            val/test too.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused.
         **collections: one :func:`collect_runs` value per method (its runs' artifacts).
@@ -108,7 +111,10 @@ def evaluate_study(
         run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
     )
     labels = {key: method.label for key, method in methods.items()}
-    options = {"calibrators": calibrators, **evaluation_options(evaluation, report_bins)}
+    options = {
+        "calibrators": calibrators,
+        **evaluation_options(evaluation, report_bins, report_metrics),
+    }
     return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
 
 
