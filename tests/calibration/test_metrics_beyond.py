@@ -30,7 +30,7 @@ def _sampled_labels(probs, seed):
 
 
 def _ks_by_thresholds(confidence, correct):
-    """max over thresholds s of abs(sum_{c <= s} (c - correct)) / N, straight from eq. 7-8."""
+    """max over thresholds s of abs(sum_{c <= s} (c - correct)) / N, from its definition."""
     gaps = [
         sum(c - a for c, a in zip(confidence, correct, strict=True) if c <= s)
         for s in set(confidence)
@@ -117,7 +117,7 @@ def test_batched_runs_score_as_single_runs():
 
 
 def _skce_loops(probs, labels, bandwidth, kernel="laplacian"):
-    """SKCE_uq and the matrix h, by a loop over pairs (Widmann et al. 2019, eq. 7-8)."""
+    """SKCE_uq and the matrix h, by a loop over pairs (Widmann et al. 2019)."""
     n, k = probs.shape
     residual = np.eye(k)[labels] - probs
     h = np.empty((n, n))

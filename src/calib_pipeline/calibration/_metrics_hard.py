@@ -242,7 +242,7 @@ def _sorted_groups(
 
 
 def ks_error(pred: Predictions) -> torch.Tensor:
-    """Top-label Kolmogorov-Smirnov calibration error (Gupta et al. 2021, eq. 7-8):
+    """Top-label Kolmogorov-Smirnov calibration error (Gupta et al. 2021, §3):
     max over thresholds s of abs((1/N) sum_{c_i <= s} (c_i - 1[correct_i])), the largest
     gap between the cumulative confidence and cumulative accuracy curves, both
     accumulated from the least confident sample up.
@@ -281,7 +281,7 @@ def aurc(pred: Predictions) -> torch.Tensor:
 
 
 def augrc(pred: Predictions) -> torch.Tensor:
-    """Area under the generalised risk-coverage curve (Traub et al. 2024, eq. 4): the
+    """Area under the generalised risk-coverage curve (Traub et al. 2024): the
     generalised risk (errors among the accepted / N) integrated over coverage, i.e. the
     probability that a random sample is accepted and wrong, averaged over thresholds."""
     return _area_under_risk(pred, selective=False)

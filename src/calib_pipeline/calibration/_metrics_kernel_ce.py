@@ -138,7 +138,7 @@ def _h_blocks(
     probs: torch.Tensor, residual: torch.Tensor, kernel: str, bandwidth: float
 ) -> Iterator[tuple[slice, torch.Tensor]]:
     """Row blocks of the matrix h_ij = k(p_i, p_j) <e_{y_i} - p_i, e_{y_j} - p_j>
-    (Widmann et al. 2019, eq. 7 with the kernel k(p, p') I_K), diagonal included."""
+    (Widmann et al. 2019, with the matrix-valued kernel k(p, p') I_K), diagonal included."""
     norms = probs.square().sum(-1)
     for rows in _row_blocks(len(probs)):
         weight = _kernel(_distances(probs[rows], probs, norms), kernel, bandwidth)
