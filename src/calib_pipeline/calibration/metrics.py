@@ -198,6 +198,15 @@ def _register(
     if on_request:
         ON_REQUEST.append(key)
 
+    return _public_function(key, compute, options)
+
+
+def _public_function(
+    key: str, compute: Callable[..., torch.Tensor], options: list[inspect.Parameter]
+) -> Callable[..., torch.Tensor]:
+    """The public function ``key(logits, labels, *, inputs="logits", **options)`` of a
+    registered metric, with ``compute``'s options in its signature and docstring."""
+
     def metric(
         logits: Any, labels: Any, *, inputs: str = "logits", **settings: Any
     ) -> torch.Tensor:

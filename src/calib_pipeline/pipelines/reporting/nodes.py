@@ -85,9 +85,8 @@ def evaluate_study(
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
-        report_bins: bin counts the study's reports draw, kept in the per-bin table too.
-        report_metrics: on-request metrics the study's reports show, computed on clean
-            val/test too.
+        report_bins, report_metrics: bin counts the study's reports draw (kept in the
+            per-bin table too) and on-request metrics they show (evaluated too).
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused.
         **collections: one :func:`collect_runs` value per method (its runs' artifacts).
@@ -111,11 +110,9 @@ def evaluate_study(
         run_keys, methods, _runs(collections), session, calibrator_definitions or {}, shift
     )
     labels = {key: method.label for key, method in methods.items()}
-    options = {
-        "calibrators": calibrators,
-        **evaluation_options(evaluation, report_bins, report_metrics),
-    }
-    return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
+    options = evaluation_options(evaluation, report_bins, report_metrics)
+    identity = {"dataset": dataset["name"], "study": study, "labels": labels}
+    return evaluate_runs(runs, calibrators=calibrators, **identity, **options)
 
 
 def _checked_runs(
