@@ -240,34 +240,39 @@ def skce_p_value(
     )
 
 
-def _dirichlet_log_kernel(points: torch.Tensor, log_points: torch.Tensor, bandwidth: float):
+def _dirichlet_log_kernels(
+    points: torch.Tensor, bandwidths: tuple[float, ...]
+) -> Iterator[tuple[slice, int, torch.Tensor]]:
     """Row blocks of L_ij = log Dir(z_i; z_j / h + 1), the log-density at z_i of the
-    Dirichlet kernel centred on z_j, with L_ii = -inf (leave-one-out), as (rows, L)."""
-    alpha = points / bandwidth + 1
-    log_beta = torch.lgamma(alpha).sum(-1) - torch.lgamma(alpha.sum(-1))
-    exponent = (alpha - 1).T
+    Dirichlet kernel centred on z_j, with L_ii = -inf (leave-one-out), for every h of
+    ``bandwidths``, as (rows, index of h, L).
+
+    L_ij = (sum_k z_jk log z_ik) / h - log B(z_j / h + 1): the matrix product does not
+    depend on h, so it is computed once per block for all bandwidths.
+    """
+    log_points = points.log().clamp_min(_LOG_ZERO)
+    log_betas = []
+    for bandwidth in bandwidths:
+        alpha = points / bandwidth + 1
+        log_betas.append(torch.lgamma(alpha).sum(-1) - torch.lgamma(alpha.sum(-1)))
     for rows in _row_blocks(len(points)):
-        block = log_points[rows] @ exponent - log_beta
-        block.masked_fill_(block < _VANISHED, -math.inf)
-        block.diagonal(offset=rows.start).fill_(-math.inf)
-        yield rows, block
-
-
-def _loo_likelihood(points: torch.Tensor, log_points: torch.Tensor, bandwidth: float) -> float:
-    """sum_i log[(1 / ((N-1) h)) sum_{j != i} Dir(z_i; z_j / h + 1)]: the selection
-    criterion of Popordanoska et al.'s code (including its 1/h factor)."""
-    n = len(points)
-    total = 0.0
-    for _, block in _dirichlet_log_kernel(points, log_points, bandwidth):
-        total += float(torch.logsumexp(block, -1).sum())
-    return total - n * math.log((n - 1) * bandwidth)
+        inner = log_points[rows] @ points.T
+        for index, bandwidth in enumerate(bandwidths):
+            block = inner / bandwidth - log_betas[index]
+            block.masked_fill_(block < _VANISHED, -math.inf)
+            block.diagonal(offset=rows.start).fill_(-math.inf)
+            yield rows, index, block
 
 
 def kde_bandwidth(points: torch.Tensor) -> float:
-    """The bandwidth of :data:`KDE_BANDWIDTHS` that maximises the leave-one-out
-    likelihood of the points (N x K on the simplex); the smallest on ties."""
-    log_points = points.log().clamp_min(_LOG_ZERO)
-    scores = [_loo_likelihood(points, log_points, h) for h in KDE_BANDWIDTHS]
+    """The bandwidth of :data:`KDE_BANDWIDTHS` that maximises the leave-one-out criterion
+    of Popordanoska et al.'s code, sum_i log[(1 / ((N-1) h)) sum_{j != i} Dir(z_i; z_j / h
+    + 1)] (including its 1/h factor), for the points (N x K on the simplex); the smallest h
+    on ties."""
+    n = len(points)
+    scores = [-n * math.log((n - 1) * h) for h in KDE_BANDWIDTHS]
+    for _, index, block in _dirichlet_log_kernels(points, KDE_BANDWIDTHS):
+        scores[index] += float(torch.logsumexp(block, -1).sum())
     return KDE_BANDWIDTHS[max(range(len(scores)), key=lambda i: (scores[i], -i))]
 
 
@@ -279,9 +284,8 @@ def _kde_error(points: torch.Tensor, targets: torch.Tensor, bandwidth: float | N
     if n < 2:
         return math.nan
     bandwidth = kde_bandwidth(points) if bandwidth is None else bandwidth
-    log_points = points.log().clamp_min(_LOG_ZERO)
     total = 0.0
-    for rows, block in _dirichlet_log_kernel(points, log_points, bandwidth):
+    for rows, _, block in _dirichlet_log_kernels(points, (bandwidth,)):
         peak = block.amax(-1, keepdim=True)
         weight = torch.exp(block - peak.clamp_min(-torch.finfo(block.dtype).max))
         mass = weight.sum(-1, keepdim=True)
