@@ -369,3 +369,21 @@ def test_reports_know_the_new_metrics():
     for key in ("ks_error", "aurc", "augrc", "skce", "skce_p_value", "ece_kde", "ece_kde_top"):
         assert key in M.METRIC_UNITS and key in M.METRIC_NAMES and key in M.METRIC_DIRECTIONS
     assert M.METRIC_DIRECTIONS["skce_p_value"] is None
+
+
+def test_every_available_device_gives_the_cpu_values_of_the_new_keys():
+    # the CPU always; CUDA too where a GPU is present (no skipped test on CPU machines)
+    probs, labels = _random_probs(120, 5, seed=12)
+    keys = ["ks_error", "aurc", "augrc", "skce", "skce_p_value", "ece_kde", "ece_kde_top"]
+    cpu = M.calibration_metrics(probs.log(), labels, keys=keys, n_resamples=40)
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        logits = probs.log().to(device)
+        values = M.calibration_metrics(logits, labels.to(device), keys=keys, n_resamples=40)
+        assert values == pytest.approx(cpu, rel=1e-9, abs=1e-12), device
+
+
+def test_bootstrap_intervals_of_the_selective_metrics():
+    probs, labels = _random_probs(300, 4, seed=13)
+    interval = M.bootstrap_ci(probs, labels, "augrc", n_resamples=200, inputs="probs")
+    assert interval["point"] == float(M.augrc(probs, labels, inputs="probs"))
+    assert interval["low"] < interval["point"] < interval["high"]
