@@ -379,7 +379,7 @@ def test_every_available_device_gives_the_cpu_values_of_the_new_keys():
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
         logits = probs.log().to(device)
         values = M.calibration_metrics(logits, labels.to(device), keys=keys, n_resamples=40)
-        assert values == pytest.approx(cpu, rel=1e-9, abs=1e-12), device
+        assert values == pytest.approx(cpu, rel=1e-5, abs=1e-7), device
 
 
 def test_bootstrap_intervals_of_the_selective_metrics():
