@@ -1,9 +1,11 @@
-"""Calibration metrics: one documented suite for every number the five papers report.
+"""Calibration metrics: one documented suite for every number the five papers report, and
+the KS error, AURC/AUGRC, SKCE (with its test) and ECE-KDE beyond them.
 
 Every metric is a function ``name(logits, labels, *, ...) -> torch.Tensor`` (0-d) taking
 torch tensors or NumPy arrays on any device (``inputs="probs"`` for probabilities);
-``calibration_metrics`` returns all of them as floats and ``calibration_metrics_batched``
-scores R runs (R x N x K) at once. Exact definitions, edge conventions and the relation to
+``calibration_metrics`` returns those of the default suite (or of ``keys``) as floats and
+``calibration_metrics_batched`` scores R runs (R x N x K) at once; the O(N^2) kernel metrics
+(``ON_REQUEST``) are computed only when named. Exact definitions, edge conventions and the relation to
 torchmetrics, netcal, relplot and the papers' code are in ``docs/metrics.md``.
 
 Design: inputs are validated once (``validation.py``) and options once, when a metric is
@@ -13,7 +15,8 @@ statistics (confidence, correctness, log-probabilities) lazily and once; each me
 (``_metrics_hard``, ``_metrics_soft``) is a reduction of those statistics over the N samples
 of every run, vectorised over runs and bins (``_metrics_binning``: bucketize/searchsorted +
 bincount; no Python loop over bins, samples or runs, except smooth_ece's data-dependent
-bandwidth search, which loops over runs).
+bandwidth search, which loops over runs); the kernel metrics (``_metrics_kernel_ce``) score
+the runs one by one over row blocks of their N x N kernel matrices.
 
 Hard metrics are computed on detached scores and return float64; the differentiable
 estimators (``sece``, ``sb_ece``, ``dece``) keep the autograd graph and the scores' dtype.
@@ -403,7 +406,7 @@ def calibration_metrics(
     keys: Iterable[str] | None = None,
     **options: Any,
 ) -> dict[str, float]:
-    """Every metric of the suite on one run, as floats.
+    """The metrics (default: the default suite) of one run, as floats.
 
     Args:
         logits: N x K logits (or probabilities with ``inputs="probs"``), torch or NumPy.
@@ -446,10 +449,12 @@ def calibration_metrics_batched(
     keys: Iterable[str] | None = None,
     **options: Any,
 ) -> dict[str, np.ndarray]:
-    """Every metric on R runs at once: logits R x N x K, labels N (shared) or R x N.
+    """The metrics (default: the default suite) on R runs at once: logits R x N x K, labels
+    N (shared) or R x N.
 
     Vectorised across runs (one bincount over run-offset bins for the binned metrics; only
-    smooth_ece loops over runs). Same options as :func:`calibration_metrics`.
+    smooth_ece and the on-request kernel metrics loop over runs). Same options as
+    :func:`calibration_metrics`.
 
     Returns:
         ``{key: float64 array of shape (R,)}``.
