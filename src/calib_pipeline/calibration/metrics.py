@@ -5,8 +5,8 @@ Every metric is a function ``name(logits, labels, *, ...) -> torch.Tensor`` (0-d
 torch tensors or NumPy arrays on any device (``inputs="probs"`` for probabilities);
 ``calibration_metrics`` returns those of the default suite (or of ``keys``) as floats and
 ``calibration_metrics_batched`` scores R runs (R x N x K) at once; the O(N^2) kernel metrics
-(``ON_REQUEST``) are computed only when named. Exact definitions, edge conventions and the relation to
-torchmetrics, netcal, relplot and the papers' code are in ``docs/metrics.md``.
+(``ON_REQUEST``) are computed only when named. Exact definitions, edge conventions and the
+relation to torchmetrics, netcal, relplot and the papers' code are in ``docs/metrics.md``.
 
 Design: inputs are validated once (``validation.py``) and options once, when a metric is
 built (``build_metric``, the ``METRICS`` registry); a ``Predictions`` object
