@@ -34,7 +34,11 @@ KEYS = [
     "sb_ece",
     "dece",
     "smooth_ece",
+    "ks_error",
+    "aurc",
+    "augrc",
 ]
+ON_REQUEST = ["skce", "skce_p_value", "ece_kde", "ece_kde_top"]
 
 
 def _data(n=400, k=7, seed=0, runs=None, dtype=torch.float32):
@@ -46,8 +50,9 @@ def _data(n=400, k=7, seed=0, runs=None, dtype=torch.float32):
 
 
 def test_metric_names_and_suite_keys():
-    assert M.metric_names() == KEYS
-    assert set(M.METRICS) == set(KEYS)
+    assert M.metric_names() == KEYS + ON_REQUEST
+    assert M.default_metric_names() == KEYS and M.ON_REQUEST == ON_REQUEST
+    assert set(M.METRICS) == set(KEYS + ON_REQUEST)
     logits, labels = _data()
     values = M.calibration_metrics(logits, labels)
     assert list(values) == KEYS

@@ -56,6 +56,17 @@ EXPECTED = {
     "decomp_alpha": 0.7125,
     "decomp_beta": 0.75 * 2 * 2 * 2 / 16,
     "decomp_gamma": (4 + 4) / 32,
+    # ascending: .55 x, .65 v, .75 x, .9 v; c - correct: .55, -.35, .75, -.1; partial sums
+    # .55, .2, .95, .85 -> max .95 / N
+    "ks_error": 0.95 / 4,
+    # descending: .9 v, .75 x, .65 v, .55 x; selective risk at coverage 1/4 .. 1: 0, 1/2,
+    # 1/3, 1/2, closed by (0, 0); trapezoids of width 1/4
+    "aurc": 0.25 * (0 + 0) / 2
+    + 0.25 * (0 + 0.5) / 2
+    + 0.25 * (0.5 + 1 / 3) / 2
+    + 0.25 * (1 / 3 + 0.5) / 2,
+    # generalised risk (errors / 4): 0, 1/4, 1/4, 1/2, closed by (0, 0)
+    "augrc": 0.25 * (0 + 0.25) / 2 + 0.25 * (0.25 + 0.25) / 2 + 0.25 * (0.25 + 0.5) / 2,
 }
 OPTIONS = {
     "ece": {"n_bins": 5},

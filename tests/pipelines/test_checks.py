@@ -33,7 +33,7 @@ def test_every_shipped_environment_passes(env):
             "n_bin",
             20,
             r"evaluation: unknown key\(s\) \['n_bin'\]; valid keys: "
-            r"\['n_bins', 'reliability_bins', 'shift_metrics'\]",
+            r"\['n_bins', 'reliability_bins', 'shift_metrics', 'metrics'\]",
         ),
         (
             "evaluation",
@@ -42,6 +42,13 @@ def test_every_shipped_environment_passes(env):
             r"evaluation.shift_metrics must be one of .*'ece'.*, got 'eec'",
         ),
         ("evaluation", "shift_metrics", [], r"evaluation.shift_metrics must be a non-empty list"),
+        ("evaluation", "metrics", "skce", r"evaluation.metrics must be a list .*, got 'skce'"),
+        (
+            "evaluation",
+            "metrics",
+            ["skce", "sk_ce"],
+            r"evaluation.metrics must be one of .*'skce'.*, got 'sk_ce'",
+        ),
         (
             "evaluation",
             "reliability_bins",

@@ -23,7 +23,8 @@ from tests.data.test_predictions import NETCAL_KEYS, as_probs, netcal_like, synt
 from tests.pipelines.test_study_pipeline import PARAMETERS
 
 CALIBRATORS = {"ts": {"name": "temperature_nll"}, "hist": {"name": "histogram_binning"}}
-EVALUATION = {"n_bins": 10, "reliability_bins": [10, 5]}  # as params:evaluation.<key>
+# as params:evaluation.<key>
+EVALUATION = {"n_bins": 10, "reliability_bins": [10, 5], "metrics": []}
 
 
 def catalog(tmp_path, path, *names):

@@ -470,3 +470,21 @@ def test_a_load_versions_pin_of_a_dataset_the_run_does_not_load_is_refused_with_
     pinned = {"ce.seed_0.logits": "2026-11-28T10.00.00.000Z"}
     with pytest.raises(MissingInputsError, match="names version\\(s\\) that were never saved"):
         RunPreflightHook().before_pipeline_run({"load_versions": pinned}, pipeline, DataCatalog())
+
+
+def test_on_request_metrics_named_by_reports_or_evaluation_are_evaluated():
+    import copy
+
+    from calib_pipeline.reports.evaluation import evaluation_options
+
+    parameters = copy.deepcopy(PARAMETERS)
+    summary = parameters["studies"]["mini"]["reports"]["summary"]
+    summary["metrics"] = ["ece", "skce", "ece_kde_top", "ks_error"]
+    pipeline = reporting.create_pipeline(
+        parse_structure(parameters), ["mini"], "digits", protocol="test"
+    )
+    evaluate = next(n for n in pipeline.nodes if n.name == "mini.evaluate")
+    assert evaluate.func.keywords["report_metrics"] == ("skce", "ece_kde_top")
+    options = evaluation_options({"metrics": ["skce_p_value", "skce"]}, (), ("skce", "ece_kde"))
+    assert options["extra_metrics"] == ("skce_p_value", "skce", "ece_kde")
+    assert evaluation_options({})["extra_metrics"] == ()

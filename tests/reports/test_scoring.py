@@ -7,7 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-from calib_pipeline.calibration.metrics import bootstrap_ci, calibration_metrics
+from calib_pipeline.calibration.metrics import (
+    bootstrap_ci,
+    calibration_metrics,
+    default_metric_names,
+)
 from calib_pipeline.calibration.predictions import load_predictions
 from calib_pipeline.reports import standard
 from calib_pipeline.reports.evaluation import TIDY_COLUMNS
@@ -36,6 +40,19 @@ def value(table, split, calibrator, metric):
     ]
     assert len(row) == 1
     return float(row["value"].iloc[0])
+
+
+def test_named_metrics_join_the_default_suite(tmp_path):
+    arrays = synthetic(n=80)
+    predictions = load_predictions(write(tmp_path / "model.npz", arrays))
+    fitted = fit_calibrators(predictions, CALIBRATORS)
+    plain, _ = score_predictions(predictions, fitted, 10, [10], name="model")
+    named, _ = score_predictions(predictions, fitted, 10, [10], ["skce", "ks_error"], name="model")
+    assert set(plain["metric"]) == set(default_metric_names())
+    assert "ks_error" in set(plain["metric"])
+    assert set(named["metric"]) == {*default_metric_names(), "skce"}
+    expected = calibration_metrics(arrays["test_logits"], arrays["test_labels"], keys=["skce"])
+    assert value(named, "test", "none", "skce") == expected["skce"]
 
 
 @pytest.mark.parametrize("kind", ["logits", "probs"])

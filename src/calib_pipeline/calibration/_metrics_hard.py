@@ -219,3 +219,69 @@ def decomp_gamma(pred: Predictions) -> torch.Tensor:
     positives = pred.correct.to(torch.float64).sum(-1)
     negatives = pred.n_samples - positives
     return (positives.square() + negatives.square()) / (2 * pred.n_samples**2)
+
+
+def _sorted_groups(
+    pred: Predictions, *, descending: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The samples of every run sorted by confidence: the sorted confidences (float64),
+    the sorted correctness (float64) and, for each sorted position, the last position of
+    its group of tied confidences (R x N each).
+
+    Statistics read at the end of each sample's group depend only on the thresholds, not
+    on how a sort orders tied confidences: that is the tie policy of ``ks_error``,
+    ``aurc`` and ``augrc``.
+    """
+    confidence = pred.confidence.to(torch.float64)
+    order = torch.argsort(confidence, dim=-1, descending=descending)
+    ordered = confidence.gather(-1, order)
+    correct = pred.correct.to(torch.float64).gather(-1, order)
+    ascending = (-ordered if descending else ordered).contiguous()
+    group_end = torch.searchsorted(ascending, ascending, right=True) - 1
+    return ordered, correct, group_end
+
+
+def ks_error(pred: Predictions) -> torch.Tensor:
+    """Top-label Kolmogorov-Smirnov calibration error (Gupta et al. 2021, §3):
+    max over thresholds s of abs((1/N) sum_{c_i <= s} (c_i - 1[correct_i])), the largest
+    gap between the cumulative confidence and cumulative accuracy curves, both
+    accumulated from the least confident sample up.
+
+    Thresholds are the distinct confidences: tied confidences enter together.
+    """
+    confidence, correct, group_end = _sorted_groups(pred, descending=False)
+    gap = (confidence - correct).cumsum(-1).gather(-1, group_end)
+    return gap.abs().amax(-1) / pred.n_samples
+
+
+def _area_under_risk(pred: Predictions, *, selective: bool) -> torch.Tensor:
+    """Trapezoidal area under the risk-coverage curve whose points are the accepted
+    fraction a/N at each distinct confidence threshold (accepting the most confident
+    first) and the risk of the accepted: errors/a (selective) or errors/N (generalised),
+    closed at coverage 0 by the first point's selective risk or by a generalised risk of 0.
+    """
+    _, correct, group_end = _sorted_groups(pred, descending=True)
+    n = pred.n_samples
+    accepted = (group_end + 1).to(torch.float64)
+    errors = (1 - correct).cumsum(-1).gather(-1, group_end)
+    risk = errors / accepted if selective else errors / n
+    coverage = accepted / n
+    start = risk[..., :1] if selective else torch.zeros_like(risk[..., :1])
+    risk = torch.cat([start, risk], dim=-1)
+    coverage = torch.cat([torch.zeros_like(coverage[..., :1]), coverage], dim=-1)
+    return (coverage.diff(dim=-1) * (risk[..., 1:] + risk[..., :-1]) / 2).sum(-1)
+
+
+def aurc(pred: Predictions) -> torch.Tensor:
+    """Area under the risk-coverage curve (Geifman & El-Yaniv 2017; the trapezoidal,
+    tie-grouped form of Traub et al. 2024): the selective risk (errors among the accepted
+    / accepted) integrated over coverage, confidence = max_k p_ik as the acceptance score.
+    """
+    return _area_under_risk(pred, selective=True)
+
+
+def augrc(pred: Predictions) -> torch.Tensor:
+    """Area under the generalised risk-coverage curve (Traub et al. 2024): the
+    generalised risk (errors among the accepted / N) integrated over coverage, i.e. the
+    probability that a random sample is accepted and wrong, averaged over thresholds."""
+    return _area_under_risk(pred, selective=False)

@@ -1,10 +1,12 @@
-"""Calibration metrics: one documented suite for every number the five papers report.
+"""Calibration metrics: one documented suite for every number the five papers report, and
+the KS error, AURC/AUGRC, SKCE (with its test) and ECE-KDE beyond them.
 
 Every metric is a function ``name(logits, labels, *, ...) -> torch.Tensor`` (0-d) taking
 torch tensors or NumPy arrays on any device (``inputs="probs"`` for probabilities);
-``calibration_metrics`` returns all of them as floats and ``calibration_metrics_batched``
-scores R runs (R x N x K) at once. Exact definitions, edge conventions and the relation to
-torchmetrics, netcal, relplot and the papers' code are in ``docs/metrics.md``.
+``calibration_metrics`` returns those of the default suite (or of ``keys``) as floats and
+``calibration_metrics_batched`` scores R runs (R x N x K) at once; the O(N^2) kernel metrics
+(``ON_REQUEST``) are computed only when named. Exact definitions, edge conventions and the
+relation to torchmetrics, netcal, relplot and the papers' code are in ``docs/metrics.md``.
 
 Design: inputs are validated once (``validation.py``) and options once, when a metric is
 built (``build_metric``, the ``METRICS`` registry); a ``Predictions`` object
@@ -13,7 +15,8 @@ statistics (confidence, correctness, log-probabilities) lazily and once; each me
 (``_metrics_hard``, ``_metrics_soft``) is a reduction of those statistics over the N samples
 of every run, vectorised over runs and bins (``_metrics_binning``: bucketize/searchsorted +
 bincount; no Python loop over bins, samples or runs, except smooth_ece's data-dependent
-bandwidth search, which loops over runs).
+bandwidth search, which loops over runs); the kernel metrics (``_metrics_kernel_ce``) score
+the runs one by one over row blocks of their N x N kernel matrices.
 
 Hard metrics are computed on detached scores and return float64; the differentiable
 estimators (``sece``, ``sb_ece``, ``dece``) keep the autograd graph and the scores' dtype.
@@ -30,6 +33,7 @@ import numpy as np
 import torch
 
 from calib_pipeline.calibration import _metrics_hard as hard
+from calib_pipeline.calibration import _metrics_kernel_ce as kernel_ce
 from calib_pipeline.calibration import _metrics_soft as soft
 from calib_pipeline.calibration._metrics_binning import CLOSURES, NORMS, SCHEMES, binned
 from calib_pipeline.calibration._metrics_kernels import Predictions
@@ -102,6 +106,10 @@ _OPTION_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "p": check_positive,
     "tau_a": check_positive,
     "tau_b": check_positive,
+    "kernel": partial(check_choice, choices=("laplacian", "gaussian")),
+    "estimator": partial(check_choice, choices=("quadratic", "linear")),
+    "n_resamples": partial(check_int, low=1),
+    "seed": partial(check_int, low=0),
 }
 
 _METRIC_ARGS_DOC = """
@@ -144,14 +152,23 @@ _UNITS = ("%", "×100", "")
 #: calls the same quantity otherwise (Mukhoti et al.'s AdaECE is the meta-regularisation
 #: paper's ACE), a reproduced paper table says so in a note; docs/metrics.md lists them all.
 METRIC_NAMES: dict[str, str] = {}
+#: Metrics computed only when named (``keys=``, ``evaluation.metrics``, a report's
+#: ``metrics:``), not by default: each costs O(N^2) kernel evaluations (docs/metrics.md).
+ON_REQUEST: list[str] = []
 
 
 def _register(
-    key: str, compute: Callable[..., torch.Tensor], *, unit: str, name: str
+    key: str,
+    compute: Callable[..., torch.Tensor],
+    *,
+    unit: str,
+    name: str,
+    on_request: bool = False,
 ) -> Callable[..., torch.Tensor]:
     """Register ``compute(pred: Predictions, **options) -> R-vector`` as metric ``key``,
     shown in reports in ``unit`` (see :data:`METRIC_UNITS`) under ``name``
-    (:data:`METRIC_NAMES`; no two metrics share one).
+    (:data:`METRIC_NAMES`; no two metrics share one); ``on_request`` leaves it out of the
+    default suite (:data:`ON_REQUEST`).
 
     Returns the public function ``key(logits, labels, *, inputs="logits", **options)``
     with ``compute``'s documented options: it builds the metric (checking the options) and
@@ -181,6 +198,17 @@ def _register(
     METRICS.register(key, validate=validate)(factory)
     METRIC_UNITS[key] = unit
     METRIC_NAMES[key] = name
+    if on_request:
+        ON_REQUEST.append(key)
+
+    return _public_function(key, compute, options)
+
+
+def _public_function(
+    key: str, compute: Callable[..., torch.Tensor], options: list[inspect.Parameter]
+) -> Callable[..., torch.Tensor]:
+    """The public function ``key(logits, labels, *, inputs="logits", **options)`` of a
+    registered metric, with ``compute``'s options in its signature and docstring."""
 
     def metric(
         logits: Any, labels: Any, *, inputs: str = "logits", **settings: Any
@@ -232,6 +260,17 @@ sece = _register("sece", soft.sece, unit="%", name="SECE")
 sb_ece = _register("sb_ece", soft.sb_ece, unit="%", name="SB-ECE")
 dece = _register("dece", soft.dece, unit="%", name="DECE")
 smooth_ece = _register("smooth_ece", soft.smooth_ece, unit="%", name="smECE")
+ks_error = _register("ks_error", hard.ks_error, unit="%", name="KS error")
+aurc = _register("aurc", hard.aurc, unit="%", name="AURC")
+augrc = _register("augrc", hard.augrc, unit="%", name="AUGRC")
+skce = _register("skce", kernel_ce.skce, unit="", name="SKCE", on_request=True)
+skce_p_value = _register(
+    "skce_p_value", kernel_ce.skce_p_value, unit="", name="SKCE p-value", on_request=True
+)
+ece_kde = _register("ece_kde", kernel_ce.ece_kde, unit="%", name="ECE-KDE", on_request=True)
+ece_kde_top = _register(
+    "ece_kde_top", kernel_ce.ece_kde_top, unit="%", name="Top-label ECE-KDE", on_request=True
+)
 
 
 def metric_text(key: str, value: float, digits: int = 2) -> str:
@@ -275,6 +314,13 @@ METRIC_DIRECTIONS: dict[str, str | None] = {
     "sb_ece": "lower",
     "dece": "lower",
     "smooth_ece": "lower",
+    "ks_error": "lower",
+    "aurc": "lower",
+    "augrc": "lower",
+    "skce": "lower",
+    "skce_p_value": None,
+    "ece_kde": "lower",
+    "ece_kde_top": "lower",
 }
 if set(METRIC_DIRECTIONS) != set(METRICS.names()):
     raise RuntimeError(
@@ -306,8 +352,14 @@ def build_metric(name: str, **options: Any) -> Metric:
 
 
 def metric_names() -> list[str]:
-    """Keys of every metric, in the documented order (the keys of ``calibration_metrics``)."""
+    """Keys of every metric, in the documented order."""
     return METRICS.names()
+
+
+def default_metric_names() -> list[str]:
+    """Keys of the default suite (what ``calibration_metrics`` computes without ``keys``):
+    every metric but the :data:`ON_REQUEST` ones, in the documented order."""
+    return [key for key in METRICS.names() if key not in ON_REQUEST]
 
 
 def _accepted_options(key: str) -> list[str]:
@@ -325,7 +377,7 @@ def _build_suite(keys: Iterable[str] | None, n_bins: int, options: dict[str, Any
     """
     if isinstance(keys, str):  # list("ece") would be ["e", "c", "e"]
         keys = [keys]
-    keys = metric_names() if keys is None else list(keys)
+    keys = default_metric_names() if keys is None else list(keys)
     accepted = {key: _accepted_options(key) for key in keys}
     unknown = sorted(set(options) - {name for names in accepted.values() for name in names})
     if unknown:
@@ -354,18 +406,20 @@ def calibration_metrics(
     keys: Iterable[str] | None = None,
     **options: Any,
 ) -> dict[str, float]:
-    """Every metric of the suite on one run, as floats.
+    """The metrics (default: the default suite) of one run, as floats.
 
     Args:
         logits: N x K logits (or probabilities with ``inputs="probs"``), torch or NumPy.
         labels: N integer labels.
         n_bins: bin count for every binned metric (and the soft-binned ones).
         inputs: ``"logits"`` or ``"probs"``.
-        keys: subset of :func:`metric_names` to compute (default: all).
+        keys: the metrics to compute, any of :func:`metric_names` (default: the default
+            suite, :func:`default_metric_names`).
         **options: forwarded to each metric that accepts the keyword (``scheme``, ``norm``,
             ``closure``, ``bandwidth``, ``temperature``, ``tau_a``, ...); a keyword no
             selected metric accepts raises ``ValueError``. ``bandwidth`` is shared by
-            ``sece`` and ``smooth_ece`` -- compute them separately to set it per metric.
+            ``sece``, ``smooth_ece`` and the kernel metrics (``skce``, ``ece_kde``, ...)
+            -- compute them separately to set it per metric.
 
     Returns:
         ``{key: value}`` in :func:`metric_names` order (or the order of ``keys``).
@@ -395,10 +449,12 @@ def calibration_metrics_batched(
     keys: Iterable[str] | None = None,
     **options: Any,
 ) -> dict[str, np.ndarray]:
-    """Every metric on R runs at once: logits R x N x K, labels N (shared) or R x N.
+    """The metrics (default: the default suite) on R runs at once: logits R x N x K, labels
+    N (shared) or R x N.
 
     Vectorised across runs (one bincount over run-offset bins for the binned metrics; only
-    smooth_ece loops over runs). Same options as :func:`calibration_metrics`.
+    smooth_ece and the on-request kernel metrics loop over runs). Same options as
+    :func:`calibration_metrics`.
 
     Returns:
         ``{key: float64 array of shape (R,)}``.

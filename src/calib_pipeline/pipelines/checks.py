@@ -38,9 +38,9 @@ def _bin_list(name: str, values: Any) -> None:
 
 def check_evaluation(group: str, entry: Any) -> None:
     """``n_bins`` and ``reliability_bins`` (bin counts in [1, ``MAX_BINS``], checked here
-    rather than when a run is evaluated after every training) and ``shift_metrics`` (metric
-    keys)."""
-    entry = _known_keys(group, entry, ("n_bins", "reliability_bins", "shift_metrics"))
+    rather than when a run is evaluated after every training), ``shift_metrics`` (metric
+    keys) and ``metrics`` (metric keys, possibly none)."""
+    entry = _known_keys(group, entry, ("n_bins", "reliability_bins", "shift_metrics", "metrics"))
     if "n_bins" in entry:
         check_bins(f"{group}.n_bins", entry["n_bins"])
     if "reliability_bins" in entry:
@@ -53,6 +53,12 @@ def check_evaluation(group: str, entry: Any) -> None:
             )
         for metric in metrics:
             check_choice(f"{group}.shift_metrics", metric, metric_names())
+    if "metrics" in entry:
+        metrics = entry["metrics"]
+        if not isinstance(metrics, (list, tuple)):
+            raise ValueError(f"{group}.metrics must be a list of metric names, got {metrics!r}")
+        for metric in metrics:
+            check_choice(f"{group}.metrics", metric, metric_names())
 
 
 def check_device(name: str, device: Any) -> None:

@@ -16,6 +16,7 @@ import torch
 from calib_pipeline.calibration.metrics import (
     calibration_metrics,
     calibration_metrics_batched,
+    default_metric_names,
     reliability_bins,
 )
 from calib_pipeline.calibration.posthoc import calibrated_scores
@@ -110,8 +111,12 @@ def _score_run(
     n_bins: int,
     reliability_bin_counts: tuple[int, ...],
     shift_metrics: tuple[str, ...],
+    extra_metrics: tuple[str, ...] = (),
 ) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
-    """Tidy rows and reliability-bin frames of one run under one calibrator (``None``: raw)."""
+    """Tidy rows and reliability-bin frames of one run under one calibrator (``None``: raw);
+    clean cells get the default suite and ``extra_metrics``."""
+    suite = default_metric_names()
+    keys = [*suite, *(key for key in extra_metrics if key not in suite)]
     rows: list[dict[str, Any]] = []
     bins: list[pd.DataFrame] = []
     shifted: ShiftedCells = {}
@@ -127,7 +132,9 @@ def _score_run(
             )
             continue
         try:
-            values = calibration_metrics(scores, entry["labels"], n_bins=n_bins, inputs=kind)
+            values = calibration_metrics(
+                scores, entry["labels"], n_bins=n_bins, inputs=kind, keys=keys
+            )
             rows.extend({**cell, "metric": k, "value": float(v)} for k, v in values.items())
             if split == "test":
                 for count in reliability_bin_counts:
@@ -149,17 +156,23 @@ def _raw_scores(entry: dict[str, Any]) -> tuple[Any, str]:
 
 
 def evaluation_options(
-    evaluation: Mapping[str, Any], report_bins: Iterable[int] = ()
+    evaluation: Mapping[str, Any],
+    report_bins: Iterable[int] = (),
+    report_metrics: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The scoring options of :func:`evaluate_runs` that ``evaluation`` settings give.
 
     Args:
         evaluation: ``n_bins`` (default 15), ``reliability_bins`` (bin counts of the per-bin
-            table besides ``n_bins``), ``shift_metrics`` (default ``SHIFT_METRICS``).
+            table besides ``n_bins``), ``shift_metrics`` (default ``SHIFT_METRICS``) and
+            ``metrics`` (metrics for clean val/test besides the default suite, such as the
+            on-request kernel metrics; default none).
         report_bins: bin counts that reports draw, kept in the per-bin table too.
+        report_metrics: metrics that reports show, computed on clean val/test too.
 
     Returns:
-        ``n_bins``, ``reliability_bin_counts`` (sorted, unique) and ``shift_metrics``.
+        ``n_bins``, ``reliability_bin_counts`` (sorted, unique), ``shift_metrics`` and
+        ``extra_metrics`` (``metrics`` then ``report_metrics``, each once).
     """
     n_bins = int(evaluation.get("n_bins", 15))
     return {
@@ -168,6 +181,7 @@ def evaluation_options(
             sorted({n_bins, *evaluation.get("reliability_bins", []), *report_bins})
         ),
         "shift_metrics": tuple(evaluation.get("shift_metrics", SHIFT_METRICS)),
+        "extra_metrics": tuple(dict.fromkeys([*evaluation.get("metrics", []), *report_metrics])),
     }
 
 
@@ -194,10 +208,12 @@ def evaluate_runs(
     shift_metrics: tuple[str, ...] = SHIFT_METRICS,
     ensembles: Sequence[EnsembleSpec] = (),
     calibrator_definitions: Mapping[str, Mapping[str, Any]] | None = None,
+    extra_metrics: tuple[str, ...] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score every cell of a study, then of each of its ensembles.
 
-    Clean val/test cells get the whole metric suite; shifted sets (often ~100 per run)
+    Clean val/test cells get the default metric suite and ``extra_metrics``; shifted sets
+    (often ~100 per run)
     get ``shift_metrics``, scored in one batched call per (run, calibrator) -- the sets
     of a run share their size, so they stack into R × N × K.
 
@@ -217,6 +233,8 @@ def evaluate_runs(
             both pooling orders).
         calibrator_definitions: key -> ``{"name", "params"}`` of ``calibrators``: what the
             ensembles' pool-then-calibrate calibrators are fitted as.
+        extra_metrics: metric keys computed on clean val/test cells besides the default
+            suite (e.g. the on-request ``skce``, ``ece_kde``).
 
     Returns:
         The tidy metrics table (``TIDY_COLUMNS``; ``run_id`` says which training produced
@@ -226,6 +244,7 @@ def evaluate_runs(
         "n_bins": n_bins,
         "reliability_bin_counts": reliability_bin_counts,
         "shift_metrics": shift_metrics,
+        "extra_metrics": extra_metrics,
     }
     identifiers = {"dataset": dataset, "study": study}
     scored = [

@@ -302,6 +302,7 @@ def score_predictions(
     calibrators: Mapping[str, Any],
     n_bins: int = 15,
     reliability_bins: Sequence[int] = (15,),
+    metrics: Sequence[str] = (),
     *,
     name: str,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -316,6 +317,8 @@ def score_predictions(
         calibrators: what :func:`fit_calibrators` returned for this file.
         n_bins: bins of the binned metrics.
         reliability_bins: bin counts of the per-bin table (``n_bins`` is always kept).
+        metrics: metrics besides the default suite (``evaluation.metrics``: e.g. the
+            on-request ``skce``, ``ece_kde``).
         name: the method name, label and study of every row.
 
     Raises:
@@ -340,6 +343,7 @@ def score_predictions(
         calibrators=list(fitted),
         n_bins=n_bins,
         reliability_bin_counts=tuple(sorted({int(n_bins), *map(int, reliability_bins)})),
+        extra_metrics=tuple(metrics),
     )
 
 

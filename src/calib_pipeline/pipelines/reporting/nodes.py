@@ -68,6 +68,7 @@ def evaluate_study(
     methods: dict[str, MethodSpec],
     calibrators: list[str],
     report_bins: tuple[int, ...] = (),
+    report_metrics: tuple[str, ...] = (),
     calibrator_definitions: dict[str, dict[str, Any]] | None = None,
     ensembles: tuple[EnsembleSpec, ...] = (),
     **collections: dict[str, Any],
@@ -86,7 +87,8 @@ def evaluate_study(
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
-        report_bins: bin counts the study's reports draw, kept in the per-bin table too.
+        report_bins, report_metrics: bin counts the study's reports draw (kept in the
+            per-bin table too) and on-request metrics they show (evaluated too).
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused (ensembles' are fitted).
         ensembles: the study's ensembles (:mod:`calib_pipeline.reports.ensembles`).
@@ -110,7 +112,7 @@ def evaluate_study(
         "calibrators": calibrators,
         "ensembles": ensembles,
         "calibrator_definitions": calibrator_definitions,
-        **evaluation_options(evaluation, report_bins),
+        **evaluation_options(evaluation, report_bins, report_metrics),
     }
     return evaluate_runs(runs, dataset=dataset["name"], study=study, labels=labels, **options)
 

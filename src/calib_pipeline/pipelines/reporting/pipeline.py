@@ -12,6 +12,7 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, node
 
+from calib_pipeline.calibration.metrics import ON_REQUEST
 from calib_pipeline.pipelines.artifacts import artifact_name, collected_runs, run_artifact
 from calib_pipeline.pipelines.config import Structure, StudySpec, study_uses_shift
 from calib_pipeline.pipelines.reporting.nodes import collect_runs, evaluate_study, run_report
@@ -111,6 +112,16 @@ def _report_nodes(
     return nodes
 
 
+def _report_metrics(study: StudySpec) -> tuple[str, ...]:
+    """The on-request metrics (``metrics.ON_REQUEST``) that the study's reports name in a
+    ``metrics`` list or a ``metric`` option: the evaluation computes them too."""
+    named = []
+    for options in study.reports.values():
+        options = options or {}
+        named += [*(options.get("metrics") or []), options.get("metric")]
+    return tuple(dict.fromkeys(key for key in named if key in ON_REQUEST))
+
+
 def _evaluate_node(
     structure: Structure,
     study: StudySpec,
@@ -129,6 +140,7 @@ def _evaluate_node(
             methods={m: structure.methods[m] for m in study.methods},
             calibrators=calibrators,
             report_bins=report_bins,
+            report_metrics=_report_metrics(study),
             calibrator_definitions={k: structure.calibrators[k] for k in study.calibrators},
             ensembles=study.ensembles,
         ),

@@ -67,7 +67,7 @@ def _file_nodes(options: ScoreOptions, name: str) -> list:
         ),
         node(
             _named(score_predictions, name=name),
-            inputs=[predictions, calibrators, *BINS],
+            inputs=[predictions, calibrators, *BINS, "params:evaluation.metrics"],
             outputs=[metrics, bins],
             name=f"{name}.evaluate",
         ),
