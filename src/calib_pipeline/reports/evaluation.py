@@ -213,9 +213,8 @@ def evaluate_runs(
     """Score every cell of a study, then of each of its ensembles.
 
     Clean val/test cells get the default metric suite and ``extra_metrics``; shifted sets
-    (often ~100 per run)
-    get ``shift_metrics``, scored in one batched call per (run, calibrator) -- the sets
-    of a run share their size, so they stack into R × N × K.
+    (often ~100 per run) get ``shift_metrics``, scored in one batched call per (run,
+    calibrator) -- the sets of a run share their size, so they stack into R × N × K.
 
     Args:
         runs: ``"<method>|<seed>"`` -> ``{"logits", "calibrators", "shift"}`` artifacts and
@@ -225,16 +224,14 @@ def evaluate_runs(
         dataset, study: identifiers written into every row.
         labels: method key -> display label.
         calibrators: calibrator keys of the study (``"none"`` is always added first).
-        n_bins: bins of the binned metrics.
-        reliability_bin_counts: bin counts of the per-bin table (clean test split).
+        n_bins, reliability_bin_counts: bins of the binned metrics; bin counts of the
+            per-bin table (clean test split).
         shift_metrics: metric keys computed on shifted sets.
-        ensembles: ensembles of runs of ``runs``, scored after them
-            (:mod:`calib_pipeline.reports.ensembles`: seed ``ENSEMBLE_SEED``, calibrators in
-            both pooling orders).
+        ensembles: ensembles of runs of ``runs``, scored after them (seed
+            ``ENSEMBLE_SEED``, calibrators in both pooling orders; docs/ensembles.md).
         calibrator_definitions: key -> ``{"name", "params"}`` of ``calibrators``: what the
             ensembles' pool-then-calibrate calibrators are fitted as.
-        extra_metrics: metric keys computed on clean val/test cells besides the default
-            suite (e.g. the on-request ``skce``, ``ece_kde``).
+        extra_metrics: on-request metrics for clean val/test cells (``skce``, ...).
 
     Returns:
         The tidy metrics table (``TIDY_COLUMNS``; ``run_id`` says which training produced
@@ -254,10 +251,9 @@ def evaluate_runs(
         _evaluate_ensemble(spec, runs, identifiers, calibrators, calibrator_definitions, **scoring)
         for spec in ensembles
     ]
-    rows = [row for run_rows, _ in scored for row in run_rows]
-    bins = [frame for _, run_bins in scored for frame in run_bins]
-    table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
+    table = pd.DataFrame([row for rows, _ in scored for row in rows], columns=TIDY_COLUMNS)
     logger.info("%s: scored %d rows", study, len(table))
+    bins = [frame for _, run_bins in scored for frame in run_bins]
     return table, pd.concat(bins, ignore_index=True) if bins else pd.DataFrame()
 
 

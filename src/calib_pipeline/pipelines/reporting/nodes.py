@@ -87,8 +87,7 @@ def evaluate_study(
         run_keys: ``r<i>`` -> (method, seed) of the runs' ``r<i>_<kind>`` artifacts.
         methods: method key -> method of the study (labels, what a run's training was).
         calibrators: calibrator keys of the study.
-        report_bins, report_metrics: bin counts the study's reports draw (kept in the
-            per-bin table too) and on-request metrics they show (evaluated too).
+        report_bins, report_metrics: bin counts and on-request metrics the reports show.
         calibrator_definitions: key -> the session's ``calibrators.<key>``; a stored
             calibrator fitted under another definition is refused (ensembles' are fitted).
         ensembles: the study's ensembles (:mod:`calib_pipeline.reports.ensembles`).
