@@ -161,6 +161,7 @@ def test_make_replicate_runs_the_studies_with_claims_in_the_parameters_order():
         "soft_calibration",
         "calibratability",
         "dark_side",
+        "modern_baselines",
         "baseline",
     }
     makefile = (Path(project_root()) / "Makefile").read_text()
