@@ -141,7 +141,7 @@ def test_the_run_help_ends_with_what_there_is_to_run():
 def test_studies_lists_an_envs_own_studies_with_their_methods_seeds_and_reports():
     result = CliRunner().invoke(cli.cli, ["studies", "--env=test"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("--env=test: digits, protocol test; 7 studies")
+    assert result.output.startswith("--env=test: digits, protocol test; 8 studies")
     block = result.output[result.output.index("\nbaseline: ") :]
     assert "  methods (3): ce, ls_epsilon_0p05, focal_gamma_3" in block
     assert "  seeds: 0\n" in block
@@ -153,7 +153,7 @@ def test_studies_of_the_default_env_and_of_an_unknown_env(monkeypatch):
     monkeypatch.delenv("KEDRO_ENV", raising=False)
     default = CliRunner().invoke(cli.cli, ["studies"])
     assert default.exit_code == 0, default.output
-    assert default.output.startswith("--env=local: digits, protocol digits; 6 studies")
+    assert default.output.startswith("--env=local: digits, protocol digits; 7 studies")
     assert "\nbaseline:" not in default.output
     unknown = CliRunner().invoke(cli.cli, ["studies", "--env=tset"])
     assert unknown.exit_code == 2

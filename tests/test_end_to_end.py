@@ -509,3 +509,34 @@ def test_modern_baselines_trains_every_new_objective_and_scores_the_ce_ensemble(
     assert "modern_baselines on digits:" in result.stdout + result.stderr
     logits = tmp_path / "07_model_output" / "test" / "adafocal"
     assert logits.exists()
+
+
+def test_soft_calibration_beta_chooses_one_beta_per_pair_on_val_by_the_papers_rule(tmp_path):
+    """Karandikar et al. App. E tune β per primary × secondary pair: the on-request tuning
+    study trains every pair at β ∈ {0.01, 0.1, 1} and its Table 2 keeps, per pair, the
+    lowest val ECE less than 1 point of val accuracy below the pair's best member."""
+    kedro(
+        "--pipelines=soft_calibration_beta",
+        data_dir=tmp_path,
+        tracking=f"sqlite:///{tmp_path}/m.db",
+    )
+    reports = tmp_path / "08_reporting" / "test" / "soft_calibration_beta"
+    (version,) = versions(reports / "karandikar_table")
+    chosen = pd.read_csv(
+        reports / "karandikar_table" / version / "karandikar_table" / "selection.csv"
+    )
+    secondaries = ("mmce", "avuc", "avuc_gs", "soft_avuc", "sb_ece")
+    pairs = [f"sc_{p}_{s}" for p in ("nll", "focal", "mse") for s in secondaries]
+    assert sorted(chosen["group"]) == sorted(pairs)
+    assert set(chosen["rule"]) == {"karandikar"} and set(chosen["selected_on"]) == {"val"}
+    (metrics_version,) = versions(reports / "metrics.parquet")
+    table = pd.read_parquet(reports / "metrics.parquet" / metrics_version / "metrics.parquet")
+    val = table[
+        (table["split"] == "val") & (table["calibrator"] == "none") & (table["shift"] == "none")
+    ]
+    val = val.pivot_table(index="method", columns="metric", values="value")
+    for row in chosen.itertuples():
+        members = [f"{row.group}", f"{row.group}_beta_0p01", f"{row.group}_beta_0p1"]
+        assert row.method in members and row.members == ", ".join(members)
+        near_best = val.loc[members, "accuracy"] > val.loc[members, "accuracy"].max() - 0.01
+        assert row.method == val.loc[members][near_best]["ece_l2"].idxmin()

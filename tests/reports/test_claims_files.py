@@ -63,7 +63,15 @@ def seed_text(paper: str) -> str:
 def test_every_paper_has_claims_and_every_base_study_checks_them():
     assert set(SEED_FILES) <= set(paper_names())
     studies = yaml.safe_load((PROJECT / "conf/base/parameters_studies.yml").read_text())["studies"]
-    assert {name: spec["reports"]["claims"]["papers"] for name, spec in studies.items()} == {
+    # a tuning study (on request) chooses hyperparameters for a claims study; it judges none
+    tuning = {name for name, spec in studies.items() if spec.get("on_request")}
+    assert tuning == {"soft_calibration_beta"}
+    assert "claims" not in studies["soft_calibration_beta"]["reports"]
+    assert {
+        name: spec["reports"]["claims"]["papers"]
+        for name, spec in studies.items()
+        if name not in tuning
+    } == {
         "focal_meta": ["focal_meta"],
         "focal": ["mukhoti"],
         "soft_calibration": ["karandikar"],
@@ -114,6 +122,8 @@ def test_every_claim_refers_to_methods_metrics_and_calibrators_of_its_study(env)
     structure = parse_structure(load_parameters(env, PROJECT))
     checked = 0
     for study in structure.studies.values():
+        if study.on_request and "claims" not in study.reports:
+            continue  # a tuning study (soft_calibration_beta) judges no claims
         outline = StudyOutline(
             study.name,
             study.methods,
