@@ -207,6 +207,26 @@ def test_posthoc_and_reporting_rescore_cached_logits_without_training(project_ru
     assert len(versions(data_dir / "08_reporting" / "test" / "baseline" / "metrics.parquet")) == 3
 
 
+def test_a_second_run_reuses_each_runs_stored_shift_logits(project_run):
+    """The fixture ran the study twice: the second run's shift nodes returned the first's
+    logits (same training, settings and code) under their own session's provenance."""
+    import torch
+
+    from calib_pipeline.tensor_io import load_tensors
+
+    data_dir, _ = project_run
+    folder = data_dir / "07_model_output" / "test" / "ce" / "seed_0" / "shift_logits.pt"
+    first, second = versions(folder)[:2]
+    made, reused = (load_tensors(folder / v / "shift_logits.pt") for v in (first, second))
+    assert "reused" not in made and reused["reused"] is True
+    assert reused["provenance"]["run_id"] != made["provenance"]["run_id"]  # each session's own
+    assert reused["provenance"]["fingerprint"] == made["provenance"]["fingerprint"]
+    graded = [key for key, entry in made["sets"].items() if "logits" in entry]
+    assert graded and sorted(reused["sets"]) == sorted(made["sets"])
+    for key in graded:
+        assert torch.equal(reused["sets"][key]["logits"], made["sets"][key]["logits"])
+
+
 def test_rescoring_refuses_artifacts_the_session_does_not_describe(tmp_path):
     data_dir, tracking = tmp_path / "data", f"sqlite:///{tmp_path}/m.db"
     kedro("--pipelines=baseline", data_dir=data_dir, tracking=tracking)

@@ -478,11 +478,18 @@ def _describe_context(context) -> dict[str, str]:
 
 def node_result(outputs: dict[str, Any]) -> str:
     """A few words on a node's result, where there is one to read: a training's selected
-    epoch and accuracies, a claims report's verdict line; '' for other nodes."""
+    epoch and accuracies, a shift node's set count (and whether it reused them), a claims
+    report's verdict line; '' for other nodes."""
     by_kind = {kind_of(name): value for name, value in outputs.items()}
     history, checkpoint = by_kind.get("history"), by_kind.get("checkpoint")
     if isinstance(checkpoint, dict) and history is not None and len(history):
         return _training_result(history, checkpoint)
+    shifted = by_kind.get("shift_logits")
+    if isinstance(shifted, dict) and isinstance(shifted.get("sets"), dict):
+        count = sum("logits" in entry for entry in shifted["sets"].values())
+        return f"{count} shifted set(s)" + (
+            " (reused: computed earlier)" if shifted.get("reused") else ""
+        )
     claims = next((v for k, v in outputs.items() if k.endswith(".report_claims")), None)
     if isinstance(claims, dict) and isinstance(claims.get("verdicts"), dict):
         return str(claims["verdicts"].get("line", ""))

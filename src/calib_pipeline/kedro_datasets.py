@@ -273,6 +273,36 @@ def _newest(path: Path) -> TorchDataset:
     return TorchDataset(filepath=path.as_posix(), version=Version(None, None))
 
 
+class EarlierVersionDataset(AbstractDataset[None, Any]):
+    """Read-only: the newest stored version of a versioned torch artifact at ``filepath``
+    (the file a :class:`TorchDataset` entry writes), or None when there is none.
+
+    What a node that may reuse its own earlier output reads: the shift stage's logits
+    nodes read ``{method}.{seed}.shift_logits_earlier`` and return it when the run, the
+    shift settings and the code are the same (``pipelines/shift/nodes.py``). The newest
+    version is read as the writing entry reads it: a file that holds objects (or is
+    corrupt) is refused, naming it.
+    """
+
+    def __init__(self, *, filepath: str, metadata: dict | None = None) -> None:
+        self._filepath = filepath
+        self.metadata = metadata
+
+    def load(self) -> Any:
+        newest = _newest(Path(self._filepath))
+        # read as the TorchDataset entry reads it: a file holding objects is refused, by name
+        return newest.load() if newest.exists() else None
+
+    def save(self, data: None) -> None:
+        raise DatasetError("EarlierVersionDataset is read-only")
+
+    def _exists(self) -> bool:
+        return True  # "none yet" is a value (None), not a missing input
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": self._filepath}
+
+
 class RunLogitsStoreDataset(AbstractDataset[None, StoredRuns]):
     """Every run's newest stored logits of a protocol (:class:`StoredRuns`), whichever
     studies made them: for reports over all runs there are (the ``posthoc_arena``

@@ -11,6 +11,7 @@ import torch
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
+from calib_pipeline.console import node_result
 from calib_pipeline.data import ImageData, load_dataset, shift_suites
 from calib_pipeline.data.shift_sets import LAYOUTS, ShiftSetMissing
 from calib_pipeline.data.shift_suites import (
@@ -21,16 +22,19 @@ from calib_pipeline.data.shift_suites import (
     shift_label,
 )
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
+from calib_pipeline.kedro_datasets import EarlierVersionDataset
 from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
 from calib_pipeline.pipelines.provenance import ProvenanceError
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
-from calib_pipeline.pipelines.shift.nodes import make_shift_sets
+from calib_pipeline.pipelines.shift.nodes import compute_shift_logits, make_shift_sets
 from calib_pipeline.reports.evaluation import evaluate_runs
 from calib_pipeline.settings import load_parameters
 
 PROJECT = Path(__file__).resolve().parents[2]
 SPLITS = {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}}
+# a run with no stored shift logits yet: its earlier version loads as None
+NOTHING_STORED = EarlierVersionDataset(filepath=str(PROJECT / "no-such-folder" / "shift_logits.pt"))
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +114,7 @@ def run_shift(
             checkpoint_for(data, method, seed)
         )
         datasets[f"{method}.seed_{seed}.shift_logits"] = MemoryDataset(copy_mode="assign")
+        datasets[f"{method}.seed_{seed}.shift_logits_earlier"] = NOTHING_STORED
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline(list(runs)), catalog)
     return {f"{m}|{s}": catalog.load(f"{m}.seed_{s}.shift_logits")["sets"] for m, s in runs}
@@ -154,6 +159,7 @@ def test_shift_logits_carry_the_checkpoint_provenance(digits):
         RUN_INFO: MemoryDataset(run_info("shift-run", "test", "test")),
         "ce.seed_0.checkpoint": MemoryDataset(checkpoint_for(digits)),
         "ce.seed_0.shift_logits": MemoryDataset(copy_mode="assign"),
+        "ce.seed_0.shift_logits_earlier": NOTHING_STORED,
     }
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline([("ce", 0)]), catalog)
@@ -462,3 +468,78 @@ def test_shipped_parameters_sweep_every_generated_corruption_at_five_severities(
     colour, _, skipped = resolve_suites(params, "cifar10", channels=3)
     assert len(colour) == 18 * 5 and list(skipped) == ["frost"]
     assert str(params["root"]).endswith("01_raw/shift")
+
+
+# --- reuse of a run's stored shift logits -------------------------------------------------
+
+
+def shift_node(data, checkpoint, earlier, params=None, session="session-2"):
+    plan = make_shift_sets(
+        data, SPLITS, params or {"corruptions": ["contrast"], "severities": [1, 3]}
+    )
+    info = run_info(session, "test", "test")
+    return compute_shift_logits(checkpoint, plan, {"device": "cpu"}, info, earlier)
+
+
+def test_stored_shift_logits_of_the_same_network_settings_and_code_are_reused(digits, caplog):
+    checkpoint = checkpoint_for(digits)
+    first = shift_node(digits, checkpoint, None, session="session-1")
+    assert "reused" not in first and isinstance(first["weights"], str)
+    assert "data/shift_suites.py::generate_corrupted" in first["code"]  # the images' maker
+    assert "training/predict.py::checkpoint_predictor" in first["code"]
+    caplog.set_level("INFO", logger="calib_pipeline.pipelines.shift.nodes")
+    again = shift_node(digits, checkpoint_for(digits), first)  # the same weights, rebuilt
+    assert again["reused"] is True and "reused (computed earlier)" in caplog.text
+    assert again["sets"] is first["sets"]  # not predicted again
+    # the provenance is the checkpoint's as this session hands it over, like its other artifacts
+    assert again["provenance"] == first["provenance"] == checkpoint["provenance"]
+    assert node_result({"ce.seed_0.shift_logits": again}) == (
+        "2 shifted set(s) (reused: computed earlier)"
+    )
+    assert node_result({"ce.seed_0.shift_logits": first}) == "2 shifted set(s)"
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ("weights", "the stored ones are of another training of the run"),
+        ("fingerprint", "the stored ones are of another training of the run"),
+        ("settings", "the shift settings changed"),
+        ("sets", "the stored sets are not the plan's"),
+        ("code", "the code they depend on changed (data/shift_suites.py::generate_corrupted)"),
+        ("no code", "the stored ones do not record the code they were made by"),
+    ],
+)
+def test_stored_shift_logits_are_computed_again_when_anything_they_came_from_differs(
+    digits, caplog, change, reason
+):
+    first = shift_node(digits, checkpoint_for(digits), None)
+    stale = {**first, "sets": dict(first["sets"])}
+    if change == "weights":
+        stale["weights"] = "0" * 16
+    elif change == "fingerprint":
+        stale["provenance"] = {**first["provenance"], "fingerprint": "another"}
+    elif change == "settings":
+        stale["settings"] = {**first["settings"], "seed": 1}
+    elif change == "sets":
+        del stale["sets"]["contrast/3"]
+    elif change == "code":
+        stale["code"] = {**first["code"], "data/shift_suites.py::generate_corrupted": "edited"}
+    else:
+        del stale["code"]
+    caplog.set_level("INFO", logger="calib_pipeline.pipelines.shift.nodes")
+    again = shift_node(digits, checkpoint_for(digits), stale)
+    assert "reused" not in again
+    assert f"ce seed 0: shifted-set logits computed again: {reason}" in caplog.text
+    assert sorted(again["sets"]) == sorted(first["sets"])
+    assert torch.equal(again["sets"]["contrast/3"]["logits"], first["sets"]["contrast/3"]["logits"])
+
+
+def test_other_weights_never_reuse_stored_shift_logits(digits):
+    first = shift_node(digits, checkpoint_for(digits, seed=0), None)
+    other = checkpoint_for(digits, seed=1)  # same architecture and provenance, other weights
+    again = shift_node(digits, other, first)
+    assert "reused" not in again and again["weights"] != first["weights"]
+    assert not torch.equal(
+        again["sets"]["contrast/1"]["logits"], first["sets"]["contrast/1"]["logits"]
+    )

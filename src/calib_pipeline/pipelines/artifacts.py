@@ -90,6 +90,10 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     "history": ArtifactKind("{method}.{seed}.history", "training", "model_output"),
     "logits": ArtifactKind("{method}.{seed}.logits", "logits", "model_output"),
     "shift_logits": ArtifactKind("{method}.{seed}.shift_logits", "shift", "model_output"),
+    # the newest stored shift_logits of the run, or None: what its node may reuse (read-only)
+    "earlier_shift_logits": ArtifactKind(
+        "{method}.{seed}.shift_logits_earlier", None, "model_output", prerequisite=False
+    ),
     "collected_runs": ArtifactKind(
         "{method}.runs_for_{study}", "reporting", "model_output", prerequisite=False
     ),

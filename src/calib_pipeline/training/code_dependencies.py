@@ -27,6 +27,11 @@ part                      roots
 So adding an objective -- in its own file or appended to ``losses.py`` -- changes no other
 method's parts; editing one changes the parts of the methods that reach it. A factory defined
 outside the package (a notebook, a test) is one unit: its own source, without closure.
+
+A run's **shifted-set logits** are reused by the same rule (:func:`shift_logits_code`): the
+closure of :data:`SHIFT_LOGITS_ROOTS` -- planning and making the shifted sets (the generated
+corruptions, the official sets' loaders) and predicting on them. The trained network is the
+checkpoint's, whose own code is its training's.
 """
 
 from __future__ import annotations
@@ -62,6 +67,12 @@ DISPATCHED = (
     "models/registry.py::MODELS",
     "data/datasets.py::DATASETS",
     "calibration/metrics.py::METRICS",
+)
+# What makes a run's shifted-set logits besides its checkpoint (the shift stage's reuse).
+SHIFT_LOGITS_ROOTS = (
+    "data/shift_suites.py::plan_shift_sets",
+    "data/shift_suites.py::predict_shift_sets",
+    "training/predict.py::checkpoint_predictor",
 )
 # part -> the registry its entry is looked up in
 ENTRY_REGISTRIES: dict[str, Registry[Any]] = {
@@ -106,6 +117,12 @@ def training_code(
             **_entry_closure(index, "data", dataset),
         },
     }
+
+
+def shift_logits_code(root: Path = PACKAGE) -> dict[str, str]:
+    """The units a run's shifted-set logits depend on beyond its checkpoint (unit name ->
+    digest): stored logits are reused only when these are unchanged."""
+    return source_index(Path(root)).closure(SHIFT_LOGITS_ROOTS, not_followed=DISPATCHED)
 
 
 def part_digests(code: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
