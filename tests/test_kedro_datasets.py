@@ -34,7 +34,7 @@ SAFE_DATASET_TYPES = {
     "calib_pipeline.kedro_datasets.ReportDataset",
     "calib_pipeline.kedro_datasets.PredictionsDataset",  # np.load(allow_pickle=False), weights_only
     "calib_pipeline.kedro_datasets.RunLogitsStoreDataset",  # each run through TorchDataset
-    "calib_pipeline.kedro_datasets.EarlierVersionDataset",  # through TorchDataset
+    "calib_pipeline.kedro_datasets.ShiftLogitsStoreDataset",  # each run through TorchDataset
 }
 ENVIRONMENTS = sorted(p.name for p in (Path(project_root()) / "conf").iterdir() if p.is_dir())
 
@@ -104,21 +104,23 @@ def test_the_run_logits_store_refuses_a_crafted_run_and_runs_no_code(tmp_path, m
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
-def test_the_earlier_shift_logits_are_none_then_the_newest_and_a_crafted_one_is_refused(
+def test_the_shift_logits_store_gives_none_then_the_newest_and_refuses_a_crafted_one(
     tmp_path, monkeypatch
 ):
     catalog = DataCatalog.from_config(catalog_config("test", tmp_path / "data", monkeypatch))
-    assert catalog.load("ce.seed_0.shift_logits_earlier") is None  # nothing stored yet
+    assert catalog.load("stored_shift_logits").newest("ce", 0) is None  # nothing stored yet
     catalog.save("ce.seed_0.shift_logits", {"sets": {"contrast/1": {"logits": torch.ones(2, 3)}}})
-    newest = catalog.load("ce.seed_0.shift_logits_earlier")
+    stored = catalog.load("stored_shift_logits")
+    newest = stored.newest("ce", 0)
     assert torch.equal(newest["sets"]["contrast/1"]["logits"], torch.ones(2, 3))
+    assert stored.newest("ce", 1) is None and stored.newest("ls", 0) is None  # runs apart
     with pytest.raises(DatasetError, match="read-only"):
-        catalog.save("ce.seed_0.shift_logits_earlier", newest)
+        catalog.save("stored_shift_logits", stored)
     later = Path(str(catalog.get("ce.seed_0.shift_logits")._get_versioned_path("9999-12-31")))
     marker = tmp_path / "pwned"
     write_crafted(later, marker, "torch.save")  # the newest version now
     with pytest.raises(DatasetError, match="holds objects that could run code"):
-        catalog.load("ce.seed_0.shift_logits_earlier")
+        stored.newest("ce", 0)
     assert not marker.exists(), "loading must not have executed the payload"
 
 

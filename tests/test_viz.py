@@ -93,6 +93,8 @@ def expected_layer(name: str) -> str | None:
         return "raw"
     if name.startswith("split_") or name == "shift_sets":
         return "intermediate"
+    if name == "stored_shift_logits":
+        return "model_output"
     kind = name.rsplit(".", 1)[-1]
     if kind in ("resume_states", "checkpoint"):
         return "models"
@@ -183,6 +185,14 @@ def test_the_top_level_has_no_dataset_per_run_one_resume_store_feeds_every_train
     store = next(id_ for id_, node in nodes.items() if node["name"] == "resume_states")
     trainings = {id_ for id_, node in nodes.items() if re.search(r"train_seed_\d+$", node["name"])}
     assert trainings and readers[store] == trainings
+    # and one store of the stored shift logits, read by each shift node (where there are some)
+    shift_store = next(
+        (id_ for id_, node in nodes.items() if node["name"] == "stored_shift_logits"), None
+    )
+    shifts = {
+        id_ for id_, node in nodes.items() if re.search(r"shift_logits_seed_\d+$", node["name"])
+    }
+    assert readers[shift_store] == shifts if shifts else shift_store is None
 
 
 def test_the_tags_are_the_stages(viz):

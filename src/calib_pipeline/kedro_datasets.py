@@ -273,34 +273,45 @@ def _newest(path: Path) -> TorchDataset:
     return TorchDataset(filepath=path.as_posix(), version=Version(None, None))
 
 
-class EarlierVersionDataset(AbstractDataset[None, Any]):
-    """Read-only: the newest stored version of a versioned torch artifact at ``filepath``
-    (the file a :class:`TorchDataset` entry writes), or None when there is none.
+class StoredShiftLogits:
+    """Every run's newest stored shifted-set logits under a protocol's model-output folder
+    (``<root>/<method>/seed_<k>/shift_logits.pt/<version>/``), looked up one run at a time.
 
-    What a node that may reuse its own earlier output reads: the shift stage's logits
-    nodes read ``{method}.{seed}.shift_logits_earlier`` and return it when the run, the
-    shift settings and the code are the same (``pipelines/shift/nodes.py``). The newest
-    version is read as the writing entry reads it: a file that holds objects (or is
-    corrupt) is refused, naming it.
+    What the shift stage's logits nodes read to reuse their own earlier output when the
+    run, the shift settings and the code are the same (``pipelines/shift/nodes.py``). A
+    version is read as the ``{method}.{seed}.shift_logits`` entry reads it: a file that
+    holds objects (or is corrupt) is refused, naming it.
     """
 
-    def __init__(self, *, filepath: str, metadata: dict | None = None) -> None:
-        self._filepath = filepath
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def newest(self, method: str, seed: int) -> dict[str, Any] | None:
+        """The run's newest stored shift logits, or None when it has none."""
+        stored = _newest(self.root / method / f"seed_{seed}" / RUN_SHIFT_LOGITS)
+        return stored.load() if stored.exists() else None
+
+
+class ShiftLogitsStoreDataset(AbstractDataset[None, StoredShiftLogits]):
+    """Hands the shift stage's nodes the :class:`StoredShiftLogits` of the protocol; one
+    dataset for every run (kedro-viz draws one store feeding every shift node, as it does
+    the resume store). Read-only: the ``{method}.{seed}.shift_logits`` entries write."""
+
+    def __init__(self, *, path: str, metadata: dict | None = None) -> None:
+        self._path = path
         self.metadata = metadata
 
-    def load(self) -> Any:
-        newest = _newest(Path(self._filepath))
-        # read as the TorchDataset entry reads it: a file holding objects is refused, by name
-        return newest.load() if newest.exists() else None
+    def load(self) -> StoredShiftLogits:
+        return StoredShiftLogits(Path(self._path))
 
     def save(self, data: None) -> None:
-        raise DatasetError("EarlierVersionDataset is read-only")
+        raise DatasetError("ShiftLogitsStoreDataset is read-only")
 
     def _exists(self) -> bool:
-        return True  # "none yet" is a value (None), not a missing input
+        return True  # a run with nothing stored yet finds None
 
     def _describe(self) -> dict[str, Any]:
-        return {"filepath": self._filepath}
+        return {"path": self._path}
 
 
 class RunLogitsStoreDataset(AbstractDataset[None, StoredRuns]):

@@ -22,7 +22,7 @@ from calib_pipeline.data.shift_suites import (
     shift_label,
 )
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.kedro_datasets import EarlierVersionDataset
+from calib_pipeline.kedro_datasets import ShiftLogitsStoreDataset
 from calib_pipeline.models import build_model
 from calib_pipeline.pipelines import shift
 from calib_pipeline.pipelines.provenance import ProvenanceError
@@ -33,8 +33,8 @@ from calib_pipeline.settings import load_parameters
 
 PROJECT = Path(__file__).resolve().parents[2]
 SPLITS = {"standard": {"seed": 0, "fractions": {"train": 0.8, "val": 0.2}}}
-# a run with no stored shift logits yet: its earlier version loads as None
-NOTHING_STORED = EarlierVersionDataset(filepath=str(PROJECT / "no-such-folder" / "shift_logits.pt"))
+# a protocol folder with no stored shift logits: every run computes its own
+NOTHING_STORED = ShiftLogitsStoreDataset(path=str(PROJECT / "no-such-folder"))
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +108,13 @@ def run_shift(
         "params:shift": MemoryDataset(shift_params),
         "params:logits": MemoryDataset({"device": "cpu"}),
         RUN_INFO: MemoryDataset(run_info("shift-run", "test", "test")),
+        "stored_shift_logits": NOTHING_STORED,
     }
     for method, seed in runs:
         datasets[f"{method}.seed_{seed}.checkpoint"] = MemoryDataset(
             checkpoint_for(data, method, seed)
         )
         datasets[f"{method}.seed_{seed}.shift_logits"] = MemoryDataset(copy_mode="assign")
-        datasets[f"{method}.seed_{seed}.shift_logits_earlier"] = NOTHING_STORED
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline(list(runs)), catalog)
     return {f"{m}|{s}": catalog.load(f"{m}.seed_{s}.shift_logits")["sets"] for m, s in runs}
@@ -157,9 +157,9 @@ def test_shift_logits_carry_the_checkpoint_provenance(digits):
         "params:shift": MemoryDataset({"corruptions": ["contrast"], "severities": [1]}),
         "params:logits": MemoryDataset({"device": "cpu"}),
         RUN_INFO: MemoryDataset(run_info("shift-run", "test", "test")),
+        "stored_shift_logits": NOTHING_STORED,
         "ce.seed_0.checkpoint": MemoryDataset(checkpoint_for(digits)),
         "ce.seed_0.shift_logits": MemoryDataset(copy_mode="assign"),
-        "ce.seed_0.shift_logits_earlier": NOTHING_STORED,
     }
     catalog = DataCatalog(datasets=datasets)
     SequentialRunner().run(shift.create_pipeline([("ce", 0)]), catalog)
@@ -473,12 +473,22 @@ def test_shipped_parameters_sweep_every_generated_corruption_at_five_severities(
 # --- reuse of a run's stored shift logits -------------------------------------------------
 
 
+class OneRunStored:
+    """The catalog's store of stored shift logits, holding ``earlier`` for ce seed 0."""
+
+    def __init__(self, earlier):
+        self.earlier = earlier
+
+    def newest(self, method, seed):
+        return self.earlier if (method, seed) == ("ce", 0) else None
+
+
 def shift_node(data, checkpoint, earlier, params=None, session="session-2"):
     plan = make_shift_sets(
         data, SPLITS, params or {"corruptions": ["contrast"], "severities": [1, 3]}
     )
     info = run_info(session, "test", "test")
-    return compute_shift_logits(checkpoint, plan, {"device": "cpu"}, info, earlier)
+    return compute_shift_logits(checkpoint, plan, {"device": "cpu"}, info, OneRunStored(earlier))
 
 
 def test_stored_shift_logits_of_the_same_network_settings_and_code_are_reused(digits, caplog):

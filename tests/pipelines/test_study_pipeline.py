@@ -8,9 +8,8 @@ from kedro_datasets.pickle import PickleDataset
 
 from calib_pipeline.data import ImageData, load_dataset
 from calib_pipeline.data.splits import split_dataset, split_fingerprint
-from calib_pipeline.kedro_datasets import EarlierVersionDataset
+from calib_pipeline.kedro_datasets import ShiftLogitsStoreDataset
 from calib_pipeline.pipelines import data_split, logits, posthoc, reporting, shift, training
-from calib_pipeline.pipelines.artifacts import run_artifact
 from calib_pipeline.pipelines.config import parse_structure
 from calib_pipeline.pipelines.run_info import RUN_INFO, run_info
 from calib_pipeline.reports.evaluation import evaluate_runs
@@ -73,9 +72,8 @@ def _catalog(data, tmp_path, structure, parameters=PARAMETERS):
             for sub, item in value.items():
                 datasets[f"params:{key}.{sub}"] = MemoryDataset(item)
     datasets["resume_states"] = MemoryDataset(CheckpointStore(tmp_path), copy_mode="assign")
-    for method, seed in structure.runs():  # no shift logits stored before: computed
-        name = run_artifact("earlier_shift_logits", method, seed)
-        datasets[name] = EarlierVersionDataset(filepath=str(tmp_path / name))
+    # no shift logits stored before: every run computes its own
+    datasets["stored_shift_logits"] = ShiftLogitsStoreDataset(path=str(tmp_path / "stored"))
     # the runner releases in-memory intermediates; persist the ones the test inspects
     for name in (
         "mini.metrics",

@@ -90,10 +90,6 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     "history": ArtifactKind("{method}.{seed}.history", "training", "model_output"),
     "logits": ArtifactKind("{method}.{seed}.logits", "logits", "model_output"),
     "shift_logits": ArtifactKind("{method}.{seed}.shift_logits", "shift", "model_output"),
-    # the newest stored shift_logits of the run, or None: what its node may reuse (read-only)
-    "earlier_shift_logits": ArtifactKind(
-        "{method}.{seed}.shift_logits_earlier", None, "model_output", prerequisite=False
-    ),
     "collected_runs": ArtifactKind(
         "{method}.runs_for_{study}", "reporting", "model_output", prerequisite=False
     ),
@@ -118,6 +114,11 @@ ARTIFACTS: dict[str, ArtifactKind] = {
     # every run's newest logits files, read whichever studies wrote them (no node writes
     # the store itself; the arena refuses to run when it is empty and no file is given)
     "run_logits_store": ArtifactKind("stored_run_logits", None, "model_output"),
+    # every run's newest shift logits, for the shift nodes to reuse their own (read-only; a
+    # run with none stored computes them)
+    "shift_logits_store": ArtifactKind(
+        "stored_shift_logits", None, "model_output", prerequisite=False
+    ),
     "arena_scores": ArtifactKind(
         "posthoc_arena.scores", "posthoc_arena", "reporting", prerequisite=False
     ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -26,6 +26,13 @@ from calib_pipeline.training.engine import describe_device, resolve_device
 from calib_pipeline.training.predict import checkpoint_predictor
 
 logger = logging.getLogger(__name__)
+
+
+class StoredShiftLogits(Protocol):
+    """Every run's stored shift logits, as the catalog's ``stored_shift_logits`` hands them
+    over (``kedro_datasets.StoredShiftLogits``)."""
+
+    def newest(self, method: str, seed: int) -> dict[str, Any] | None: ...
 
 
 def make_shift_sets(data: ImageData, splits: dict[str, Any], shift: dict[str, Any]) -> ShiftPlan:
@@ -47,27 +54,28 @@ def compute_shift_logits(
     shift_sets: ShiftPlan,
     logits_params: dict[str, Any],
     run_info: dict[str, str],
-    earlier: dict[str, Any] | None = None,
+    stored: StoredShiftLogits | None = None,
 ) -> dict[str, Any]:
-    """Logits of one trained run on every shifted set of the plan -- or, when ``earlier``
-    (the newest stored version) was made from the same training, shift settings, sets and
-    code, that version (under this session's provenance): an interrupted or repeated study
-    does not predict its shifted sets again (hours on a CPU). The console says which.
+    """Logits of one trained run on every shifted set of the plan -- or, when the run's
+    newest stored version in ``stored`` was made from the same training, shift settings,
+    sets and code, that version (under this session's provenance): an interrupted or
+    repeated study does not predict its shifted sets again (hours on a CPU). The console
+    says which.
 
     Args:
         checkpoint: the trained run.
         shift_sets: the plan of :func:`make_shift_sets`.
         logits_params: ``{"device": "auto", ...}``.
         run_info: the session's identity; the checkpoint must be of its protocol.
-        earlier: the run's newest stored shift logits, or None.
+        stored: every run's stored shift logits (None: compute).
 
     Returns:
         ``{"provenance": the checkpoint's, "settings": the shift settings that define the
         sets (``defining_settings``), "sets": spec key -> logits, labels and the set's
         identity (see ``predict_shift_sets``), "weights": the digest of the network they
         came from (:func:`weights_digest`), "code": the units they depend on
-        (``shift_logits_code``), "execution": where they were predicted}``; ``earlier``'s
-        with this session's provenance and ``"reused": True`` when it is reused.
+        (``shift_logits_code``), "execution": where they were predicted}``; the stored
+        version with this session's provenance and ``"reused": True`` when it is reused.
 
     Raises:
         ProvenanceError: the checkpoint belongs to another protocol, or was trained on
@@ -82,6 +90,7 @@ def compute_shift_logits(
         run_info=run_info,
     )
     identity, run = _identity(checkpoint, shift_sets, provenance), _run_name(checkpoint)
+    earlier = stored.newest(checkpoint["method"], checkpoint["seed"]) if stored else None
     reused = _reused(earlier, identity, run)
     if reused is not None:
         # this session's provenance: the run's artifacts all name the training they belong to

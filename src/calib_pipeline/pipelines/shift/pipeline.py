@@ -27,7 +27,7 @@ def create_pipeline(runs: list[tuple[str, int]]) -> Pipeline:
                 artifact_name("shift_sets"),
                 "params:logits",
                 RUN_INFO,
-                run_artifact("earlier_shift_logits", m, s),
+                artifact_name("shift_logits_store"),
             ],
             outputs=run_artifact("shift_logits", m, s),
             name=f"shift_logits_seed_{s}",
