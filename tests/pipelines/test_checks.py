@@ -69,6 +69,8 @@ def test_every_shipped_environment_passes(env):
         ),
         ("logits", "features", "yes", r"logits.features must be true or false, got 'yes'"),
         ("logits", "batch", 10, r"logits: unknown key\(s\) \['batch'\]"),
+        ("logits", "batch_size", 0, r"logits.batch_size must be an integer >= 1, got 0"),
+        ("logits", "batch_size", 64.0, r"logits.batch_size must be an integer >= 1, got 64.0"),
         (
             "model",
             "params",

@@ -553,3 +553,21 @@ def test_other_weights_never_reuse_stored_shift_logits(digits):
     assert not torch.equal(
         again["sets"]["contrast/1"]["logits"], first["sets"]["contrast/1"]["logits"]
     )
+
+
+def test_the_batch_size_sets_how_fast_not_what_so_stored_logits_are_reused_across_it(
+    digits, forward_batches
+):
+    plan = make_shift_sets(digits, SPLITS, {"corruptions": ["contrast"], "severities": [1, 3]})
+    info = run_info("session-2", "test", "test")
+    params = {"device": "cpu", "batch_size": 30}
+
+    first = compute_shift_logits(checkpoint_for(digits), plan, params, info, OneRunStored(None))
+    images = sum(len(entry["labels"]) for entry in first["sets"].values())
+    assert len(forward_batches) > 1 and max(forward_batches) == 30
+    assert sum(forward_batches) == images
+    forward_batches.clear()
+    again = compute_shift_logits(
+        checkpoint_for(digits), plan, {"device": "cpu"}, info, OneRunStored(first)
+    )
+    assert again["reused"] is True and forward_batches == [], "nothing predicted again"

@@ -77,11 +77,14 @@ def check_device(name: str, device: Any) -> None:
 
 
 def check_logits(group: str, entry: Any) -> None:
-    """``device`` (``auto``, ``cpu`` or ``cuda[:i]``) and ``features`` (bool)."""
-    entry = _known_keys(group, entry, ("device", "features"))
+    """``device`` (``auto``, ``cpu`` or ``cuda[:i]``), ``features`` (bool) and
+    ``batch_size`` (images per forward pass; null: each run's ``eval_batch_size``)."""
+    entry = _known_keys(group, entry, ("device", "features", "batch_size"))
     check_device(f"{group}.device", entry.get("device", "auto"))
     if "features" in entry:
         check_bool(f"{group}.features", entry["features"])
+    if entry.get("batch_size") is not None:
+        check_int(f"{group}.batch_size", entry["batch_size"], low=1)
 
 
 def check_model(group: str, entry: Any) -> None:

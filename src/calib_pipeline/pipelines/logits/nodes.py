@@ -23,7 +23,7 @@ def compute_logits(
         data: the dataset.
         split: the index split the run was trained with.
         checkpoint: the trained run.
-        logits_params: ``{"device": "auto", "features": bool}``.
+        logits_params: ``{"device": "auto", "features": bool, "batch_size": int | None}``.
         run_info: the session's identity; the checkpoint must be of its protocol.
 
     Returns:
@@ -44,4 +44,5 @@ def compute_logits(
         checkpoint,
         device=logits_params.get("device", "auto"),
         features=logits_params.get("features", False),
+        batch_size=logits_params.get("batch_size"),
     )

@@ -65,7 +65,7 @@ def compute_shift_logits(
     Args:
         checkpoint: the trained run.
         shift_sets: the plan of :func:`make_shift_sets`.
-        logits_params: ``{"device": "auto", ...}``.
+        logits_params: ``{"device": "auto", "batch_size": int | None, ...}``.
         run_info: the session's identity; the checkpoint must be of its protocol.
         stored: every run's stored shift logits (None: compute).
 
@@ -96,7 +96,7 @@ def compute_shift_logits(
         # this session's provenance: the run's artifacts all name the training they belong to
         return {**reused, "provenance": provenance, "reused": True}
     device = logits_params.get("device", "auto")
-    predict = checkpoint_predictor(checkpoint, device)
+    predict = checkpoint_predictor(checkpoint, device, logits_params.get("batch_size"))
     sets = predict_shift_sets(predict, shift_sets, split)
     logger.info("%s: logits on %d shifted set(s)", run, len(sets))
     return {
